@@ -1,0 +1,95 @@
+"""The one iteration loop shared by the batch models.
+
+A model supplies an update ``step(state, active) -> (state, objective)`` for its stacked
+restarts; the driver owns the stopping rule, the objective history, the callback, the
+logging and the :class:`~sklearn.exceptions.ConvergenceWarning`.
+"""
+
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+logger = logging.getLogger("daskrnmf")
+
+
+@dataclass
+class IterationLog:
+    """What the driver recorded: one row of ``history`` per iteration, one column per restart."""
+
+    history: list = field(default_factory=list)
+    n_iter: np.ndarray = None
+    converged: np.ndarray = None
+    stopped_by_callback: bool = False
+
+    def restart_history(self, r):
+        """Objective per iteration of restart ``r`` (iterations after it converged dropped)."""
+        h = np.array([row[r] for row in self.history], dtype=float)
+        return h[~np.isnan(h)]
+
+
+def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
+            name="model", passes=None):
+    """Run ``step`` until every restart has converged or ``max_iter`` is reached.
+
+    Restart ``r`` converges at iteration ``t`` when its objective no longer decreases by
+    more than ``tol`` relative: ``J[t-1] - J[t] <= tol * |J[t-1]|``.  Converged restarts
+    drop out of later steps (``active`` is False for them).
+
+    Parameters
+    ----------
+    step : callable
+        ``step(state, active) -> (state, objective_of_active_restarts)``.
+    state : object
+        Initial model state, passed through ``step``.
+    n_restarts, max_iter : int
+    tol : float
+    callback : callable, optional
+        ``callback(info) -> bool``; called after each iteration with a dict holding
+        ``iteration``, ``objective`` (per restart, NaN for inactive), ``active`` and
+        ``n_passes``; returning True stops the fit.
+    verbose : int
+        >= 1 logs one INFO line per iteration on the ``daskrnmf`` logger.
+    passes : callable, optional
+        Returns the number of passes over X so far (for logs and the callback).
+
+    Returns
+    -------
+    state, IterationLog
+    """
+    log = IterationLog(n_iter=np.zeros(n_restarts, dtype=int),
+                       converged=np.zeros(n_restarts, dtype=bool))
+    active = np.ones(n_restarts, dtype=bool)
+    prev = np.full(n_restarts, np.inf)
+    for it in range(1, max_iter + 1):
+        tic = time.perf_counter()
+        state, objective = step(state, active.copy())
+        full = np.full(n_restarts, np.nan)
+        full[active] = objective
+        log.history.append(full)
+        log.n_iter[active] = it
+        newly = active & np.isfinite(prev) & (prev - full <= tol * np.abs(prev))
+        log.converged |= newly
+        prev = np.where(active, full, prev)
+        info = {"iteration": it, "objective": full, "active": active.copy(),
+                "n_passes": passes() if passes else None}
+        active &= ~newly
+        if verbose:
+            logger.info("%s iteration %d: objective %.6g (best), %d of %d restarts active, "
+                        "%s passes, %.3f s", name, it, np.nanmin(full), active.sum(), n_restarts,
+                        info["n_passes"], time.perf_counter() - tic)
+        if callback is not None and callback(info):
+            log.stopped_by_callback = True
+            break
+        if not active.any():
+            break
+    return state, log
+
+
+def warn_if_not_converged(name, converged, max_iter):
+    if not converged:
+        warnings.warn(f"{name} did not converge within max_iter={max_iter} iterations; "
+                      "increase max_iter or tol.", ConvergenceWarning, stacklevel=3)

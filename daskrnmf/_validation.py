@@ -1,0 +1,199 @@
+"""Parameter constraints with one error format, and input checks.
+
+Parameter errors read like scikit-learn's::
+
+    The 'max_iter' parameter of RFNMF must be an int in the range [1, inf). Got -3 instead.
+"""
+
+import numbers
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+ACCEPTED_INPUT = ("a NumPy array, a dask array, a zarr.Array, or a path/URL to a Zarr array "
+                  "(daskrnmf.io.open_array(path, component=...) for an array inside a group)")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Numbers of ``kind`` (``int`` or ``float``) in a range; ``None`` is unbounded."""
+
+    kind: type
+    left: float = None
+    right: float = None
+    closed: str = "both"  # "both", "left", "right", "neither"
+
+    def accepts(self, value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return False
+        if self.kind is int and not isinstance(value, numbers.Integral):
+            return False
+        if isinstance(value, float) and not np.isfinite(value) and self.kind is int:
+            return False
+        if np.isnan(value):
+            return False
+        lo_ok = (self.left is None or value > self.left
+                 or (value == self.left and self.closed in ("both", "left")))
+        hi_ok = (self.right is None or value < self.right
+                 or (value == self.right and self.closed in ("both", "right")))
+        return lo_ok and hi_ok
+
+    def describe(self):
+        lb = "[" if self.closed in ("both", "left") and self.left is not None else "("
+        rb = "]" if self.closed in ("both", "right") and self.right is not None else ")"
+        left = "-inf" if self.left is None else self.left
+        right = "inf" if self.right is None else self.right
+        noun = "an int" if self.kind is int else "a float"
+        return f"{noun} in the range {lb}{left}, {right}{rb}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of a fixed set of strings."""
+
+    values: tuple
+
+    def accepts(self, value):
+        return isinstance(value, str) and value in self.values
+
+    def describe(self):
+        return "a str among {" + ", ".join(repr(v) for v in self.values) + "}"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Instances of given types (``description`` names them in the message)."""
+
+    types: tuple
+    description: str
+
+    def accepts(self, value):
+        return isinstance(value, self.types) and not (isinstance(value, bool) and bool not in self.types)
+
+    def describe(self):
+        return self.description
+
+
+RANDOM_STATE = Kind((type(None), numbers.Integral, np.random.RandomState, np.random.Generator),
+                    "None, an int, a numpy.random.RandomState or a numpy.random.Generator")
+
+
+@dataclass(frozen=True)
+class CallableOrNone:
+    """A callable, or None."""
+
+    def accepts(self, value):
+        return value is None or callable(value)
+
+    def describe(self):
+        return "a callable or None"
+
+
+def validate_params(estimator, constraints):
+    """Check ``estimator.get_params()`` against ``constraints`` (name -> list of constraints)."""
+    params = estimator.get_params(deep=False)
+    name = type(estimator).__name__
+    for key, options in constraints.items():
+        value = params[key]
+        if not any(c.accepts(value) for c in options):
+            described = [c.describe() for c in options]
+            what = described[0] if len(described) == 1 else (", ".join(described[:-1]) + " or " + described[-1])
+            raise ValueError(f"The {key!r} parameter of {name} must be {what}. Got {value!r} instead.")
+
+
+def seed_from(random_state):
+    """A 63-bit integer seed from ``random_state`` (None: fresh entropy).
+
+    The estimator's ``random_state`` attribute is never replaced; a Generator or
+    RandomState passed by the user advances by one draw, as in scikit-learn.
+    """
+    if random_state is None:
+        return int(np.random.SeedSequence().generate_state(2, dtype=np.uint32).view(np.uint64)[0] >> 1)
+    if isinstance(random_state, numbers.Integral):
+        return int(random_state)
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(0, 2**63 - 1))
+    return int(random_state.randint(0, 2**31 - 1))
+
+
+def is_path(X):
+    return isinstance(X, (str, os.PathLike))
+
+
+def check_array(X, *, estimator_name, input_name="X"):
+    """Validate X and return it as a NumPy array or a row-chunked Dask array.
+
+    Accepted: a NumPy array, a Dask array chunked along rows only, a ``zarr.Array`` or a
+    path/URL of a Zarr array (opened read-only).  Checks dimensionality, emptiness and
+    dtype; for NumPy input also finiteness (Dask input is checked for NaN/inf during
+    the first pass over it, see :func:`check_finite_count`).
+    """
+    import dask.array as da
+    import zarr
+
+    from .io import open_array
+
+    where = f"{input_name} passed to {estimator_name}"
+    if is_path(X):
+        X = open_array(X)
+    if isinstance(X, zarr.Array):
+        X = _zarr_to_dask(X, where)
+    if isinstance(X, np.ndarray):
+        _check_shape_dtype(X, where)
+        bad = X.size - int(np.count_nonzero(np.isfinite(X)))
+        check_finite_count(bad, where)
+        return X
+    if isinstance(X, da.Array):
+        _check_shape_dtype(X, where)
+        if any(np.isnan(c) for c in X.chunks[0]) or any(np.isnan(c) for c in X.chunks[1]):
+            raise ValueError(f"{where} has unknown chunk sizes; call X.compute_chunk_sizes() "
+                             "before fitting.")
+        if len(X.chunks[1]) != 1:
+            raise ValueError(f"{where} is chunked along its columns {X.chunks[1][:4]}...; daskrnmf "
+                             "needs every sample's features in one chunk. Use "
+                             f"X.rechunk({{1: {X.shape[1]}}}).")
+        return X
+    raise TypeError(f"{where} must be {ACCEPTED_INPUT}; got an object of type "
+                    f"{type(X).__module__}.{type(X).__qualname__}.")
+
+
+def _check_shape_dtype(X, where):
+    if X.ndim != 2:
+        hint = " Reshape a single feature with X.reshape(-1, 1)." if X.ndim == 1 else ""
+        raise ValueError(f"{where} must be 2-D (n_samples, n_features); got {X.ndim}-D array "
+                         f"of shape {X.shape}.{hint}")
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        raise ValueError(f"{where} is empty: shape {X.shape}; at least one sample and one "
+                         "feature are required.")
+    kind = np.dtype(X.dtype).kind
+    if kind not in "iuf":
+        raise TypeError(f"{where} must have a real numeric dtype (integer or float); got "
+                        f"dtype {X.dtype}. Convert it, e.g. X.astype('float64').")
+
+
+def check_finite_count(n_bad, where):
+    """Raise if ``n_bad`` (NaN or infinite values found) is non-zero."""
+    if n_bad:
+        raise ValueError(f"{where} contains {n_bad} NaN or infinite value(s); remove or impute "
+                         "them before fitting.")
+
+
+def check_non_negative_min(data_min, where):
+    """Raise if the smallest value in the data is negative."""
+    if data_min < 0:
+        raise ValueError(f"Negative values in data passed to {where} (min {data_min:g}); "
+                         "this model needs non-negative data.")
+
+
+def _zarr_to_dask(z, where):
+    import dask
+    import dask.array as da
+
+    if z.ndim != 2:
+        _check_shape_dtype(z, where)
+    limit = dask.utils.parse_bytes(dask.config.get("array.chunk-size"))
+    row_bytes = max(1, z.shape[1] * np.dtype(z.dtype).itemsize)
+    stored = max(1, z.chunks[0])
+    rows = max(stored, (limit // row_bytes) // stored * stored)
+    return da.from_zarr(z, chunks=(min(rows, max(1, z.shape[0])), z.shape[1]))

@@ -1,0 +1,135 @@
+"""Data: the papers' synthetic sets, a large out-of-core Zarr generator, small real sets.
+
+Every generator is seeded; nothing is downloaded.
+"""
+
+import os
+from importlib import resources
+
+import numpy as np
+
+
+def make_outlier_blobs(n_per_cluster=100, n_outliers=3, *, outlier_distance=100.0,
+                       random_state=0):
+    """The paper's Figure 1 set: two Gaussians at (-6, 0) and (6, 0) plus far outliers.
+
+    Parameters
+    ----------
+    n_per_cluster : int, default=100
+        Points per Gaussian (unit covariance).
+    n_outliers : int, default=3
+        Outliers, placed near (0, ``outlier_distance``).
+    outlier_distance : float, default=100
+        Far enough that k-means (squared loss) spends a centre on the outliers, near
+        enough that a robust loss keeps the two real clusters.
+    random_state : int, default=0
+
+    Returns
+    -------
+    X : ndarray (2 * n_per_cluster + n_outliers, 2)
+    y : ndarray of int
+        0 and 1 for the Gaussians, -1 for the outliers.
+    """
+    rng = np.random.default_rng(random_state)
+    a = rng.normal(size=(n_per_cluster, 2)) + [-6.0, 0.0]
+    b = rng.normal(size=(n_per_cluster, 2)) + [6.0, 0.0]
+    out = rng.normal(scale=2.0, size=(n_outliers, 2)) + [0.0, outlier_distance]
+    X = np.vstack([a, b, out])
+    y = np.concatenate([np.zeros(n_per_cluster, int), np.ones(n_per_cluster, int),
+                        -np.ones(n_outliers, int)])
+    return X, y
+
+
+def _blob_block(block_info, *, centers, seed, scale, outlier_fraction, outlier_high, dtype,
+                want):
+    """Rows of one storage chunk: Gaussian clusters, some rows replaced by gross outliers."""
+    (r0, r1), _ = block_info[None]["array-location"]
+    chunk_id = block_info[None]["chunk-location"][0]
+    rng = np.random.default_rng([seed, chunk_id])
+    n, (k, d) = r1 - r0, centers.shape
+    labels = rng.integers(0, k, size=n)
+    X = centers[labels] + rng.normal(scale=scale, size=(n, d))
+    outlier = rng.random(n) < outlier_fraction
+    X[outlier] = rng.uniform(0.0, outlier_high, size=(int(outlier.sum()), d))
+    np.maximum(X, 0.0, out=X)
+    if want == "X":
+        return X.astype(dtype)
+    return np.where(outlier, -1, labels).astype(np.int32)
+
+
+def make_zarr_blobs(path, n_samples=1_000_000, n_features=64, n_clusters=10, *,
+                    outlier_fraction=0.05, chunk_rows=50_000, cluster_std=1.0, dtype="float64",
+                    random_state=0, overwrite=False):
+    """Write a large row-chunked clustering problem to a Zarr group, chunk by chunk.
+
+    Non-negative Gaussian clusters (centres uniform in [2, 10] per feature, clipped at 0)
+    with a fraction of rows replaced by gross outliers (uniform in [0, 50]).  Chunks are
+    generated in parallel by the active Dask scheduler, each from ``(random_state, chunk
+    index)``; the whole array is never in memory.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Zarr group to create, with arrays ``X`` (n_samples, n_features) and ``y``
+        (n_samples,), ``y = -1`` for outliers.
+    n_samples, n_features, n_clusters : int
+    outlier_fraction : float in [0, 1)
+    chunk_rows : int
+        Rows per stored chunk (all features in one chunk).
+    cluster_std : float
+    dtype : str
+    random_state : int
+    overwrite : bool
+        An existing store is an error unless True.
+
+    Returns
+    -------
+    str : the store path.
+    """
+    import dask.array as da
+    import zarr
+
+    path = os.fspath(path)
+    if os.path.exists(path) and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
+    centers = np.random.default_rng(random_state).uniform(2.0, 10.0, size=(n_clusters, n_features))
+    common = dict(centers=centers, seed=random_state, scale=cluster_std,
+                  outlier_fraction=outlier_fraction, outlier_high=50.0, dtype=dtype)
+    shape2 = (n_samples, n_features)
+    rows = da.core.normalize_chunks((chunk_rows, n_features), shape2)
+    X = da.map_blocks(lambda block_info=None: _blob_block(block_info, want="X", **common),
+                      chunks=rows, dtype=dtype, meta=np.empty((0, 0), dtype))
+    y = da.map_blocks(lambda block_info=None: _blob_block(block_info, want="y", **common)[:, None],
+                      chunks=rows[:1] + ((1,),), dtype=np.int32, meta=np.empty((0, 0), np.int32))
+    root = zarr.open_group(path, mode="w")
+    zx = root.create_array("X", shape=shape2, chunks=(chunk_rows, n_features), dtype=dtype)
+    zy = root.create_array("y", shape=(n_samples,), chunks=(chunk_rows,), dtype=np.int32)
+    da.store([X, y[:, 0]], [zx, zy], lock=False)
+    root.attrs.update({"generator": "daskrnmf.datasets.make_zarr_blobs",
+                       "n_clusters": n_clusters, "outlier_fraction": outlier_fraction,
+                       "random_state": random_state, "cluster_std": cluster_std})
+    return path
+
+
+def _load_npz(name):
+    with resources.files("daskrnmf.data").joinpath(name).open("rb") as fh:
+        data = np.load(fh)
+        return data["X"].astype(np.float64), data["y"].astype(np.int64)
+
+
+def load_orl():
+    """ORL faces: X (400, 1024) float64 in [0, 255] (32x32, column-major), y in 1..40."""
+    return _load_npz("orl_32x32.npz")
+
+
+def load_yale():
+    """Yale faces: X (165, 1024) float64 in [0, 255] (32x32, column-major), y in 1..15."""
+    return _load_npz("yale_32x32.npz")
+
+
+def load_digits():
+    """scikit-learn's bundled 8x8 digits: X (1797, 64) float64 in [0, 16], y in 0..9."""
+    from sklearn.datasets import load_digits as _load
+
+    d = _load()
+    return d.data.astype(np.float64), d.target.astype(np.int64)

@@ -1,0 +1,124 @@
+"""Nearest-centre assignment for stacked restarts (compiled loops).
+
+The loops are written out instead of using BLAS so that a row's distances do not depend
+on the other rows in its block: labels are identical for every chunking.
+"""
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def _nearest_l1(X, C, labels, dist):
+    n, d = X.shape
+    R, k, _ = C.shape
+    for i in range(n):
+        for r in range(R):
+            best = np.inf
+            arg = 0
+            for c in range(k):
+                s = 0.0
+                j = 0
+                while j < d:
+                    stop = min(j + 16, d)
+                    for jj in range(j, stop):
+                        s += abs(X[i, jj] - C[r, c, jj])
+                    j = stop
+                    if s >= best:  # early abandon: cannot become the strict minimum
+                        break
+                if s < best:
+                    best = s
+                    arg = c
+            labels[i, r] = arg
+            dist[i, r] = best
+
+
+@njit(cache=True, nogil=True)
+def _nearest_l2(X, C, labels, dist):
+    n, d = X.shape
+    R, k, _ = C.shape
+    for i in range(n):
+        for r in range(R):
+            best = np.inf
+            arg = 0
+            for c in range(k):
+                s = 0.0
+                j = 0
+                while j < d:
+                    stop = min(j + 16, d)
+                    for jj in range(j, stop):
+                        t = X[i, jj] - C[r, c, jj]
+                        s += t * t
+                    j = stop
+                    if s >= best:
+                        break
+                if s < best:
+                    best = s
+                    arg = c
+            labels[i, r] = arg
+            dist[i, r] = np.sqrt(best)
+
+
+@njit(cache=True, nogil=True)
+def _all_l1(X, C, out):
+    n, d = X.shape
+    k = C.shape[0]
+    for i in range(n):
+        for c in range(k):
+            s = 0.0
+            for j in range(d):
+                s += abs(X[i, j] - C[c, j])
+            out[i, c] = s
+
+
+@njit(cache=True, nogil=True)
+def _all_l2(X, C, out):
+    n, d = X.shape
+    k = C.shape[0]
+    for i in range(n):
+        for c in range(k):
+            s = 0.0
+            for j in range(d):
+                t = X[i, j] - C[c, j]
+                s += t * t
+            out[i, c] = np.sqrt(s)
+
+
+def as_float_block(block):
+    """A C-contiguous float64 view/copy of one row block (kernels work in float64)."""
+    return np.ascontiguousarray(block, dtype=np.float64)
+
+
+def nearest(X, centers, metric):
+    """Nearest centre of every row, for each stacked restart.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_rows, n_features)
+    centers : ndarray of shape (n_restarts, n_clusters, n_features)
+    metric : {"l1", "l2"}
+
+    Returns
+    -------
+    labels : ndarray of int32, shape (n_rows, n_restarts)
+        Index of the nearest centre; ties go to the lowest index.
+    distances : ndarray of float64, shape (n_rows, n_restarts)
+        ``||x_i - f_{label_i}||_1`` (l1) or ``||x_i - f_{label_i}||_2`` (l2).
+    """
+    X = as_float_block(X)
+    C = np.ascontiguousarray(centers, dtype=np.float64)
+    labels = np.empty((X.shape[0], C.shape[0]), dtype=np.int32)
+    dist = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
+    if X.shape[0]:
+        (_nearest_l1 if metric == "l1" else _nearest_l2)(X, C, labels, dist)
+    return labels, dist
+
+
+def distances(X, centers, metric):
+    """All distances, shape (n_rows, n_clusters), for one set of centres (n_clusters, n_features)."""
+    X = as_float_block(X)
+    C = np.ascontiguousarray(centers, dtype=np.float64)
+    out = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
+    if X.shape[0]:
+        (_all_l1 if metric == "l1" else _all_l2)(X, C, out)
+    return out

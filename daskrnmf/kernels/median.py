@@ -1,0 +1,160 @@
+"""One refinement round of the per-(restart, cluster, feature) median search.
+
+An *entry* is one (restart r, cluster c, feature j) triple, flattened as
+``e = (r * n_clusters + c) * n_features + j``; it owns the values ``X[i, j]`` of the rows
+whose label in restart ``r`` is ``c``.  Per round each entry may ask for
+
+* a histogram: the count of its values below ``hlo[e]``, the counts in ``n_bins``
+  equal bins over ``[hlo[e], hhi[e]]`` and the min / max of the values inside, and/or
+* a collection: the count of its values below ``clo[e]`` and the values themselves
+  inside ``[clo[e], chi[e]]`` (used when few values remain, giving the exact median).
+
+All outputs are sums, minima, maxima or concatenations, so they merge in any order.
+"""
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def _median_round(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins,
+                  coll, clo, chi, hbelow, hist, hmin, hmax, cbelow, ncoll):
+    n, d = X.shape
+    R = labels.shape[1]
+    total = 0
+    for i in range(n):
+        for r in range(R):
+            base = (r * n_clusters + labels[i, r]) * d
+            for j in range(d):
+                e = base + j
+                v = X[i, j]
+                s = hist_slot[e]
+                if s >= 0:
+                    if v < hlo[e]:
+                        hbelow[e] += 1
+                    elif v <= hhi[e]:
+                        w = (hhi[e] - hlo[e]) / n_bins
+                        b = int((v - hlo[e]) / w) if w > 0 else 0
+                        if b >= n_bins:
+                            b = n_bins - 1
+                        elif b < 0:
+                            b = 0
+                        hist[s, b] += 1
+                        if v < hmin[e]:
+                            hmin[e] = v
+                        if v > hmax[e]:
+                            hmax[e] = v
+                if coll[e]:
+                    if v < clo[e]:
+                        cbelow[e] += 1
+                    elif v <= chi[e]:
+                        total += 1
+    ncoll[0] = total
+
+
+@njit(cache=True, nogil=True)
+def _median_collect(X, labels, n_clusters, coll, clo, chi, keys, vals):
+    n, d = X.shape
+    R = labels.shape[1]
+    p = 0
+    for i in range(n):
+        for r in range(R):
+            base = (r * n_clusters + labels[i, r]) * d
+            for j in range(d):
+                e = base + j
+                if coll[e]:
+                    v = X[i, j]
+                    if clo[e] <= v <= chi[e]:
+                        keys[p] = e
+                        vals[p] = v
+                        p += 1
+
+
+def median_round(X, labels, n_clusters, plan):
+    """Run one refinement round on a row block.
+
+    Parameters
+    ----------
+    X : ndarray (n_rows, n_features) float64
+    labels : ndarray (n_rows, n_restarts) int
+    n_clusters : int
+    plan : dict
+        ``hist_slot`` (E,) int64 (-1: no histogram), ``hlo``, ``hhi`` (E,) float64,
+        ``n_bins`` int, ``n_hist`` int (number of slots), ``coll`` (E,) bool,
+        ``clo``, ``chi`` (E,) float64.
+
+    Returns
+    -------
+    dict of ``hbelow`` (E,), ``hist`` (n_hist, n_bins), ``hmin``, ``hmax`` (E,),
+    ``cbelow`` (E,), ``keys`` (m,) int64 and ``vals`` (m,) float64.
+    """
+    E = plan["hist_slot"].shape[0]
+    labels = np.ascontiguousarray(labels, dtype=np.int64)
+    hbelow = np.zeros(E, dtype=np.int64)
+    hist = np.zeros((plan["n_hist"], plan["n_bins"]), dtype=np.int64)
+    hmin = np.full(E, np.inf)
+    hmax = np.full(E, -np.inf)
+    cbelow = np.zeros(E, dtype=np.int64)
+    ncoll = np.zeros(1, dtype=np.int64)
+    if X.shape[0]:
+        _median_round(X, labels, n_clusters, plan["hist_slot"], plan["hlo"], plan["hhi"],
+                      plan["n_bins"], plan["coll"], plan["clo"], plan["chi"],
+                      hbelow, hist, hmin, hmax, cbelow, ncoll)
+    keys = np.empty(ncoll[0], dtype=np.int64)
+    vals = np.empty(ncoll[0], dtype=np.float64)
+    if ncoll[0]:
+        _median_collect(X, labels, n_clusters, plan["coll"], plan["clo"], plan["chi"], keys, vals)
+    return {"hbelow": hbelow, "hist": hist, "hmin": hmin, "hmax": hmax,
+            "cbelow": cbelow, "keys": keys, "vals": vals}
+
+
+def merge_median_round(parts):
+    """Combine several :func:`median_round` outputs (sum, min, max, concatenation)."""
+    out = {"hbelow": sum_arrays([p["hbelow"] for p in parts]),
+           "hist": sum_arrays([p["hist"] for p in parts]),
+           "hmin": np.minimum.reduce([p["hmin"] for p in parts]),
+           "hmax": np.maximum.reduce([p["hmax"] for p in parts]),
+           "cbelow": sum_arrays([p["cbelow"] for p in parts]),
+           "keys": np.concatenate([p["keys"] for p in parts]),
+           "vals": np.concatenate([p["vals"] for p in parts])}
+    return out
+
+
+def sum_arrays(arrays):
+    """Sum a list of equally shaped arrays, left to right."""
+    out = arrays[0].copy()
+    for a in arrays[1:]:
+        out += a
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _select_collected(keys, vals, n_entries, entries, r_lo, r_hi, out):
+    # counting sort of the values by entry, then one sort per requested entry
+    start = np.zeros(n_entries + 1, dtype=np.int64)
+    for p in range(keys.shape[0]):
+        start[keys[p] + 1] += 1
+    for e in range(n_entries):
+        start[e + 1] += start[e]
+    fill = start[:-1].copy()
+    grouped = np.empty_like(vals)
+    for p in range(keys.shape[0]):
+        grouped[fill[keys[p]]] = vals[p]
+        fill[keys[p]] += 1
+    for t in range(entries.shape[0]):
+        e = entries[t]
+        seg = np.sort(grouped[start[e]:start[e + 1]])
+        out[t] = 0.5 * (seg[r_lo[t]] + seg[r_hi[t]])
+
+
+def select_collected(keys, vals, n_entries, entries, rank_lo, rank_hi):
+    """Median of ranks ``rank_lo[t]`` and ``rank_hi[t]`` (0-based) among the values
+    collected for ``entries[t]``: ``(v[lo] + v[hi]) / 2``, as :func:`numpy.median` has it.
+
+    Every requested rank must exist among that entry's collected values.
+    """
+    out = np.empty(len(entries))
+    if len(entries):
+        _select_collected(keys, vals, n_entries, np.asarray(entries, np.int64),
+                          np.asarray(rank_lo, np.int64), np.asarray(rank_hi, np.int64), out)
+    return out

@@ -1,0 +1,90 @@
+"""Per-cluster reweighted sums for one row block (the L2,1 centroid step, eq. 16-18)."""
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def _cluster_sums(X, labels, weights, sums, wsum, counts):
+    n, d = X.shape
+    R = labels.shape[1]
+    for i in range(n):
+        for r in range(R):
+            c = labels[i, r]
+            w = weights[i, r]
+            counts[r, c] += 1
+            wsum[r, c] += w
+            for j in range(d):
+                sums[r, c, j] += w * X[i, j]
+
+
+def cluster_sums(X, labels, weights, n_clusters):
+    """Sum of ``w_i x_i``, of ``w_i`` and the member count per (restart, cluster).
+
+    Parameters
+    ----------
+    X : ndarray (n_rows, n_features) float64
+    labels : ndarray (n_rows, n_restarts) int
+    weights : ndarray (n_rows, n_restarts) float64
+    n_clusters : int
+
+    Returns
+    -------
+    sums : ndarray (n_restarts, n_clusters, n_features)
+    wsum : ndarray (n_restarts, n_clusters)
+    counts : ndarray of int64 (n_restarts, n_clusters)
+    """
+    R = labels.shape[1]
+    sums = np.zeros((R, n_clusters, X.shape[1]))
+    wsum = np.zeros((R, n_clusters))
+    counts = np.zeros((R, n_clusters), dtype=np.int64)
+    if X.shape[0]:
+        _cluster_sums(X, labels.astype(np.int64), weights, sums, wsum, counts)
+    return sums, wsum, counts
+
+
+def worst_fit(residual, start, X, m):
+    """The ``m`` rows with the largest residual per restart (ties: lowest global index).
+
+    Parameters
+    ----------
+    residual : ndarray (n_rows, n_restarts)
+    start : int
+        Global index of the block's first row.
+    X : ndarray (n_rows, n_features)
+    m : int
+
+    Returns
+    -------
+    dict with ``res`` (n_restarts, m), ``idx`` (n_restarts, m) int64 global indices
+    (-1 where the block has fewer rows) and ``rows`` (n_restarts, m, n_features).
+    """
+    n, R = residual.shape
+    res = np.full((R, m), -np.inf)
+    idx = np.full((R, m), -1, dtype=np.int64)
+    rows = np.zeros((R, m, X.shape[1]))
+    take = min(m, n)
+    if take:
+        gidx = np.arange(start, start + n, dtype=np.int64)
+        for r in range(R):
+            order = np.lexsort((gidx, -residual[:, r]))[:take]
+            res[r, :take] = residual[order, r]
+            idx[r, :take] = gidx[order]
+            rows[r, :take] = X[order]
+    return {"res": res, "idx": idx, "rows": rows}
+
+
+def merge_worst_fit(parts):
+    """Combine several :func:`worst_fit` summaries into one of the same size."""
+    res = np.concatenate([p["res"] for p in parts], axis=1)
+    idx = np.concatenate([p["idx"] for p in parts], axis=1)
+    rows = np.concatenate([p["rows"] for p in parts], axis=1)
+    R, m = parts[0]["res"].shape
+    out_res = np.empty((R, m))
+    out_idx = np.empty((R, m), dtype=np.int64)
+    out_rows = np.empty((R, m, rows.shape[2]))
+    for r in range(R):
+        # -1 (padding) sorts last through the residual -inf; ties by lowest real index
+        order = np.lexsort((np.where(idx[r] < 0, np.iinfo(np.int64).max, idx[r]), -res[r]))[:m]
+        out_res[r], out_idx[r], out_rows[r] = res[r, order], idx[r, order], rows[r, order]
+    return {"res": out_res, "idx": out_idx, "rows": out_rows}

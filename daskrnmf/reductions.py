@@ -1,0 +1,407 @@
+"""Tree reductions over row blocks, built on :mod:`daskrnmf.kernels`.
+
+Each reduction is a ``*_chunk`` function (one block -> small dict), a ``*_combine``
+function (list of dicts -> dict, associative) and, where needed, an aggregation,
+run by :meth:`daskrnmf._blocks.RowBlocks.map_reduce` as a pairwise tree.
+
+* :func:`feature_stats` — per-feature min / max and the NaN/inf count (the input check).
+* :func:`assign_chunk` / :func:`assign_combine` — the fused pass of the hard-indicator
+  models: nearest-centre assignment with the current centres, objective, cluster sizes,
+  worst-fit samples, and the new centres' statistics (reweighted sums for L2,1, the
+  first median round for L1).
+* :class:`MedianSearch` — exact (or ``median_tol``-approximate) per-entry medians from
+  mergeable histograms and value collections, refined round by round.
+"""
+
+import numpy as np
+
+from .kernels import rng
+from .kernels.assign import as_float_block, nearest
+from .kernels.median import median_round, merge_median_round, select_collected, sum_arrays
+from .kernels.sums import cluster_sums, merge_worst_fit, worst_fit
+
+# Memory of the median summaries per partial result (and so per tree node).
+HIST_CELLS = 2**20       # int64 histogram cells: 8 MiB
+COLLECT_VALUES = 2**21   # collected (key, value) pairs: 32 MiB
+MAX_ROUNDS = 24          # hard cap; float64 needs at most ~8 rounds of 256 bins
+
+
+# ---------------------------------------------------------------- feature statistics
+def feature_stats_chunk(block, start):
+    x = np.asarray(block)
+    finite = np.isfinite(x) if x.dtype.kind == "f" else np.ones(x.shape, dtype=bool)
+    xf = x.astype(np.float64)
+    lo = np.where(finite, xf, np.inf).min(axis=0)
+    hi = np.where(finite, xf, -np.inf).max(axis=0)
+    return {"min": lo, "max": hi, "nonfinite": int(x.size - finite.sum()), "n": x.shape[0]}
+
+
+def feature_stats_combine(parts):
+    return {"min": np.minimum.reduce([p["min"] for p in parts]),
+            "max": np.maximum.reduce([p["max"] for p in parts]),
+            "nonfinite": sum(p["nonfinite"] for p in parts),
+            "n": sum(p["n"] for p in parts)}
+
+
+def feature_stats(blocks):
+    """Per-feature minimum and maximum of the finite values, and the NaN/inf count (1 pass)."""
+    return blocks.map_reduce(feature_stats_chunk, feature_stats_combine, name="feature stats")
+
+
+# ---------------------------------------------------------------- the fused pass
+def random_labels(seed, n_restarts, start, n_rows, n_clusters, first_restart=0):
+    """Random indicator G (the paper's init): label of row i in restart r from (seed, r, i)."""
+    idx = np.arange(start, start + n_rows, dtype=np.uint64)
+    out = np.empty((n_rows, n_restarts), dtype=np.int32)
+    for r in range(n_restarts):
+        out[:, r] = rng.integers(seed, rng.stream_id(1, first_restart + r), idx, n_clusters)
+    return out
+
+
+def assign_chunk(block, start, centers, spec):
+    """One block of the fused pass.
+
+    Parameters
+    ----------
+    block : ndarray (n_rows, n_features)
+    start : int
+        Global index of the block's first row.
+    centers : ndarray (n_restarts, n_clusters, n_features) or None
+        Current centres; None assigns random labels (``spec["seed"]``) instead.
+    spec : dict
+        ``metric`` ("l1"/"l2"), ``n_clusters``, ``eps`` (residual floor of the L2,1
+        weights), ``n_worst``, ``stats`` ("sums" or "median"), ``median_plan`` (L1),
+        ``seed``/``restarts`` (random labels), ``weights`` ("l21" or "ones").
+
+    Returns
+    -------
+    (partial, labels) : the partial summary and the block's labels (n_rows, n_restarts).
+    """
+    x = as_float_block(block)
+    k = spec["n_clusters"]
+    if centers is None:
+        labels = random_labels(spec["seed"], spec["restarts"], start, x.shape[0], k)
+        residual = np.zeros(labels.shape)
+    else:
+        labels, residual = nearest(x, centers, spec["metric"])
+    part = {"objective": residual.sum(axis=0),
+            "worst": worst_fit(residual, start, x, spec["n_worst"])}
+    if spec["stats"] == "sums":
+        weights = (np.ones_like(residual) if spec["weights"] == "ones"
+                   else 1.0 / np.maximum(residual, spec["eps"]))
+        part["sums"], part["wsum"], part["counts"] = cluster_sums(x, labels, weights, k)
+    else:
+        part["counts"] = _label_counts(labels, k)
+        part["median"] = median_round(x, labels, k, spec["median_plan"])
+    return part, labels
+
+
+def _label_counts(labels, k):
+    R = labels.shape[1]
+    return np.stack([np.bincount(labels[:, r], minlength=k) for r in range(R)]).astype(np.int64)
+
+
+def assign_combine(parts):
+    out = {"objective": sum_arrays([p["objective"] for p in parts]),
+           "worst": merge_worst_fit([p["worst"] for p in parts]),
+           "counts": sum_arrays([p["counts"] for p in parts])}
+    if "sums" in parts[0]:
+        out["sums"] = sum_arrays([p["sums"] for p in parts])
+        out["wsum"] = sum_arrays([p["wsum"] for p in parts])
+    else:
+        out["median"] = merge_median_round([p["median"] for p in parts])
+    return out
+
+
+def median_refine_chunk(block, start, labels, n_clusters, plan):
+    """A later median round on one block, with the labels kept from the fused pass."""
+    return median_round(as_float_block(block), labels, n_clusters, plan)
+
+
+# ---------------------------------------------------------------- medians
+class MedianSearch:
+    """Per-entry medians from mergeable summaries, refined round by round.
+
+    An entry is a set of values whose median is wanted (for RFNMF: one (restart,
+    cluster, feature) triple).  Round by round, each unresolved entry either
+
+    * histograms its current window (``n_bins`` bins) — the bins holding the two middle
+      order statistics become the next window, clipped to the min/max seen inside; or
+    * collects its values inside the window when few remain (within a global budget),
+      which gives the exact median: the mean of the two middle order statistics, as
+      :func:`numpy.median` defines it.
+
+    A window whose values are all equal resolves at once (ties).  With ``tol > 0`` an
+    entry whose window is narrower than ``tol * span`` resolves to the window's midpoint.
+
+    Parameters
+    ----------
+    n_values : ndarray of int (E,)
+        How many values each entry has (0: the median is NaN).
+    lo, hi : ndarray (E,)
+        A window known to hold all values of every entry.
+    tol : float
+        Relative tolerance (0: exact).
+    warm : tuple of ndarray, optional
+        ``(lo, hi, count)`` windows from the previous fit iteration; entries whose median
+        falls inside resolve in the first round.
+    n_total : int
+        Total number of values across entries (all collected at once if small).
+    """
+
+    def __init__(self, lo, hi, *, tol=0.0, warm=None, n_total=None):
+        self.E = lo.shape[0]
+        self.span = np.maximum(hi - lo, 0.0)
+        self.full_lo, self.full_hi = lo.astype(np.float64), hi.astype(np.float64)
+        self.tol = tol
+        self.lo, self.hi = self.full_lo.copy(), self.full_hi.copy()
+        self.count = np.full(self.E, np.iinfo(np.int64).max // 4, dtype=np.int64)
+        self.value = np.full(self.E, np.nan)
+        self.resolved = np.zeros(self.E, dtype=bool)
+        self.n_values = None
+        self.rounds = 0
+        self.n_approximate = 0
+        self._warm = warm
+        self._collect_all = n_total is not None and n_total <= COLLECT_VALUES
+        self.final_window = (np.full(self.E, np.nan), np.full(self.E, np.nan),
+                             np.zeros(self.E, dtype=np.int64))
+
+    # -- planning
+    def first_plan(self):
+        """The plan of the first round, made before the entries' sizes are known."""
+        active = np.ones(self.E, dtype=bool)
+        if self._collect_all:
+            return self._plan(np.zeros(self.E, dtype=bool), active, self.full_lo, self.full_hi,
+                              coll_lo=np.full(self.E, -np.inf), coll_hi=np.full(self.E, np.inf))
+        coll = np.zeros(self.E, dtype=bool)
+        clo, chi = np.zeros(self.E), np.zeros(self.E)
+        if self._warm is not None:
+            wlo, whi, wcount = self._warm
+            ok = np.isfinite(wlo) & np.isfinite(whi)
+            coll = ok & _greedy_budget(np.where(ok, wcount, np.iinfo(np.int64).max // 4), ok)
+            clo, chi = np.where(coll, wlo, 0.0), np.where(coll, whi, 0.0)
+        return self._plan(active, coll, self.full_lo, self.full_hi, clo, chi)
+
+    def next_plan(self):
+        """The plan of the next round, or None when every entry is resolved."""
+        todo = ~self.resolved
+        if not todo.any():
+            return None
+        if self.rounds >= MAX_ROUNDS:  # cannot happen for float data; a guard all the same
+            self._resolve(todo, 0.5 * (self.lo[todo] + self.hi[todo]), approx=True)
+            return None
+        coll = todo & _greedy_budget(self.count, todo)
+        hist = todo & ~coll
+        return self._plan(hist, coll, self.lo, self.hi, self.lo, self.hi)
+
+    def _plan(self, hist, coll, hlo, hhi, coll_lo, coll_hi):
+        slot = np.full(self.E, -1, dtype=np.int64)
+        n_hist = int(hist.sum())
+        slot[hist] = np.arange(n_hist)
+        n_bins = int(np.clip(_floor_pow2(HIST_CELLS // max(1, n_hist)), 8, 4096))
+        return {"hist_slot": slot, "hlo": np.where(hist, hlo, 0.0), "hhi": np.where(hist, hhi, 0.0),
+                "n_bins": n_bins, "n_hist": n_hist, "coll": coll.copy(),
+                "clo": np.where(coll, coll_lo, 0.0), "chi": np.where(coll, coll_hi, 0.0)}
+
+    # -- updating
+    def update(self, plan, res, n_values=None):
+        """Fold one round's merged result in (``n_values`` is required on the first round)."""
+        if self.n_values is None:
+            if n_values is None:  # the first round covers the full range of every entry
+                if self._collect_all:
+                    n_values = res["cbelow"] + np.bincount(res["keys"], minlength=self.E)
+                else:
+                    n_values = res["hbelow"] + res["hist"][plan["hist_slot"]].sum(axis=1)
+            self.n_values = np.asarray(n_values, dtype=np.int64)
+            self.resolved |= self.n_values == 0
+        self.rounds += 1
+        n = self.n_values
+        t_lo, t_hi = (n - 1) // 2, n // 2
+        done_by_collect = np.zeros(self.E, dtype=bool)
+
+        coll = plan["coll"] & ~self.resolved
+        if coll.any():
+            ent = np.flatnonzero(coll)
+            m = np.bincount(res["keys"], minlength=self.E)[ent]
+            below = res["cbelow"][ent]
+            ok = (below <= t_lo[ent]) & (t_hi[ent] < below + m)
+            good = ent[ok]
+            if good.size:
+                self._resolve(good, select_collected(res["keys"], res["vals"], self.E, good,
+                                                     t_lo[good] - below[ok], t_hi[good] - below[ok]))
+                keep = good[~np.isfinite(self.final_window[0][good])]
+                self.final_window[0][keep] = plan["clo"][keep]
+                self.final_window[1][keep] = plan["chi"][keep]
+                self.final_window[2][keep] = np.bincount(res["keys"], minlength=self.E)[keep]
+                done_by_collect[good] = True
+            missed = ent[~ok]
+            # A collection that missed (a warm window the median left): if the entry
+            # was not histogrammed in the same round, start again from the full range.
+            nohist = missed[plan["hist_slot"][missed] < 0]
+            self.lo[nohist], self.hi[nohist] = self.full_lo[nohist], self.full_hi[nohist]
+
+        hist = (plan["hist_slot"] >= 0) & ~self.resolved
+        if hist.any():
+            self._refine(np.flatnonzero(hist), plan, res, t_lo, t_hi)
+
+    def _refine(self, ent, plan, res, t_lo, t_hi):
+        B = plan["n_bins"]
+        h = res["hist"][plan["hist_slot"][ent]]
+        below = res["hbelow"][ent]
+        cum = np.cumsum(h, axis=1)
+        inside = cum[:, -1]
+        rel_lo, rel_hi = t_lo[ent] - below, t_hi[ent] - below
+        ok = (rel_lo >= 0) & (rel_hi < inside)
+        # Outside the window can only mean a rounding slip at an edge: widen to full range.
+        bad = ent[~ok]
+        self.lo[bad], self.hi[bad] = self.full_lo[bad], self.full_hi[bad]
+        self.count[bad] = np.iinfo(np.int64).max // 4
+        ent, h, cum = ent[ok], h[ok], cum[ok]
+        rel_lo, rel_hi = rel_lo[ok], rel_hi[ok]
+        if not ent.size:
+            return
+        rows = np.arange(ent.size)
+        b_lo = (cum <= rel_lo[:, None]).sum(axis=1)
+        b_hi = (cum <= rel_hi[:, None]).sum(axis=1)
+        hlo, hhi = plan["hlo"][ent], plan["hhi"][ent]
+        w = (hhi - hlo) / B
+        margin = w * 1e-6 + 8 * np.finfo(np.float64).eps * np.maximum(np.abs(hlo), np.abs(hhi))
+        lo = np.maximum(hlo + b_lo * w - margin, res["hmin"][ent])
+        hi = np.minimum(hlo + (b_hi + 1) * w + margin, res["hmax"][ent])
+        cum0 = np.concatenate([np.zeros((ent.size, 1), dtype=cum.dtype), cum], axis=1)
+        self.count[ent] = cum0[rows, b_hi + 1] - cum0[rows, b_lo]
+        self._record_warm(ent, cum0, b_lo, b_hi, hlo, w, margin, B)
+        self.lo[ent], self.hi[ent] = lo, hi
+        equal = lo >= hi  # every value in the window is the same number
+        self._resolve(ent[equal], lo[equal])
+        if self.tol > 0:
+            narrow = ~equal & ((hi - lo) <= self.tol * self.span[ent])
+            self._resolve(ent[narrow], 0.5 * (lo[narrow] + hi[narrow]), approx=True)
+
+    def _record_warm(self, ent, cum0, b_lo, b_hi, hlo, w, margin, B):
+        """Remember, for the next fit iteration, the widest run of bins around the median
+        whose values fit in an even share of the collection budget (first histogram only)."""
+        new = ~np.isfinite(self.final_window[0][ent])
+        if not new.any():
+            return
+        ent, cum0, b_lo, b_hi, hlo, w, margin = (a[new] for a in (ent, cum0, b_lo, b_hi, hlo, w, margin))
+        cap = max(1, COLLECT_VALUES // (2 * self.E))
+        q = np.arange(B)[None, :]
+        left, right = np.maximum(b_lo[:, None] - q, 0), np.minimum(b_hi[:, None] + 1 + q, B)
+        counts = np.take_along_axis(cum0, right, 1) - np.take_along_axis(cum0, left, 1)
+        fits = counts <= cap
+        best = fits.sum(axis=1) - 1  # counts grow with q, so the fitting q form a prefix
+        ok = best >= 0
+        rows = np.arange(ent.size)[ok]
+        qb = best[ok]
+        self.final_window[0][ent[ok]] = hlo[ok] + left[rows, qb] * w[ok] - margin[ok]
+        self.final_window[1][ent[ok]] = hlo[ok] + right[rows, qb] * w[ok] + margin[ok]
+        self.final_window[2][ent[ok]] = counts[rows, qb]
+
+    def _resolve(self, ent, values, approx=False):
+        ent = np.asarray(ent)
+        self.value[ent] = values
+        self.resolved[ent] = True
+        if approx:
+            self.n_approximate += int(ent.size)
+
+
+def _greedy_budget(count, candidates):
+    """Entries (cheapest first) whose collections fit in :data:`COLLECT_VALUES` together."""
+    take = np.zeros(count.shape[0], dtype=bool)
+    idx = np.flatnonzero(candidates)
+    if not idx.size:
+        return take
+    order = idx[np.argsort(count[idx], kind="stable")]
+    total = np.cumsum(np.minimum(count[order], COLLECT_VALUES + 1))
+    take[order[total <= COLLECT_VALUES]] = True
+    return take
+
+
+def _floor_pow2(x):
+    return 1 << (max(1, int(x)).bit_length() - 1)
+
+
+def grouped_medians(blocks, labels, n_clusters, n_restarts, lo, hi, *, tol=0.0):
+    """Median of every feature within every cluster, for labels kept per block.
+
+    Parameters
+    ----------
+    blocks : RowBlocks
+    labels : list of (n_rows_b, n_restarts) int arrays (or persisted Dask blocks)
+    n_clusters, n_restarts : int
+    lo, hi : ndarray (n_features,)
+        Bounds of every feature's values (e.g. from :func:`feature_stats`).
+    tol : float
+        Relative tolerance (0: exact, equal to :func:`numpy.median`).
+
+    Returns
+    -------
+    medians : ndarray (n_restarts, n_clusters, n_features), NaN for empty clusters
+    n_rounds : int, passes over X spent
+    """
+    d = lo.shape[0]
+    reps = n_restarts * n_clusters
+    search = MedianSearch(np.tile(lo, reps), np.tile(hi, reps), tol=tol,
+                          n_total=blocks.shape[0] * d * n_restarts)
+    plan = search.first_plan()
+    while plan is not None:
+        part = blocks.map_reduce(median_refine_chunk, merge_median_round, args=(n_clusters, plan),
+                                 state=labels, name="median round")
+        search.update(plan, part)
+        plan = search.next_plan()
+    return search.value.reshape(n_restarts, n_clusters, d), search.rounds
+
+
+# ---------------------------------------------------------------- k-medians++ seeding
+def seeding_chunk(block, start, mindist, newest, spec):
+    """One block of a k-medians++ seeding pass (D^1 sampling by an exponential race).
+
+    Each row draws ``E_i ~ Exp(1)`` from ``(seed, restart, step, i)`` and bids
+    ``E_i / D_i`` where ``D_i`` is its distance to the nearest centre chosen so far; the
+    lowest bid wins, which samples row i with probability proportional to ``D_i``
+    whatever the chunking.  ``newest`` is None on the first pass (uniform choice).
+
+    Returns ``(partial, mindist)`` with the winning bid, global index and row per restart.
+    """
+    x = as_float_block(block)
+    n, R = x.shape[0], spec["restarts"]
+    if newest is None:
+        mindist = np.full((n, R), np.inf)
+    else:
+        _, d = nearest(x, newest[:, None, :], spec["metric"])
+        mindist = np.minimum(mindist, d)
+    idx = np.arange(start, start + n, dtype=np.uint64)
+    part = {"bid": np.full((2, R), np.inf), "idx": np.full((2, R), -1, dtype=np.int64),
+            "row": np.zeros((2, R, x.shape[1]))}
+    for r in range(R):
+        e = -np.log(rng.uniform(spec["seed"], rng.stream_id(2, r, spec["step"]), idx))
+        with np.errstate(divide="ignore"):
+            bids = (e / mindist[:, r], e)  # weighted race; uniform race (all D_i == 0)
+        for kind, bid in enumerate(bids):
+            if n:
+                i = int(np.argmin(bid))
+                part["bid"][kind, r], part["idx"][kind, r] = bid[i], start + i
+                part["row"][kind, r] = x[i]
+    return part, mindist
+
+
+def seeding_combine(parts):
+    bid = np.stack([p["bid"] for p in parts])       # (P, 2, R)
+    idx = np.stack([p["idx"] for p in parts])
+    row = np.stack([p["row"] for p in parts])       # (P, 2, R, d)
+    big = np.iinfo(np.int64).max
+    out = {"bid": np.empty(bid.shape[1:]), "idx": np.empty(idx.shape[1:], dtype=np.int64),
+           "row": np.empty(row.shape[1:])}
+    for kind in range(bid.shape[1]):
+        for r in range(bid.shape[2]):
+            w = np.lexsort((np.where(idx[:, kind, r] < 0, big, idx[:, kind, r]), bid[:, kind, r]))[0]
+            out["bid"][kind, r], out["idx"][kind, r] = bid[w, kind, r], idx[w, kind, r]
+            out["row"][kind, r] = row[w, kind, r]
+    return out
+
+
+def seeding_choice(res):
+    """The winning rows (restarts, n_features): the weighted winner, else the uniform one."""
+    weighted = np.isfinite(res["bid"][0])
+    return np.where(weighted[:, None], res["row"][0], res["row"][1])

@@ -1,0 +1,20 @@
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+def median_cases(rng):
+    """Value distributions that stress the median search: ties, integers, heavy tails."""
+    n = 3000
+    return {
+        "normal": rng.normal(size=(n, 5)),
+        "integers-with-ties": rng.integers(0, 4, size=(n, 5)).astype(float),
+        "mostly-zero": np.where(rng.random((n, 5)) < 0.7, 0.0, rng.exponential(size=(n, 5))),
+        "heavy-tail": rng.standard_cauchy(size=(n, 5)) * 1e6,
+        "tiny-spread": 1e8 + rng.normal(scale=1e-6, size=(n, 5)),
+        "constant": np.full((n, 5), 3.5),
+    }

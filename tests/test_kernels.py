@@ -1,0 +1,124 @@
+"""Every per-chunk kernel against a plain NumPy twin on the same data."""
+
+import numpy as np
+import pytest
+
+from daskrnmf.kernels import rng as krng
+from daskrnmf.kernels.assign import distances, nearest
+from daskrnmf.kernels.median import median_round, merge_median_round, select_collected
+from daskrnmf.kernels.sums import cluster_sums, merge_worst_fit, worst_fit
+
+
+@pytest.mark.parametrize("metric", ["l1", "l2"])
+def test_nearest_matches_numpy(rng, metric):
+    X = rng.normal(size=(500, 37))
+    C = rng.normal(size=(3, 6, 37))
+    labels, dist = nearest(X, C, metric)
+    for r in range(3):
+        diff = X[:, None, :] - C[r][None]
+        D = np.abs(diff).sum(-1) if metric == "l1" else np.sqrt((diff ** 2).sum(-1))
+        np.testing.assert_array_equal(labels[:, r], D.argmin(1))
+        np.testing.assert_allclose(dist[:, r], D.min(1), rtol=1e-12)
+        np.testing.assert_allclose(distances(X, C[r], metric), D, rtol=1e-12)
+
+
+def test_nearest_ties_go_to_lowest_index():
+    X = np.zeros((4, 3))
+    C = np.ones((1, 3, 3))  # three identical centres
+    labels, _ = nearest(X, C, "l1")
+    assert (labels == 0).all()
+
+
+def test_nearest_rows_do_not_depend_on_block():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 9))
+    C = rng.normal(size=(2, 4, 9))
+    whole = nearest(X, C, "l2")[1]
+    parts = np.concatenate([nearest(X[s:s + 17], C, "l2")[1] for s in range(0, 200, 17)])
+    np.testing.assert_array_equal(whole, parts)  # bitwise: no BLAS blocking effects
+
+
+def test_cluster_sums_matches_numpy(rng):
+    X = rng.normal(size=(300, 7))
+    labels = rng.integers(0, 4, size=(300, 2))
+    w = rng.random((300, 2))
+    sums, wsum, counts = cluster_sums(X, labels, w, 4)
+    for r in range(2):
+        for c in range(4):
+            m = labels[:, r] == c
+            np.testing.assert_allclose(sums[r, c], (w[m, r, None] * X[m]).sum(0), rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(wsum[r, c], w[m, r].sum(), rtol=1e-12)
+            assert counts[r, c] == m.sum()
+
+
+def test_worst_fit_merge_equals_whole(rng):
+    X = rng.normal(size=(100, 3))
+    res = rng.integers(0, 5, size=(100, 2)).astype(float)  # many ties
+    whole = worst_fit(res, 0, X, 6)
+    parts = merge_worst_fit([worst_fit(res[s:s + 13], s, X[s:s + 13], 6) for s in range(0, 100, 13)])
+    for key in ("res", "idx", "rows"):
+        np.testing.assert_array_equal(whole[key], parts[key])
+    order = np.lexsort((np.arange(100), -res[:, 0]))[:6]
+    np.testing.assert_array_equal(whole["idx"][0], order)
+
+
+def _plan(E, n_bins, hist_mask, lo, hi, coll_mask, clo, chi):
+    slot = np.full(E, -1, dtype=np.int64)
+    slot[hist_mask] = np.arange(hist_mask.sum())
+    return {"hist_slot": slot, "hlo": lo, "hhi": hi, "n_bins": n_bins, "n_hist": int(hist_mask.sum()),
+            "coll": coll_mask, "clo": clo, "chi": chi}
+
+
+def test_median_round_matches_numpy_twin(rng):
+    n, d, k, R = 400, 3, 2, 2
+    X = rng.normal(size=(n, d))
+    labels = rng.integers(0, k, size=(n, R))
+    E = R * k * d
+    lo, hi = np.full(E, -1.0), np.full(E, 1.5)
+    hist_mask = np.arange(E) % 2 == 0
+    coll_mask = np.arange(E) % 3 == 0
+    clo, chi = np.full(E, -0.2), np.full(E, 0.3)
+    plan = _plan(E, 16, hist_mask, lo, hi, coll_mask, clo, chi)
+    out = median_round(X, labels, k, plan)
+    for r in range(R):
+        for c in range(k):
+            for j in range(d):
+                e = (r * k + c) * d + j
+                vals = X[labels[:, r] == c, j]
+                if hist_mask[e]:
+                    inside = vals[(vals >= -1.0) & (vals <= 1.5)]
+                    assert out["hbelow"][e] == (vals < -1.0).sum()
+                    expect, _ = np.histogram(inside, bins=16, range=(-1.0, 1.5))
+                    np.testing.assert_array_equal(out["hist"][plan["hist_slot"][e]], expect)
+                    assert out["hmin"][e] == inside.min() and out["hmax"][e] == inside.max()
+                if coll_mask[e]:
+                    assert out["cbelow"][e] == (vals < -0.2).sum()
+                    got = np.sort(out["vals"][out["keys"] == e])
+                    np.testing.assert_array_equal(got, np.sort(vals[(vals >= -0.2) & (vals <= 0.3)]))
+    # merging block results equals the whole-array result
+    parts = [median_round(X[s:s + 50], labels[s:s + 50], k, plan) for s in range(0, n, 50)]
+    merged = merge_median_round(parts)
+    for key in ("hbelow", "hist", "hmin", "hmax", "cbelow"):
+        np.testing.assert_array_equal(merged[key], out[key])
+    np.testing.assert_array_equal(np.sort(merged["vals"]), np.sort(out["vals"]))
+
+
+def test_select_collected_is_numpy_median(rng):
+    keys = rng.integers(0, 5, size=1000)
+    vals = rng.normal(size=1000)
+    ents = np.array([0, 2, 4])
+    counts = np.bincount(keys, minlength=5)[ents]
+    got = select_collected(keys, vals, 5, ents, (counts - 1) // 2, counts // 2)
+    np.testing.assert_array_equal(got, [np.median(vals[keys == e]) for e in ents])
+
+
+def test_rng_depends_on_global_index_only():
+    idx = np.arange(1000, dtype=np.uint64)
+    whole = krng.uniform(7, 3, idx)
+    parts = np.concatenate([krng.uniform(7, 3, idx[s:s + 99]) for s in range(0, 1000, 99)])
+    np.testing.assert_array_equal(whole, parts)
+    assert 0 < whole.min() and whole.max() < 1
+    assert abs(whole.mean() - 0.5) < 0.05
+    assert not np.array_equal(whole, krng.uniform(8, 3, idx))
+    ints = krng.integers(7, 3, idx, 4)
+    assert set(np.unique(ints)) == {0, 1, 2, 3}
