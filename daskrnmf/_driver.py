@@ -71,7 +71,8 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         full[active] = objective
         log.history.append(full)
         log.n_iter[active] = it
-        newly = active & np.isfinite(prev) & (prev - full <= tol * np.abs(prev))
+        finite = np.isfinite(prev)
+        newly = active & finite & (prev - full <= tol * np.where(finite, np.abs(prev), 0.0))
         log.converged |= newly
         prev = np.where(active, full, prev)
         info = {"iteration": it, "objective": full, "active": active.copy(),

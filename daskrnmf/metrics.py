@@ -29,7 +29,8 @@ def contingency_matrix(labels_true, labels_pred):
 
     from ._blocks import tree_reduce
 
-    a, b = labels_true, labels_pred
+    a = labels_true if isinstance(labels_true, da.Array) else np.asarray(labels_true)
+    b = labels_pred if isinstance(labels_pred, da.Array) else np.asarray(labels_pred)
     if np.ndim(a) != 1 or np.ndim(b) != 1:
         raise ValueError(f"labels must be 1-D; got shapes {np.shape(a)} and {np.shape(b)}.")
     if a.shape[0] != b.shape[0]:

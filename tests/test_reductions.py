@@ -1,0 +1,128 @@
+"""Tree reductions against their NumPy twins: one chunk, many chunks, split_every=2."""
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+from daskrnmf import reductions
+from daskrnmf._blocks import RowBlocks, tree_reduce
+from daskrnmf.reductions import feature_stats, grouped_medians
+
+from .conftest import median_cases
+
+
+def _blockings(X):
+    """The same data as one NumPy block, many NumPy blocks, and Dask with fan-in 2 and 8."""
+    n = X.shape[0]
+    return {
+        "numpy-one-block": RowBlocks(X, block_rows=n),
+        "numpy-many-blocks": RowBlocks(X, block_rows=max(1, n // 13)),
+        "dask-one-chunk": RowBlocks(da.from_array(X, chunks=(n, X.shape[1]))),
+        "dask-many-chunks-split2": RowBlocks(da.from_array(X, chunks=(max(1, n // 11), X.shape[1])),
+                                             split_every=2),
+        "dask-many-chunks-split8": RowBlocks(da.from_array(X, chunks=(max(1, n // 29), X.shape[1]))),
+    }
+
+
+def test_tree_reduce_is_a_tree_not_a_chain():
+    parts = [dask.delayed(np.array)([i]) for i in range(27)]
+    calls = []
+
+    def combine(xs):
+        calls.append(len(xs))
+        return np.concatenate(xs)
+
+    root = tree_reduce(parts, combine, 3, wrap=dask.delayed)
+    graph = dict(root.__dask_graph__())
+    # 27 leaves, fan-in 3: 9 + 3 + 1 combine nodes, depth 3
+    combines = [k for k in graph if str(k).startswith("combine")]
+    assert len(combines) == 13
+    np.testing.assert_array_equal(np.sort(root.compute()), np.arange(27))
+    assert max(calls) <= 3
+
+
+def test_tree_reduce_numpy_equals_dask_structure():
+    parts = [np.array([float(i)]) for i in range(10)]
+    log = []
+
+    def combine(xs):
+        log.append([float(x[0]) for x in xs])
+        return np.array([sum(float(x[0]) for x in xs)])
+
+    assert tree_reduce(parts, combine, 4)[0] == 45.0
+    assert log[:3] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_feature_stats_matches_numpy(rng):
+    X = rng.normal(size=(1000, 6))
+    for name, blocks in _blockings(X).items():
+        s = feature_stats(blocks)
+        np.testing.assert_array_equal(s["min"], X.min(0), err_msg=name)
+        np.testing.assert_array_equal(s["max"], X.max(0), err_msg=name)
+        assert s["nonfinite"] == 0 and s["n"] == 1000
+        assert blocks.n_passes == 1
+
+
+def test_feature_stats_counts_nonfinite(rng):
+    X = rng.normal(size=(100, 3))
+    X[5, 1], X[50, 2], X[99, 0] = np.nan, np.inf, -np.inf
+    s = feature_stats(RowBlocks(da.from_array(X, chunks=(7, 3))))
+    assert s["nonfinite"] == 3
+    assert np.isfinite(s["min"]).all()
+
+
+def _labels_per_block(blocks, labels):
+    out, s = [], 0
+    for size in blocks.sizes:
+        out.append(labels[s:s + size])
+        s += size
+    return out
+
+
+@pytest.mark.parametrize("case", list(median_cases(np.random.default_rng(0))))
+@pytest.mark.parametrize("budget", ["collect-all", "histogram-rounds"])
+def test_grouped_medians_exact(case, budget, monkeypatch):
+    X = median_cases(np.random.default_rng(0))[case]
+    labels = np.random.default_rng(1).integers(0, 3, size=(X.shape[0], 2))
+    labels[:, 1] = np.minimum(labels[:, 1], 1)  # restart 1 leaves cluster 2 empty
+    if budget == "histogram-rounds":  # force several histogram rounds before collecting
+        monkeypatch.setattr(reductions, "COLLECT_VALUES", 64)
+        monkeypatch.setattr(reductions, "HIST_CELLS", 256)
+    lo, hi = X.min(0), X.max(0)
+    for name, blocks in _blockings(X).items():
+        med, rounds = grouped_medians(blocks, _labels_per_block(blocks, labels), 3, 2, lo, hi)
+        for r in range(2):
+            for c in range(3):
+                m = labels[:, r] == c
+                if not m.any():
+                    assert np.isnan(med[r, c]).all()
+                    continue
+                np.testing.assert_array_equal(med[r, c], np.median(X[m], axis=0),
+                                              err_msg=f"{name} r={r} c={c}")
+        assert rounds == blocks.n_passes
+        if budget == "collect-all":
+            assert rounds == 1
+        elif case not in ("constant",):
+            assert rounds >= 2
+
+
+def test_grouped_medians_tolerance(rng, monkeypatch):
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 16)
+    monkeypatch.setattr(reductions, "HIST_CELLS", 64)
+    X = rng.normal(size=(5000, 4))
+    labels = rng.integers(0, 2, size=(5000, 1))
+    lo, hi = X.min(0), X.max(0)
+    tol = 1e-3
+    exact, r_exact = grouped_medians(RowBlocks(X, block_rows=700), _labels_per_block(
+        RowBlocks(X, block_rows=700), labels), 2, 1, lo, hi)
+    blocks = RowBlocks(X, block_rows=700)
+    approx, r_approx = grouped_medians(blocks, _labels_per_block(blocks, labels), 2, 1, lo, hi, tol=tol)
+    assert r_approx < r_exact
+    for c in range(2):
+        vals = np.sort(X[labels[:, 0] == c], axis=0)
+        n = vals.shape[0]
+        lower, upper = vals[(n - 1) // 2], vals[n // 2]
+        slack = tol * (hi - lo)
+        assert np.all(approx[0, c] >= lower - slack) and np.all(approx[0, c] <= upper + slack)
+        np.testing.assert_array_equal(exact[0, c], np.median(X[labels[:, 0] == c], axis=0))

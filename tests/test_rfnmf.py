@@ -1,0 +1,196 @@
+"""RFNMF against the exact in-memory update rules, planted recovery, invariances, API."""
+
+import logging
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
+from sklearn.exceptions import ConvergenceWarning
+
+from daskrnmf import RFNMF
+from daskrnmf.datasets import make_outlier_blobs
+from daskrnmf.metrics import clustering_accuracy
+
+from .reference import objective, rfnmf_reference
+
+LOSSES = ["l1", "l21"]
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, y = make_blobs(600, n_features=5, centers=4, cluster_std=2.0, random_state=3)
+    return X, y
+
+
+def _eps(X):
+    return 1e-10 * np.max(X.max(0) - X.min(0))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("chunks", [None, 600, 47])
+def test_matches_exact_reference(blobs, loss, chunks):
+    X, _ = blobs
+    F0 = X[[0, 1, 2, 3]] + 0.5
+    data = X if chunks is None else da.from_array(X, chunks=(chunks, 5))
+    m = RFNMF(4, loss=loss, init=F0, max_iter=6, tol=0.0).fit(data)
+    F, labels, hist = rfnmf_reference(X, F0, loss, m.n_iter_, _eps(X))
+    rtol = 0 if loss == "l1" else 1e-9
+    np.testing.assert_allclose(m.cluster_centers_, F, rtol=rtol, atol=1e-12 if rtol else 0)
+    np.testing.assert_allclose(m.objective_history_, hist, rtol=1e-10)
+    obj, lab = objective(X, F, loss)
+    np.testing.assert_allclose(m.objective_, obj, rtol=1e-10)
+    np.testing.assert_array_equal(np.asarray(m.labels_), lab)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_empty_cluster_reseeded_from_worst_fit(loss):
+    X = np.array([[0.0, 0.0], [0.1, 0.0], [10.0, 0.0], [10.1, 0.0], [50.0, 50.0]])
+    F0 = np.array([[0.0, 0.0], [10.0, 0.0], [1000.0, 1000.0]])  # centre 2 wins no sample
+    m = RFNMF(3, loss=loss, init=F0, max_iter=1, tol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        m.fit(X)
+    F, _, _ = rfnmf_reference(X, F0, loss, 1, _eps(X))
+    np.testing.assert_allclose(m.cluster_centers_[2], [50.0, 50.0])
+    np.testing.assert_allclose(m.cluster_centers_, F)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_objective_never_increases(blobs, loss, seed):
+    X, _ = blobs
+    Xn = X + np.random.default_rng(seed).standard_cauchy(size=X.shape)  # heavy-tailed noise
+    m = RFNMF(4, loss=loss, n_init=1, init="random", max_iter=50, tol=0.0, random_state=seed).fit(Xn)
+    h = m.objective_history_
+    assert np.all(np.diff(h) <= 1e-9 * h[:-1]), h
+    assert m.objective_ <= h[-1] * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("init", ["k-medians++", "random"])
+def test_recovers_planted_clusters(loss, init):
+    X, y = make_blobs(600, n_features=5, centers=4, cluster_std=1.0, random_state=3)
+    m = RFNMF(4, loss=loss, init=init, n_init=5, random_state=0).fit(X)
+    assert clustering_accuracy(y, m.labels_) == 1.0
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_robust_to_outliers_where_kmeans_is_not(loss):
+    X, y = make_outlier_blobs(random_state=0)
+    inl = y >= 0
+    m = RFNMF(2, loss=loss, n_init=10, random_state=0).fit(X)
+    km = KMeans(2, n_init=10, random_state=0).fit(X)
+    assert clustering_accuracy(y[inl], m.labels_[inl]) == 1.0
+    assert clustering_accuracy(y[inl], km.labels_[inl]) < 0.9
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_same_result_for_any_chunking(blobs, loss):
+    X, _ = blobs
+    ref = RFNMF(4, loss=loss, n_init=3, random_state=7).fit(X)
+    for chunks in (600, 100, 33):
+        m = RFNMF(4, loss=loss, n_init=3, random_state=7).fit(da.from_array(X, chunks=(chunks, 5)))
+        np.testing.assert_array_equal(m.labels_.compute(), ref.labels_)
+        np.testing.assert_allclose(m.cluster_centers_, ref.cluster_centers_, rtol=1e-12,
+                                   atol=1e-12)
+        assert m.n_iter_ == ref.n_iter_
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_random_state_controls_result(blobs):
+    X, _ = blobs
+    a = RFNMF(4, n_init=1, init="random", random_state=1, max_iter=3).fit(X)
+    b = RFNMF(4, n_init=1, init="random", random_state=1, max_iter=3).fit(X)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    c = RFNMF(4, n_init=1, init="random", random_state=2, max_iter=1).fit(X)
+    d = RFNMF(4, n_init=1, init="random", random_state=1, max_iter=1).fit(X)
+    assert not np.array_equal(c.cluster_centers_, d.cluster_centers_)
+    gen = np.random.default_rng(5)
+    est = RFNMF(4, n_init=1, random_state=gen)
+    est.fit(X)
+    assert est.random_state is gen
+
+
+def test_n_init_keeps_lowest_objective(blobs):
+    X, _ = blobs
+    objs = [RFNMF(4, loss="l1", n_init=1, random_state=s, init="random").fit(X).objective_
+            for s in range(3)]
+    best = RFNMF(4, loss="l1", n_init=3, random_state=0, init="random").fit(X)
+    # restarts are stacked with their own streams; the kept one is the best of them
+    assert best.objective_ <= max(objs) + 1e-9
+    assert best.n_passes_ < 3 * RFNMF(4, loss="l1", n_init=1, random_state=0, init="random").fit(X).n_passes_
+
+
+def test_passes_counted(blobs):
+    X, _ = blobs
+    m = RFNMF(4, loss="l21", init="random", n_init=4, max_iter=5, tol=0.0, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        m.fit(X)
+    # feature stats + random-G F step + one fused pass per iteration + final assignment
+    assert m.n_passes_ == 1 + 1 + m.n_iter_ + 1
+    m = RFNMF(4, loss="l21", n_init=2, max_iter=3, tol=0.0, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        m.fit(X)
+    assert m.n_passes_ == 1 + 4 + 3 + 1  # k-medians++ costs n_clusters passes
+
+
+def test_predict_transform_fit_predict(blobs):
+    X, _ = blobs
+    m = RFNMF(4, loss="l1", random_state=0).fit(X)
+    np.testing.assert_array_equal(m.predict(X), m.labels_)
+    T = m.transform(X)
+    assert T.shape == (600, 4)
+    np.testing.assert_allclose(T, np.abs(X[:, None] - m.cluster_centers_[None]).sum(-1))
+    np.testing.assert_array_equal(T.argmin(1), m.labels_)
+    Xd = da.from_array(X, chunks=(100, 5))
+    assert isinstance(m.predict(Xd), da.Array)
+    np.testing.assert_array_equal(m.predict(Xd).compute(), m.labels_)
+    np.testing.assert_allclose(m.transform(Xd).compute(), T)
+    np.testing.assert_array_equal(RFNMF(4, loss="l1", random_state=0).fit_predict(X), m.labels_)
+    with pytest.raises(ValueError, match="features"):
+        m.predict(X[:, :3])
+
+
+def test_sklearn_estimator_protocol():
+    m = RFNMF(3, loss="l1", n_init=2, random_state=4, median_tol=1e-3)
+    c = clone(m)
+    assert c.get_params() == m.get_params()
+    c.set_params(n_clusters=5, loss="l21")
+    assert c.n_clusters == 5 and c.loss == "l21"
+    with pytest.raises(Exception, match="not fitted"):
+        m.predict(np.ones((3, 2)))
+
+
+def test_convergence_warning_and_callback(blobs):
+    X, _ = blobs
+    with pytest.warns(ConvergenceWarning, match="max_iter=1"):
+        RFNMF(4, init="random", n_init=1, max_iter=1, random_state=0).fit(X)
+    seen = []
+    m = RFNMF(4, n_init=2, max_iter=50, tol=0.0, random_state=0,
+              callback=lambda info: seen.append(info) or info["iteration"] == 2).fit(X)
+    assert len(seen) == 2 and m.n_iter_ == 2
+    assert seen[0]["objective"].shape == (2,) and seen[0]["n_passes"] > 0
+
+
+def test_verbose_logs_objective(blobs, caplog):
+    X, _ = blobs
+    with caplog.at_level(logging.INFO, logger="daskrnmf"):
+        RFNMF(4, n_init=1, verbose=1, random_state=0).fit(X)
+    assert any("objective" in r.message for r in caplog.records)
+
+
+def test_float32_and_integer_input():
+    X, y = make_blobs(600, n_features=5, centers=4, cluster_std=1.0, random_state=3)
+    m32 = RFNMF(4, loss="l1", random_state=0).fit(X.astype(np.float32))
+    assert clustering_accuracy(y, m32.labels_) == 1.0
+    Xi = np.round(X * 10).astype(np.int64)
+    mi = RFNMF(4, loss="l1", random_state=0).fit(da.from_array(Xi, chunks=(50, 5)))
+    assert clustering_accuracy(y, mi.labels_.compute()) == 1.0
