@@ -2,10 +2,35 @@
 
 Estimators follow scikit-learn's conventions; data may be a NumPy array, a Dask array
 chunked along rows, a ``zarr.Array`` or a path to a Zarr array.
+
+Imports are lazy: a Dask worker that unpickles a kernel imports ``daskrnmf.kernels``
+(NumPy and Numba) without scikit-learn, SciPy or Zarr, which keeps worker memory low.
 """
 
-from . import datasets, io, metrics
-from .models.rfnmf import RFNMF
+import importlib
 
-__all__ = ["RFNMF", "datasets", "io", "metrics"]
 __version__ = "0.1.0"
+
+_LAZY = {
+    "RFNMF": ("daskrnmf.models.rfnmf", "RFNMF"),
+    "datasets": ("daskrnmf.datasets", None),
+    "io": ("daskrnmf.io", None),
+    "metrics": ("daskrnmf.metrics", None),
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'daskrnmf' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = importlib.import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -40,40 +40,49 @@ def make_outlier_blobs(n_per_cluster=100, n_outliers=3, *, outlier_distance=100.
     return X, y
 
 
-def _blob_block(block_info, *, centers, seed, scale, outlier_fraction, outlier_high, dtype,
-                want):
-    """Rows of one storage chunk: Gaussian clusters, some rows replaced by gross outliers."""
-    (r0, r1), _ = block_info[None]["array-location"]
+def _blob_block(block_info, *, centers, seed, scale, outlier_fraction, corrupt_fraction,
+                outlier_high, dtype, want):
+    """Rows of one storage chunk: Gaussian clusters; outlier rows have a fraction of
+    their entries replaced by gross values (they keep their true cluster label)."""
+    r0, r1 = block_info[None]["array-location"][0]
     chunk_id = block_info[None]["chunk-location"][0]
     rng = np.random.default_rng([seed, chunk_id])
     n, (k, d) = r1 - r0, centers.shape
     labels = rng.integers(0, k, size=n)
     X = centers[labels] + rng.normal(scale=scale, size=(n, d))
     outlier = rng.random(n) < outlier_fraction
-    X[outlier] = rng.uniform(0.0, outlier_high, size=(int(outlier.sum()), d))
+    n_bad = max(1, int(round(corrupt_fraction * d)))
+    rows = np.flatnonzero(outlier)
+    cols = np.argsort(rng.random((rows.size, d)), axis=1)[:, :n_bad]
+    X[rows[:, None], cols] = rng.uniform(0.0, outlier_high, size=(rows.size, n_bad))
     np.maximum(X, 0.0, out=X)
     if want == "X":
         return X.astype(dtype)
-    return np.where(outlier, -1, labels).astype(np.int32)
+    if want == "y":
+        return labels.astype(np.int32)
+    return outlier
 
 
 def make_zarr_blobs(path, n_samples=1_000_000, n_features=64, n_clusters=10, *,
-                    outlier_fraction=0.05, chunk_rows=50_000, cluster_std=1.0, dtype="float64",
-                    random_state=0, overwrite=False):
-    """Write a large row-chunked clustering problem to a Zarr group, chunk by chunk.
+                    outlier_fraction=0.05, corrupt_fraction=0.25, chunk_rows=50_000,
+                    cluster_std=1.0, dtype="float64", random_state=0, overwrite=False):
+    """Write a large row-chunked clustering problem with gross outliers to a Zarr group.
 
-    Non-negative Gaussian clusters (centres uniform in [2, 10] per feature, clipped at 0)
-    with a fraction of rows replaced by gross outliers (uniform in [0, 50]).  Chunks are
-    generated in parallel by the active Dask scheduler, each from ``(random_state, chunk
-    index)``; the whole array is never in memory.
+    Non-negative Gaussian clusters (centres uniform in [2, 10] per feature, clipped at 0).
+    A fraction ``outlier_fraction`` of the rows are gross outliers: ``corrupt_fraction``
+    of their entries are replaced by values uniform in [0, 100] (sparse gross corruption,
+    the robust-NMF setting); they keep their true cluster label.  Chunks are generated in
+    parallel by the active Dask scheduler, each from ``(random_state, chunk index)``; the
+    whole array is never in memory.
 
     Parameters
     ----------
     path : str or os.PathLike
-        Zarr group to create, with arrays ``X`` (n_samples, n_features) and ``y``
-        (n_samples,), ``y = -1`` for outliers.
+        Zarr group to create, with arrays ``X`` (n_samples, n_features), ``y``
+        (n_samples,) true clusters and ``outlier`` (n_samples,) bool.
     n_samples, n_features, n_clusters : int
     outlier_fraction : float in [0, 1)
+    corrupt_fraction : float in (0, 1]
     chunk_rows : int
         Rows per stored chunk (all features in one chunk).
     cluster_std : float
@@ -94,20 +103,26 @@ def make_zarr_blobs(path, n_samples=1_000_000, n_features=64, n_clusters=10, *,
         raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
     centers = np.random.default_rng(random_state).uniform(2.0, 10.0, size=(n_clusters, n_features))
     common = dict(centers=centers, seed=random_state, scale=cluster_std,
-                  outlier_fraction=outlier_fraction, outlier_high=50.0, dtype=dtype)
+                  outlier_fraction=outlier_fraction, corrupt_fraction=corrupt_fraction,
+                  outlier_high=100.0, dtype=dtype)
     shape2 = (n_samples, n_features)
     rows = da.core.normalize_chunks((chunk_rows, n_features), shape2)
-    X = da.map_blocks(lambda block_info=None: _blob_block(block_info, want="X", **common),
-                      chunks=rows, dtype=dtype, meta=np.empty((0, 0), dtype))
-    y = da.map_blocks(lambda block_info=None: _blob_block(block_info, want="y", **common)[:, None],
-                      chunks=rows[:1] + ((1,),), dtype=np.int32, meta=np.empty((0, 0), np.int32))
+
+    def part(want, dt):
+        return da.map_blocks(lambda block_info=None: _blob_block(block_info, want=want, **common),
+                             chunks=rows if want == "X" else rows[:1], dtype=dt,
+                             meta=np.empty((0,) * (2 if want == "X" else 1), dt))
+
     root = zarr.open_group(path, mode="w")
-    zx = root.create_array("X", shape=shape2, chunks=(chunk_rows, n_features), dtype=dtype)
-    zy = root.create_array("y", shape=(n_samples,), chunks=(chunk_rows,), dtype=np.int32)
-    da.store([X, y[:, 0]], [zx, zy], lock=False)
+    targets = [root.create_array("X", shape=shape2, chunks=(chunk_rows, n_features), dtype=dtype),
+               root.create_array("y", shape=(n_samples,), chunks=(chunk_rows,), dtype=np.int32),
+               root.create_array("outlier", shape=(n_samples,), chunks=(chunk_rows,), dtype=bool)]
+    da.store([part("X", np.dtype(dtype)), part("y", np.int32), part("outlier", bool)], targets,
+             lock=False)
     root.attrs.update({"generator": "daskrnmf.datasets.make_zarr_blobs",
                        "n_clusters": n_clusters, "outlier_fraction": outlier_fraction,
-                       "random_state": random_state, "cluster_std": cluster_std})
+                       "corrupt_fraction": corrupt_fraction, "random_state": random_state,
+                       "cluster_std": cluster_std})
     return path
 
 

@@ -21,8 +21,8 @@ from .kernels.median import median_round, merge_median_round, select_collected, 
 from .kernels.sums import cluster_sums, merge_worst_fit, worst_fit
 
 # Memory of the median summaries per partial result (and so per tree node).
-HIST_CELLS = 2**20       # int64 histogram cells: 8 MiB
-COLLECT_VALUES = 2**21   # collected (key, value) pairs: 32 MiB
+HIST_CELLS = 2**18       # histogram cells: 1 MiB per block (int32), 2 MiB merged
+COLLECT_VALUES = 2**20   # collected (key, value) pairs: 12 MiB
 MAX_ROUNDS = 24          # hard cap; float64 needs at most ~8 rounds of 256 bins
 
 

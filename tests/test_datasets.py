@@ -22,9 +22,12 @@ def test_zarr_blobs_written_chunkwise_and_seeded(tmp_path):
     X, y = zarr.open_array(p + "/X", mode="r"), zarr.open_array(p + "/y", mode="r")
     assert X.shape == (1000, 6) and X.chunks == (128, 6) and y.shape == (1000,)
     np.testing.assert_array_equal(X[:], zarr.open_array(q + "/X", mode="r")[:])
-    frac = (y[:] == -1).mean()
-    assert 0.05 < frac < 0.15 and X[:].min() >= 0
-    assert set(np.unique(y[:])) == {-1, 0, 1, 2}
+    out = zarr.open_array(p + "/outlier", mode="r")[:]
+    assert 0.05 < out.mean() < 0.15 and X[:].min() >= 0
+    assert set(np.unique(y[:])) == {0, 1, 2}
+    # an outlier row has a quarter of its entries replaced by gross values
+    assert (X[:][out] > 20).sum(axis=1).mean() > 0.6 * 0.25 * 6
+    assert (X[:][~out] > 20).sum() == 0
     with pytest.raises(FileExistsError):
         datasets.make_zarr_blobs(p, n_samples=10)
 

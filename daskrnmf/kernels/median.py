@@ -85,13 +85,14 @@ def median_round(X, labels, n_clusters, plan):
 
     Returns
     -------
-    dict of ``hbelow`` (E,), ``hist`` (n_hist, n_bins), ``hmin``, ``hmax`` (E,),
-    ``cbelow`` (E,), ``keys`` (m,) int64 and ``vals`` (m,) float64.
+    dict of ``hbelow`` (E,), ``hist`` (n_hist, n_bins) int32, ``hmin``, ``hmax`` (E,),
+    ``cbelow`` (E,), ``keys`` (m,) int32 (int64 past 2**31 entries) and ``vals`` (m,).
     """
     E = plan["hist_slot"].shape[0]
     labels = np.ascontiguousarray(labels, dtype=np.int64)
     hbelow = np.zeros(E, dtype=np.int64)
-    hist = np.zeros((plan["n_hist"], plan["n_bins"]), dtype=np.int64)
+    # int32 per block (a block has < 2**31 rows); merged counts are int64
+    hist = np.zeros((plan["n_hist"], plan["n_bins"]), dtype=np.int32)
     hmin = np.full(E, np.inf)
     hmax = np.full(E, -np.inf)
     cbelow = np.zeros(E, dtype=np.int64)
@@ -100,7 +101,7 @@ def median_round(X, labels, n_clusters, plan):
         _median_round(X, labels, n_clusters, plan["hist_slot"], plan["hlo"], plan["hhi"],
                       plan["n_bins"], plan["coll"], plan["clo"], plan["chi"],
                       hbelow, hist, hmin, hmax, cbelow, ncoll)
-    keys = np.empty(ncoll[0], dtype=np.int64)
+    keys = np.empty(ncoll[0], dtype=np.int32 if E < 2**31 else np.int64)
     vals = np.empty(ncoll[0], dtype=np.float64)
     if ncoll[0]:
         _median_collect(X, labels, n_clusters, plan["coll"], plan["clo"], plan["chi"], keys, vals)
@@ -111,7 +112,7 @@ def median_round(X, labels, n_clusters, plan):
 def merge_median_round(parts):
     """Combine several :func:`median_round` outputs (sum, min, max, concatenation)."""
     out = {"hbelow": sum_arrays([p["hbelow"] for p in parts]),
-           "hist": sum_arrays([p["hist"] for p in parts]),
+           "hist": sum_arrays([p["hist"] for p in parts], dtype=np.int64),
            "hmin": np.minimum.reduce([p["hmin"] for p in parts]),
            "hmax": np.maximum.reduce([p["hmax"] for p in parts]),
            "cbelow": sum_arrays([p["cbelow"] for p in parts]),
@@ -120,9 +121,9 @@ def merge_median_round(parts):
     return out
 
 
-def sum_arrays(arrays):
-    """Sum a list of equally shaped arrays, left to right."""
-    out = arrays[0].copy()
+def sum_arrays(arrays, dtype=None):
+    """Sum a list of equally shaped arrays, left to right (in ``dtype`` if given)."""
+    out = arrays[0].astype(dtype if dtype is not None else arrays[0].dtype, copy=True)
     for a in arrays[1:]:
         out += a
     return out

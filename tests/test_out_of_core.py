@@ -1,0 +1,85 @@
+"""The fit streams a Zarr array larger than the whole cluster's memory.
+
+Two worker processes are capped at 500 MiB each (a bare read pass over this store
+already peaks near 300 MiB per worker: dask, distributed and zarr themselves) (the nanny kills a worker at 95 % of
+that) while X is 1075 MB.  Pausing is turned off so that the cap is a hard wall rather
+than a slowdown; a sampling thread on each worker records its peak RSS, and the test
+fails if any worker was restarted.
+"""
+
+import os
+import threading
+import time
+
+import dask
+import dask.array as da
+import psutil
+import pytest
+from distributed import Client, LocalCluster
+
+from daskrnmf import RFNMF
+from daskrnmf.datasets import make_zarr_blobs
+from daskrnmf.metrics import clustering_accuracy
+
+WORKER_LIMIT = 500 * 2**20
+
+
+def _start_sampler(dask_worker):
+    proc = psutil.Process()
+    dask_worker._daskrnmf_peak = proc.memory_info().rss
+
+    def sample():
+        while True:
+            dask_worker._daskrnmf_peak = max(dask_worker._daskrnmf_peak, proc.memory_info().rss)
+            time.sleep(0.01)
+
+    threading.Thread(target=sample, daemon=True).start()
+
+
+def _peak(dask_worker):
+    return dask_worker._daskrnmf_peak
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory):
+    # written before the capped cluster starts (dask's threaded scheduler), as a real
+    # store would exist before the job that clusters it
+    path = tmp_path_factory.mktemp("ooc") / "big.zarr"
+    # 2.1M x 64 float64 = 1075 MB: more than both workers' limits together (2 x 500 MiB)
+    with dask.config.set(scheduler="threads"):
+        make_zarr_blobs(path, n_samples=2_100_000, n_features=64, n_clusters=5,
+                        outlier_fraction=0.01, chunk_rows=10_000, random_state=0)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def capped_cluster(big_store):
+    with dask.config.set({"distributed.worker.memory.pause": False,
+                          "distributed.worker.memory.target": False,
+                          "distributed.worker.memory.spill": False}):
+        with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=WORKER_LIMIT,
+                          dashboard_address=None, processes=True) as cluster, \
+                Client(cluster) as client:
+            client.run(_start_sampler)
+            yield client
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("loss", ["l21", "l1"])
+def test_fit_with_worker_memory_below_data_size(capped_cluster, big_store, loss):
+    client = capped_cluster
+    X = da.from_zarr(big_store + "/X")
+    assert X.nbytes > 2 * WORKER_LIMIT
+    pids = client.run(os.getpid)
+    with dask.config.set({"array.chunk-size": "5MiB"}):
+        m = RFNMF(5, loss=loss, n_init=3, init="random", max_iter=3, tol=1e-3,
+                  random_state=0).fit(big_store + "/X")
+        y = da.from_zarr(big_store + "/y")
+        labels = m.labels_
+        assert isinstance(labels, da.Array) and labels.shape == (X.shape[0],)
+        acc = clustering_accuracy(y, labels)  # tree-reduced contingency table, all rows
+    assert client.run(os.getpid) == pids, "a worker was restarted (memory limit hit?)"
+    peaks = client.run(_peak)
+    assert max(peaks.values()) < 0.95 * WORKER_LIMIT, peaks
+    assert acc > 0.98
+    assert m.n_passes_ <= 1 + 2 + 3 * 3 + 1  # stats, random-G F step, iterations, final
