@@ -65,14 +65,14 @@ def capped_cluster(big_store):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-@pytest.mark.parametrize("loss", ["l21", "l1"])
-def test_fit_with_worker_memory_below_data_size(capped_cluster, big_store, loss):
+@pytest.mark.parametrize("loss, init, n_init", [("l21", "random", 3), ("l1", "k-medians++", 1)])
+def test_fit_with_worker_memory_below_data_size(capped_cluster, big_store, loss, init, n_init):
     client = capped_cluster
     X = da.from_zarr(big_store + "/X")
     assert X.nbytes > 2 * WORKER_LIMIT
     pids = client.run(os.getpid)
     with dask.config.set({"array.chunk-size": "5MiB"}):
-        m = RFNMF(5, loss=loss, n_init=3, init="random", max_iter=3, tol=1e-3,
+        m = RFNMF(5, loss=loss, n_init=n_init, init=init, max_iter=3, tol=1e-3,
                   random_state=0).fit(big_store + "/X")
         y = da.from_zarr(big_store + "/y")
         labels = m.labels_
@@ -82,4 +82,5 @@ def test_fit_with_worker_memory_below_data_size(capped_cluster, big_store, loss)
     peaks = client.run(_peak)
     assert max(peaks.values()) < 0.95 * WORKER_LIMIT, peaks
     assert acc > 0.98
-    assert m.n_passes_ <= 1 + 2 + 3 * 3 + 1  # stats, random-G F step, iterations, final
+    # feature stats, initialisation, at most 3 passes per iteration, final assignment
+    assert m.n_passes_ <= 1 + (5 if init == "k-medians++" else 2) + 3 * 3 + 1
