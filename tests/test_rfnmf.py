@@ -194,3 +194,19 @@ def test_float32_and_integer_input():
     Xi = np.round(X * 10).astype(np.int64)
     mi = RFNMF(4, loss="l1", random_state=0).fit(da.from_array(Xi, chunks=(50, 5)))
     assert clustering_accuracy(y, mi.labels_.compute()) == 1.0
+
+
+def test_lazy_outputs_compute_on_a_distributed_client(blobs):
+    from distributed import Client, LocalCluster
+
+    X, _ = blobs
+    Xd = da.from_array(X, chunks=(100, 5))
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster):
+        seen = []
+        m = RFNMF(4, loss="l1", n_init=2, random_state=0,
+                  callback=lambda info: seen.append(info["iteration"]) and False).fit(Xd)
+        labels = m.labels_.compute()  # the graph must not carry the estimator itself
+        np.testing.assert_array_equal(m.predict(Xd).compute(), labels)
+        assert m.transform(Xd).compute().shape == (600, 4)
+    np.testing.assert_array_equal(labels, RFNMF(4, loss="l1", n_init=2, random_state=0).fit(X).labels_)

@@ -9,32 +9,7 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def _nearest_l1(X, C, labels, dist):
-    n, d = X.shape
-    R, k, _ = C.shape
-    for i in range(n):
-        for r in range(R):
-            best = np.inf
-            arg = 0
-            for c in range(k):
-                s = 0.0
-                j = 0
-                while j < d:
-                    stop = min(j + 16, d)
-                    for jj in range(j, stop):
-                        s += abs(X[i, jj] - C[r, c, jj])
-                    j = stop
-                    if s >= best:  # early abandon: cannot become the strict minimum
-                        break
-                if s < best:
-                    best = s
-                    arg = c
-            labels[i, r] = arg
-            dist[i, r] = best
-
-
-@njit(cache=True, nogil=True)
-def _nearest_l2(X, C, labels, dist):
+def _nearest(X, C, l1, labels, dist):
     n, d = X.shape
     R, k, _ = C.shape
     for i in range(n):
@@ -48,31 +23,19 @@ def _nearest_l2(X, C, labels, dist):
                     stop = min(j + 16, d)
                     for jj in range(j, stop):
                         t = X[i, jj] - C[r, c, jj]
-                        s += t * t
+                        s += abs(t) if l1 else t * t
                     j = stop
-                    if s >= best:
+                    if s >= best:  # early abandon: cannot become the strict minimum
                         break
                 if s < best:
                     best = s
                     arg = c
             labels[i, r] = arg
-            dist[i, r] = np.sqrt(best)
+            dist[i, r] = best if l1 else np.sqrt(best)
 
 
 @njit(cache=True, nogil=True)
-def _all_l1(X, C, out):
-    n, d = X.shape
-    k = C.shape[0]
-    for i in range(n):
-        for c in range(k):
-            s = 0.0
-            for j in range(d):
-                s += abs(X[i, j] - C[c, j])
-            out[i, c] = s
-
-
-@njit(cache=True, nogil=True)
-def _all_l2(X, C, out):
+def _all(X, C, l1, out):
     n, d = X.shape
     k = C.shape[0]
     for i in range(n):
@@ -80,8 +43,8 @@ def _all_l2(X, C, out):
             s = 0.0
             for j in range(d):
                 t = X[i, j] - C[c, j]
-                s += t * t
-            out[i, c] = np.sqrt(s)
+                s += abs(t) if l1 else t * t
+            out[i, c] = s if l1 else np.sqrt(s)
 
 
 def as_float_block(block):
@@ -110,7 +73,7 @@ def nearest(X, centers, metric):
     labels = np.empty((X.shape[0], C.shape[0]), dtype=np.int32)
     dist = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
     if X.shape[0]:
-        (_nearest_l1 if metric == "l1" else _nearest_l2)(X, C, labels, dist)
+        _nearest(X, C, metric == "l1", labels, dist)
     return labels, dist
 
 
@@ -120,5 +83,5 @@ def distances(X, centers, metric):
     C = np.ascontiguousarray(centers, dtype=np.float64)
     out = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
     if X.shape[0]:
-        (_all_l1 if metric == "l1" else _all_l2)(X, C, out)
+        _all(X, C, metric == "l1", out)
     return out

@@ -167,33 +167,36 @@ class RFNMF(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def predict(self, X):
         """Index of the nearest centre (L1 or L2), shape (n_samples,); lazy for Dask input."""
-        C = self._fitted_centers()[None]
-        return self._apply(X, lambda b: nearest(b, C, self._metric)[0][:, 0], drop_features=True,
-                           dtype=np.int32)
+        return self._apply(X, _predict_block, drop_features=True, dtype=np.int32)
 
     def transform(self, X):
         """Distances to the centres (L1 or L2), shape (n_samples, n_clusters)."""
-        C = self._fitted_centers()
-        return self._apply(X, lambda b: distances(b, C, self._metric), drop_features=False,
-                           dtype=np.float64)
+        return self._apply(X, _transform_block, drop_features=False, dtype=np.float64)
 
-    def _fitted_centers(self):
+    def _apply(self, X, fn, drop_features, dtype):
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "cluster_centers_")
-        return self.cluster_centers_
-
-    def _apply(self, X, fn, drop_features, dtype):
         X = v.check_array(X, estimator_name=type(self).__name__)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} was fitted "
                              f"with {self.n_features_in_}.")
+        # the graph carries only the centres and the metric, never the estimator
+        kw = {"centers": self.cluster_centers_, "metric": self._metric}
         if isinstance(X, np.ndarray):
-            return np.concatenate([fn(X[s:s + 65536]) for s in range(0, X.shape[0], 65536)])
+            return np.concatenate([fn(X[s:s + 65536], **kw) for s in range(0, X.shape[0], 65536)])
         if drop_features:
-            return X.map_blocks(fn, drop_axis=1, dtype=dtype, meta=np.empty((0,), dtype))
+            return X.map_blocks(fn, drop_axis=1, dtype=dtype, meta=np.empty((0,), dtype), **kw)
         return X.map_blocks(fn, chunks=(X.chunks[0], (self.n_clusters,)), dtype=dtype,
-                            meta=np.empty((0, 0), dtype))
+                            meta=np.empty((0, 0), dtype), **kw)
+
+
+def _predict_block(block, centers, metric):
+    return nearest(block, centers[None], metric)[0][:, 0]
+
+
+def _transform_block(block, centers, metric):
+    return distances(block, centers, metric)
 
 
 class _Fit:
