@@ -210,3 +210,14 @@ def test_lazy_outputs_compute_on_a_distributed_client(blobs):
         np.testing.assert_array_equal(m.predict(Xd).compute(), labels)
         assert m.transform(Xd).compute().shape == (600, 4)
     np.testing.assert_array_equal(labels, RFNMF(4, loss="l1", n_init=2, random_state=0).fit(X).labels_)
+
+
+def test_l21_is_not_pinned_to_kmedians_pp_seeds():
+    # seeds are data points with residual 0: without the unit-weight first step, the
+    # IRLS weights pin every centre to its seed and the fit "converges" at once
+    X, y = make_blobs(600, n_features=5, centers=4, cluster_std=3.0, random_state=1)
+    m = RFNMF(4, loss="l21", n_init=1, random_state=0, tol=0.0, max_iter=100).fit(X)
+    assert m.n_iter_ > 2
+    assert not any(np.all(np.isclose(X, c), axis=1).any() for c in m.cluster_centers_)
+    F, _, hist = rfnmf_reference(X, X[[0, 1, 2, 3]], "l21", 5, _eps(X))
+    assert hist[1] == pytest.approx(hist[0], rel=1e-6)  # the literal rule from data points is stuck

@@ -10,7 +10,8 @@ G step (eq. 15 / 19): every sample goes to its nearest centre (L1 / L2 distance)
 F step, L1 (Lemma 1, eq. 14): f_kj = median of feature j over the members of cluster k.
 F step, L2,1 (eq. 16-18): f_k = sum_i d_i x_i / sum_i d_i over members, with
 d_i = 1 / (2 ||x_i - f_{g_i}||) from the centres before the step (a residual floor
-guards d_i when a sample sits on its centre).  G^T D G is diagonal for an indicator G,
+guards d_i when a sample sits on its centre; after k-medians++ seeding, whose centres
+are data points, the first F step uses d_i = 1 so the seeds do not pin the centres).  G^T D G is diagonal for an indicator G,
 so eq. (18) needs no inverse.
 
 One iteration = one fused pass over X (assign with the current centres and accumulate
@@ -210,6 +211,10 @@ class _Fit:
         self.eps = 1e-10 * max(float(np.max(self.hi - self.lo)), 1e-300)
         self.warm = None  # previous iteration's final median windows, per restart
         self.median_rounds = []
+        # k-medians++ seeds are data points: their own residual is 0 and the L2,1 weight
+        # 1/||x - f|| would pin every centre to its seed, so the first F step after
+        # seeding uses unit weights (a plain mean); the reweighting starts from there.
+        self.unit_weights_next = False
 
     # -- initialisation
     def init_centers(self, init):
@@ -218,6 +223,7 @@ class _Fit:
         if init == "random":
             F, _ = self._f_step(None, np.ones(self.R, dtype=bool))
             return F
+        self.unit_weights_next = True
         return self._seed_kmedians_pp()
 
     def _seed_kmedians_pp(self):
@@ -245,7 +251,8 @@ class _Fit:
         spec = {"metric": self.metric, "n_clusters": self.k, "eps": self.eps, "n_worst": self.k,
                 "seed": self.seed, "restarts": Ra,
                 "stats": "median" if self.loss == "l1" else "sums",
-                "weights": "ones" if Fa is None else "l21"}
+                "weights": "ones" if Fa is None or self.unit_weights_next else "l21"}
+        self.unit_weights_next = False
         if self.loss == "l1":
             search = self._median_search(Ra, active)
             plan = spec["median_plan"] = search.first_plan()
