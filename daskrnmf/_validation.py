@@ -179,13 +179,6 @@ def check_finite_count(n_bad, where):
                          "them before fitting.")
 
 
-def check_non_negative_min(data_min, where):
-    """Raise if the smallest value in the data is negative."""
-    if data_min < 0:
-        raise ValueError(f"Negative values in data passed to {where} (min {data_min:g}); "
-                         "this model needs non-negative data.")
-
-
 def _zarr_to_dask(z, where):
     import dask
     import dask.array as da

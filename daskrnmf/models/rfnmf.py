@@ -278,14 +278,12 @@ class _Fit:
         return newF, res["objective"]
 
     def _median_search(self, Ra, active):
-        E = Ra * self.k * self.d
         lo = np.tile(self.lo, Ra * self.k)
         hi = np.tile(self.hi, Ra * self.k)
         warm = None
         if self.warm is not None:
             warm = tuple(w[active].ravel() for w in self.warm)
         n_total = self.blocks.shape[0] * self.d * Ra
-        assert lo.shape[0] == E
         return MedianSearch(lo, hi, tol=self.median_tol, warm=warm, n_total=n_total)
 
     def _keep_warm(self, search, active):
