@@ -1,4 +1,3 @@
-import dask.array as da
 import numpy as np
 import pytest
 import zarr
