@@ -29,8 +29,6 @@ class Interval:
             return False
         if self.kind is int and not isinstance(value, numbers.Integral):
             return False
-        if isinstance(value, float) and not np.isfinite(value) and self.kind is int:
-            return False
         if np.isnan(value):
             return False
         lo_ok = (self.left is None or value > self.left

@@ -136,8 +136,6 @@ class MedianSearch:
 
     Parameters
     ----------
-    n_values : ndarray of int (E,)
-        How many values each entry has (0: the median is NaN).
     lo, hi : ndarray (E,)
         A window known to hold all values of every entry.
     tol : float
@@ -205,7 +203,12 @@ class MedianSearch:
 
     # -- updating
     def update(self, plan, res, n_values=None):
-        """Fold one round's merged result in (``n_values`` is required on the first round)."""
+        """Fold one round's merged result in.
+
+        ``n_values`` (E,) — how many values each entry has, 0 making its median NaN — may
+        be given with the first round; otherwise it is read off that round, which covers
+        every entry's full range.
+        """
         if self.n_values is None:
             if n_values is None:  # the first round covers the full range of every entry
                 if self._collect_all:
