@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "RFNMF": ("daskrnmf.models.rfnmf", "RFNMF"),
+    "RFNMTF": ("daskrnmf.models.rfnmtf", "RFNMTF"),
     "datasets": ("daskrnmf.datasets", None),
     "io": ("daskrnmf.io", None),
     "metrics": ("daskrnmf.metrics", None),

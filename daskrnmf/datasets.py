@@ -40,6 +40,46 @@ def make_outlier_blobs(n_per_cluster=100, n_outliers=3, *, outlier_distance=100.
     return X, y
 
 
+def make_coclusters(n_samples=1000, n_features=120, n_row_clusters=8, n_column_clusters=6, *,
+                    noise=1.0, outlier_fraction=0.05, outlier_high=100.0, block_low=0.0,
+                    block_high=10.0, random_state=0):
+    """A planted co-clustering (checkerboard) problem with gross outliers.
+
+    Rows and columns are split into groups (sizes as equal as possible, then shuffled);
+    entry (i, j) is ``S[row_i, col_j] + noise * N(0, 1)``, clipped at 0, with block
+    values S uniform in ``[block_low, block_high]``.  A fraction ``outlier_fraction`` of
+    the entries, chosen at random, are replaced by gross values uniform in
+    ``[0, outlier_high]``.
+
+    Parameters
+    ----------
+    n_samples, n_features : int
+    n_row_clusters, n_column_clusters : int
+    noise : float
+        Standard deviation of the Gaussian noise on every entry.
+    outlier_fraction : float in [0, 1)
+    outlier_high : float
+    block_low, block_high : float
+    random_state : int
+
+    Returns
+    -------
+    X : ndarray (n_samples, n_features), non-negative
+    row_labels : ndarray of int (n_samples,)
+    column_labels : ndarray of int (n_features,)
+    S : ndarray (n_row_clusters, n_column_clusters), the planted block values
+    """
+    rng = np.random.default_rng(random_state)
+    S = rng.uniform(block_low, block_high, size=(n_row_clusters, n_column_clusters))
+    rows = rng.permutation(np.arange(n_samples) % n_row_clusters)
+    cols = rng.permutation(np.arange(n_features) % n_column_clusters)
+    X = S[rows][:, cols] + noise * rng.normal(size=(n_samples, n_features))
+    bad = rng.random(X.shape) < outlier_fraction
+    X[bad] = rng.uniform(0.0, outlier_high, size=int(bad.sum()))
+    np.maximum(X, 0.0, out=X)
+    return X, rows, cols, S
+
+
 def _blob_block(block_info, *, centers, seed, scale, outlier_fraction, corrupt_fraction,
                 outlier_high, dtype, want):
     """Rows of one storage chunk: Gaussian clusters; outlier rows have a fraction of

@@ -13,6 +13,8 @@ run by :meth:`daskrnmf._blocks.RowBlocks.map_reduce` as a pairwise tree.
   mergeable histograms and value collections, refined round by round.
 """
 
+import functools
+
 import numpy as np
 
 from .kernels import rng
@@ -113,9 +115,10 @@ def assign_combine(parts):
     return out
 
 
-def median_refine_chunk(block, start, labels, n_clusters, plan):
-    """A later median round on one block, with the labels kept from the fused pass."""
-    return median_round(as_float_block(block), labels, n_clusters, plan)
+def median_refine_chunk(block, start, labels, n_clusters, plan, columns=None):
+    """A later median round on one block, with the labels kept from the fused pass
+    (``columns``: column groups for block medians, see :func:`median_round`)."""
+    return median_round(as_float_block(block), labels, n_clusters, plan, columns)
 
 
 # ---------------------------------------------------------------- medians
@@ -354,6 +357,44 @@ def grouped_medians(blocks, labels, n_clusters, n_restarts, lo, hi, *, tol=0.0):
         search.update(plan, part)
         plan = search.next_plan()
     return search.value.reshape(n_restarts, n_clusters, d), search.rounds
+
+
+# ---------------------------------------------------------------- row sample
+def sample_rows_chunk(block, start, seed, stream, size):
+    """The block's ``size`` rows with the smallest keys ``uniform(seed, stream, i)``.
+
+    Merged by :func:`sample_rows_combine`, the root holds the ``size`` rows with the
+    smallest keys of all of X: a uniform sample without replacement that depends on the
+    seed alone, not on the chunking.
+    """
+    x = as_float_block(block)
+    idx = np.arange(start, start + x.shape[0], dtype=np.int64)
+    keys = rng.uniform(seed, stream, idx.astype(np.uint64))
+    take = np.lexsort((idx, keys))[:size]
+    return {"key": keys[take], "idx": idx[take], "rows": x[take]}
+
+
+def sample_rows_combine(parts, size):
+    key = np.concatenate([p["key"] for p in parts])
+    idx = np.concatenate([p["idx"] for p in parts])
+    rows = np.concatenate([p["rows"] for p in parts])
+    take = np.lexsort((idx, key))[:size]
+    return {"key": key[take], "idx": idx[take], "rows": rows[take]}
+
+
+def sample_rows(blocks, size, seed, stream):
+    """A uniform sample of ``size`` rows of X (1 pass), ordered by row index.
+
+    Returns
+    -------
+    rows : ndarray (size, n_features), idx : ndarray (size,) of global row indices
+    """
+    size = min(size, blocks.shape[0])
+    res = blocks.map_reduce(sample_rows_chunk, functools.partial(sample_rows_combine, size=size),
+                            args=(seed, stream, size),
+                            name="row sample")
+    order = np.argsort(res["idx"])
+    return res["rows"][order], res["idx"][order]
 
 
 # ---------------------------------------------------------------- k-medians++ seeding

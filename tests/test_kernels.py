@@ -5,6 +5,7 @@ import pytest
 
 from daskrnmf.kernels import rng as krng
 from daskrnmf.kernels.assign import distances, nearest
+from daskrnmf.kernels.cocluster import argmin_ties_low, column_costs, prototypes
 from daskrnmf.kernels.median import median_round, merge_median_round, select_collected
 from daskrnmf.kernels.sums import cluster_sums, merge_worst_fit, worst_fit
 
@@ -122,3 +123,57 @@ def test_rng_depends_on_global_index_only():
     assert not np.array_equal(whole, krng.uniform(8, 3, idx))
     ints = krng.integers(7, 3, idx, 4)
     assert set(np.unique(ints)) == {0, 1, 2, 3}
+
+
+def test_median_round_with_column_groups_matches_numpy_twin(rng):
+    # RFNMTF's entries: (restart, row cluster, column cluster) blocks
+    n, d, K, L, R = 300, 7, 3, 2, 2
+    X = rng.normal(size=(n, d))
+    labels = rng.integers(0, K, size=(n, R))
+    columns = rng.integers(0, L, size=(R, d))
+    E = R * K * L
+    plan = _plan(E, 8, np.ones(E, bool), np.full(E, -1.0), np.full(E, 1.0),
+                 np.ones(E, bool), np.full(E, -0.5), np.full(E, 0.5))
+    out = median_round(X, labels, K, plan, columns)
+    for r in range(R):
+        for k in range(K):
+            for g in range(L):
+                e = (r * K + k) * L + g
+                vals = X[labels[:, r] == k][:, columns[r] == g].ravel()
+                inside = vals[(vals >= -1.0) & (vals <= 1.0)]
+                assert out["hbelow"][e] == (vals < -1.0).sum()
+                np.testing.assert_array_equal(out["hist"][plan["hist_slot"][e]],
+                                              np.histogram(inside, bins=8, range=(-1.0, 1.0))[0])
+                assert out["cbelow"][e] == (vals < -0.5).sum()
+                np.testing.assert_array_equal(np.sort(out["vals"][out["keys"] == e]),
+                                              np.sort(vals[(vals >= -0.5) & (vals <= 0.5)]))
+    parts = [median_round(X[s:s + 41], labels[s:s + 41], K, plan, columns) for s in range(0, n, 41)]
+    merged = merge_median_round(parts)
+    for key in ("hbelow", "hist", "hmin", "hmax", "cbelow"):
+        np.testing.assert_array_equal(merged[key], out[key])
+
+
+def test_column_costs_matches_numpy(rng):
+    n, d, K, L, R = 200, 9, 4, 3, 2
+    X = rng.normal(size=(n, d))
+    labels = rng.integers(0, K, size=(n, R))
+    S = rng.normal(size=(R, K, L))
+    got = column_costs(X, labels, S)
+    for r in range(R):
+        expect = np.abs(X[:, :, None] - S[r][labels[:, r]][:, None, :]).sum(axis=0)
+        np.testing.assert_allclose(got[r], expect, rtol=1e-12)
+    parts = sum(column_costs(X[s:s + 23], labels[s:s + 23], S) for s in range(0, n, 23))
+    np.testing.assert_allclose(parts, got, rtol=1e-12)
+    assert column_costs(X[:0], labels[:0], S).shape == (R, d, L)
+
+
+def test_prototypes_and_tie_tolerant_argmin(rng):
+    S = rng.normal(size=(2, 3, 4))
+    columns = rng.integers(0, 4, size=(2, 10))
+    P = prototypes(S, columns)
+    for r in range(2):
+        np.testing.assert_array_equal(P[r], S[r][:, columns[r]])
+    cost = np.array([[3.0, 1.0, 1.0 + 1e-14, 2.0], [5.0, 5.0, 4.0, 4.0 * (1 - 1e-13)]])
+    np.testing.assert_array_equal(argmin_ties_low(cost), [1, 2])  # near-ties: lowest index
+    generic = rng.normal(size=(50, 6))  # no near-ties: the plain argmin
+    np.testing.assert_array_equal(argmin_ties_low(generic), generic.argmin(axis=1))

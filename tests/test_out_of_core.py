@@ -18,7 +18,7 @@ import psutil
 import pytest
 from distributed import Client, LocalCluster
 
-from daskrnmf import RFNMF
+from daskrnmf import RFNMF, RFNMTF
 from daskrnmf.datasets import make_zarr_blobs
 from daskrnmf.metrics import clustering_accuracy
 
@@ -60,6 +60,7 @@ def _compile_kernels():
     for loss in ("l21", "l1"):
         for init in ("random", "k-medians++"):
             RFNMF(5, loss=loss, init=init, n_init=2, max_iter=2, random_state=0).fit(X)
+    RFNMTF(5, 4, n_init=2, max_iter=2, random_state=0).fit(X)
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +90,27 @@ def test_fit_with_worker_memory_below_data_size(capped_cluster, big_store, loss,
         labels = m.labels_
         assert isinstance(labels, da.Array) and labels.shape == (X.shape[0],)
         acc = clustering_accuracy(y, labels)  # tree-reduced contingency table, all rows
-    peaks = {w: round(p / 2**20) for w, p in client.run(_peak).items()}
-    assert client.run(os.getpid) == pids, f"a worker was restarted; peak RSS MiB {peaks}"
-    assert max(peaks.values()) < 0.95 * WORKER_LIMIT / 2**20, peaks
+    _check_workers(client, pids)
     assert acc > 0.98
     # feature stats, initialisation, at most 3 passes per iteration, final assignment
     assert m.n_passes_ <= 1 + 2 + 3 * max_iter + 1
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_rfnmtf_with_worker_memory_below_data_size(capped_cluster, big_store):
+    client = capped_cluster
+    pids = client.run(os.getpid)
+    with dask.config.set({"array.chunk-size": "5MiB"}):
+        m = RFNMTF(5, 4, n_init=2, max_iter=3, tol=1e-3, random_state=0).fit(big_store + "/X")
+        acc = clustering_accuracy(da.from_zarr(big_store + "/y"), m.row_labels_)
+    _check_workers(client, pids)
+    assert acc > 0.98
+    assert m.column_labels_.shape == (64,) and m.block_medians_.shape == (5, 4)
+    # feature stats + row sample, at most 1 + 3 passes per iteration, final row step
+    assert m.n_passes_ <= 2 + 4 * m.n_iter_ + 1
+
+
+def _check_workers(client, pids):
+    peaks = {w: round(p / 2**20) for w, p in client.run(_peak).items()}
+    assert client.run(os.getpid) == pids, f"a worker was restarted; peak RSS MiB {peaks}"
+    assert max(peaks.values()) < 0.95 * WORKER_LIMIT / 2**20, peaks

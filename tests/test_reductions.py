@@ -7,7 +7,8 @@ import pytest
 
 from daskrnmf import reductions
 from daskrnmf._blocks import RowBlocks, tree_reduce
-from daskrnmf.reductions import feature_stats, grouped_medians
+from daskrnmf.kernels import rng as krng
+from daskrnmf.reductions import feature_stats, grouped_medians, sample_rows
 
 from .conftest import median_cases
 
@@ -126,3 +127,16 @@ def test_grouped_medians_tolerance(rng, monkeypatch):
         slack = tol * (hi - lo)
         assert np.all(approx[0, c] >= lower - slack) and np.all(approx[0, c] <= upper + slack)
         np.testing.assert_array_equal(exact[0, c], np.median(X[labels[:, 0] == c], axis=0))
+
+
+def test_sample_rows_matches_numpy_twin(rng):
+    X = rng.normal(size=(1000, 3))
+    keys = krng.uniform(11, 5, np.arange(1000, dtype=np.uint64))
+    expect = np.sort(np.argsort(keys)[:77])
+    for name, blocks in _blockings(X).items():
+        rows, idx = sample_rows(blocks, 77, 11, 5)
+        np.testing.assert_array_equal(idx, expect, err_msg=name)
+        np.testing.assert_array_equal(rows, X[expect], err_msg=name)
+        assert blocks.n_passes == 1
+    rows, idx = sample_rows(RowBlocks(X, block_rows=10), 5000, 11, 5)  # more than n: all rows
+    np.testing.assert_array_equal(idx, np.arange(1000))

@@ -1,8 +1,10 @@
 """One refinement round of the per-(restart, cluster, feature) median search.
 
-An *entry* is one (restart r, cluster c, feature j) triple, flattened as
-``e = (r * n_clusters + c) * n_features + j``; it owns the values ``X[i, j]`` of the rows
-whose label in restart ``r`` is ``c``.  Per round each entry may ask for
+An *entry* is one (restart r, cluster c, column group g) triple, flattened as
+``e = (r * n_clusters + c) * n_groups + g``; it owns the values ``X[i, j]`` of the rows
+whose label in restart ``r`` is ``c`` and of the features ``j`` in group ``g``
+(``columns[r, j] == g``).  RFNMF's groups are the single features (``g = j``); RFNMTF's
+are its column clusters, so an entry is a (row cluster, column cluster) block.  Per round each entry may ask for
 
 * a histogram: the count of its values below ``hlo[e]``, the counts in ``n_bins``
   equal bins over ``[hlo[e], hhi[e]]`` and the min / max of the values inside, and/or
@@ -17,16 +19,16 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def _median_round(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins,
+def _median_round(X, labels, n_clusters, columns, n_groups, hist_slot, hlo, hhi, n_bins,
                   coll, clo, chi, hbelow, hist, hmin, hmax, cbelow, ncoll):
     n, d = X.shape
     R = labels.shape[1]
     total = 0
     for i in range(n):
         for r in range(R):
-            base = (r * n_clusters + labels[i, r]) * d
+            base = (r * n_clusters + labels[i, r]) * n_groups
             for j in range(d):
-                e = base + j
+                e = base + columns[r, j]
                 v = X[i, j]
                 s = hist_slot[e]
                 if s >= 0:
@@ -53,15 +55,15 @@ def _median_round(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins,
 
 
 @njit(cache=True, nogil=True)
-def _median_collect(X, labels, n_clusters, coll, clo, chi, keys, vals):
+def _median_collect(X, labels, n_clusters, columns, n_groups, coll, clo, chi, keys, vals):
     n, d = X.shape
     R = labels.shape[1]
     p = 0
     for i in range(n):
         for r in range(R):
-            base = (r * n_clusters + labels[i, r]) * d
+            base = (r * n_clusters + labels[i, r]) * n_groups
             for j in range(d):
-                e = base + j
+                e = base + columns[r, j]
                 if coll[e]:
                     v = X[i, j]
                     if clo[e] <= v <= chi[e]:
@@ -70,7 +72,7 @@ def _median_collect(X, labels, n_clusters, coll, clo, chi, keys, vals):
                         p += 1
 
 
-def median_round(X, labels, n_clusters, plan):
+def median_round(X, labels, n_clusters, plan, columns=None):
     """Run one refinement round on a row block.
 
     Parameters
@@ -82,6 +84,9 @@ def median_round(X, labels, n_clusters, plan):
         ``hist_slot`` (E,) int64 (-1: no histogram), ``hlo``, ``hhi`` (E,) float64,
         ``n_bins`` int, ``n_hist`` int (number of slots), ``coll`` (E,) bool,
         ``clo``, ``chi`` (E,) float64.
+    columns : ndarray (n_restarts, n_features) int, optional
+        Column group of every feature per restart (``E = n_restarts * n_clusters *
+        n_groups``); None makes every feature its own group.
 
     Returns
     -------
@@ -90,6 +95,8 @@ def median_round(X, labels, n_clusters, plan):
     """
     E = plan["hist_slot"].shape[0]
     labels = np.ascontiguousarray(labels, dtype=np.int64)
+    columns, n_groups = column_groups(columns, labels.shape[1], X.shape[1],
+                                      E // max(1, labels.shape[1] * n_clusters))
     hbelow = np.zeros(E, dtype=np.int64)
     # int32 per block (a block has < 2**31 rows); merged counts are int64
     hist = np.zeros((plan["n_hist"], plan["n_bins"]), dtype=np.int32)
@@ -98,15 +105,25 @@ def median_round(X, labels, n_clusters, plan):
     cbelow = np.zeros(E, dtype=np.int64)
     ncoll = np.zeros(1, dtype=np.int64)
     if X.shape[0]:
-        _median_round(X, labels, n_clusters, plan["hist_slot"], plan["hlo"], plan["hhi"],
+        _median_round(X, labels, n_clusters, columns, n_groups, plan["hist_slot"], plan["hlo"],
+                      plan["hhi"],
                       plan["n_bins"], plan["coll"], plan["clo"], plan["chi"],
                       hbelow, hist, hmin, hmax, cbelow, ncoll)
     keys = np.empty(ncoll[0], dtype=np.int32 if E < 2**31 else np.int64)
     vals = np.empty(ncoll[0], dtype=np.float64)
     if ncoll[0]:
-        _median_collect(X, labels, n_clusters, plan["coll"], plan["clo"], plan["chi"], keys, vals)
+        _median_collect(X, labels, n_clusters, columns, n_groups, plan["coll"], plan["clo"],
+                        plan["chi"], keys, vals)
     return {"hbelow": hbelow, "hist": hist, "hmin": hmin, "hmax": hmax,
             "cbelow": cbelow, "keys": keys, "vals": vals}
+
+
+def column_groups(columns, n_restarts, n_features, n_groups):
+    """``(columns, n_groups)`` as the kernels take them: C-contiguous int64 of shape
+    (n_restarts, n_features); None gives every feature its own group."""
+    if columns is None:
+        return np.tile(np.arange(n_features, dtype=np.int64), (n_restarts, 1)), n_features
+    return np.ascontiguousarray(columns, dtype=np.int64), n_groups
 
 
 def merge_median_round(parts):

@@ -19,14 +19,17 @@ the new centres' statistics; all ``n_init`` restarts at once) plus, for L1, the 
 refinement rounds that remain (usually zero or one).
 """
 
+import warnings
+
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
 
 from .. import _validation as v
 from .._blocks import RowBlocks
 from .._driver import iterate, warn_if_not_converged
 from ..kernels.assign import distances, nearest
-from ..kernels.median import merge_median_round
+from ..kernels.median import merge_median_round, sum_arrays
 from ..reductions import (MedianSearch, assign_chunk, assign_combine, feature_stats,
                           median_refine_chunk, seeding_choice, seeding_chunk, seeding_combine)
 
@@ -168,35 +171,42 @@ class RFNMF(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def predict(self, X):
         """Index of the nearest centre (L1 or L2), shape (n_samples,); lazy for Dask input."""
-        return self._apply(X, _predict_block, drop_features=True, dtype=np.int32)
+        return self._apply(X, predict_block, drop_features=True, dtype=np.int32)
 
     def transform(self, X):
         """Distances to the centres (L1 or L2), shape (n_samples, n_clusters)."""
-        return self._apply(X, _transform_block, drop_features=False, dtype=np.float64)
+        return self._apply(X, transform_block, drop_features=False, dtype=np.float64)
 
     def _apply(self, X, fn, drop_features, dtype):
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "cluster_centers_")
-        X = v.check_array(X, estimator_name=type(self).__name__)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} was fitted "
-                             f"with {self.n_features_in_}.")
-        # the graph carries only the centres and the metric, never the estimator
-        kw = {"centers": self.cluster_centers_, "metric": self._metric}
-        if isinstance(X, np.ndarray):
-            return np.concatenate([fn(X[s:s + 65536], **kw) for s in range(0, X.shape[0], 65536)])
-        if drop_features:
-            return X.map_blocks(fn, drop_axis=1, dtype=dtype, meta=np.empty((0,), dtype), **kw)
-        return X.map_blocks(fn, chunks=(X.chunks[0], (self.n_clusters,)), dtype=dtype,
-                            meta=np.empty((0, 0), dtype), **kw)
+        return apply_centers(X, self.cluster_centers_, self._metric, fn, drop_features, dtype,
+                             type(self).__name__, self.n_features_in_)
 
 
-def _predict_block(block, centers, metric):
+def apply_centers(X, centers, metric, fn, drop_features, dtype, name, n_features_in):
+    """``fn(block, centers, metric)`` on every row block of X: NumPy in, NumPy out; Dask
+    (or Zarr) in, a lazy Dask array chunked like X's rows out (one column per centre, or
+    none with ``drop_features``).  The graph carries only the centres, never an estimator."""
+    X = v.check_array(X, estimator_name=name)
+    if X.shape[1] != n_features_in:
+        raise ValueError(f"X has {X.shape[1]} features, but {name} was fitted "
+                         f"with {n_features_in}.")
+    kw = {"centers": centers, "metric": metric}
+    if isinstance(X, np.ndarray):
+        return np.concatenate([fn(X[s:s + 65536], **kw) for s in range(0, X.shape[0], 65536)])
+    if drop_features:
+        return X.map_blocks(fn, drop_axis=1, dtype=dtype, meta=np.empty((0,), dtype), **kw)
+    return X.map_blocks(fn, chunks=(X.chunks[0], (centers.shape[0],)), dtype=dtype,
+                        meta=np.empty((0, 0), dtype), **kw)
+
+
+def predict_block(block, centers, metric):
     return nearest(block, centers[None], metric)[0][:, 0]
 
 
-def _transform_block(block, centers, metric):
+def transform_block(block, centers, metric):
     return distances(block, centers, metric)
 
 
@@ -297,7 +307,7 @@ class _Fit:
     def final(self, F):
         """Objective of every restart at its final centres (1 pass); labels for NumPy input."""
         keep = not self.blocks.is_dask
-        out = self.blocks.map_reduce(_objective_chunk, _objective_combine, args=(F, self.metric, keep),
+        out = self.blocks.map_reduce(objective_chunk, objective_combine, args=(F, self.metric, keep),
                                      keep_state=keep, name="final assignment")
         if keep:
             objective, labels = out
@@ -305,22 +315,66 @@ class _Fit:
         return out, None
 
 
+def kmedians_labels(X, k, n_restarts, seed, max_iter=30):
+    """In-memory RFNMF_L1 from greedy k-medians++ seeds, ``n_restarts`` independent restarts.
+
+    A helper for initialisations that cluster a small in-memory sample (never X itself).
+
+    Returns
+    -------
+    labels : ndarray of int32 (n_samples, n_restarts), one clustering per restart.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    F0 = np.stack([greedy_kmedians_pp(X, k, np.random.default_rng([seed, r]))
+                   for r in range(n_restarts)])
+    blocks = RowBlocks(X)
+    fit = _Fit(blocks, feature_stats(blocks), k=k, R=n_restarts, metric="l1", loss="l1",
+               seed=seed, median_tol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        F, _ = iterate(fit.step, F0, n_restarts=n_restarts, max_iter=max_iter, tol=1e-4)
+    return nearest(X, F, "l1")[0]
+
+
+def greedy_kmedians_pp(X, k, gen, n_trials=None):
+    """Greedy k-medians++ seeds of an in-memory array (D^1 sampling with local trials).
+
+    As scikit-learn's greedy k-means++ (``2 + log k`` candidates per centre, the one that
+    lowers the total L1 distance most is kept), with D^1 instead of D^2 weights.
+
+    Returns
+    -------
+    centers : ndarray (k, n_features), rows of X.
+    """
+    n = X.shape[0]
+    n_trials = n_trials or 2 + int(np.log(k))
+    first = int(gen.integers(n))
+    centers = [X[first]]
+    mind = distances(X, X[first][None], "l1")[:, 0]
+    for _ in range(1, k):
+        total = mind.sum()
+        p = mind / total if total > 0 else None
+        cand = gen.choice(n, size=n_trials, p=p)
+        trial = np.minimum(mind[:, None], distances(X, X[cand], "l1"))
+        best = int(np.argmin(trial.sum(axis=0)))
+        centers.append(X[cand[best]])
+        mind = trial[:, best]
+    return np.stack(centers)
+
+
 def _assign_sums_chunk(block, start, centers, spec):
     return assign_chunk(block, start, centers, spec)[0]
 
 
-def _objective_chunk(block, start, F, metric, keep_labels):
+def objective_chunk(block, start, F, metric, keep_labels):
     labels, dist = nearest(block, F, metric)
     if keep_labels:
         return dist.sum(axis=0), labels
     return dist.sum(axis=0)
 
 
-def _objective_combine(parts):
-    out = parts[0].copy()
-    for p in parts[1:]:
-        out += p
-    return out
+def objective_combine(parts):
+    return sum_arrays(parts)
 
 
 def _reseed_empty(F, counts, worst):

@@ -1,0 +1,65 @@
+"""Per-chunk kernels of the tri-factorization (RFNMTF, paper 000, eq. 20-22).
+
+With row labels ``r`` (n_samples,), column labels ``c`` (n_features,) and block values
+``S`` (n_row_clusters, n_column_clusters), the model of entry ``X[i, j]`` is
+``S[r_i, c_j]``.
+"""
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def _column_costs(X, labels, S, out):
+    n, d = X.shape
+    R = labels.shape[1]
+    L = S.shape[2]
+    for i in range(n):
+        for r in range(R):
+            k = labels[i, r]
+            for j in range(d):
+                v = X[i, j]
+                for l in range(L):
+                    out[r, j, l] += abs(v - S[r, k, l])
+
+
+def column_costs(X, labels, S):
+    """The column step's partial costs for one row block (eq. 22, transposed).
+
+    Parameters
+    ----------
+    X : ndarray (n_rows, n_features) float64
+    labels : ndarray (n_rows, n_restarts) int
+        Row cluster of every row per restart.
+    S : ndarray (n_restarts, n_row_clusters, n_column_clusters)
+
+    Returns
+    -------
+    cost : ndarray (n_restarts, n_features, n_column_clusters)
+        ``cost[r, j, l] = sum_i |X[i, j] - S[r, labels[i, r], l]|`` over the block's
+        rows: the L1 loss of feature ``j`` if it were in column cluster ``l``.
+    """
+    R, _, L = S.shape
+    out = np.zeros((R, X.shape[1], L))
+    if X.shape[0]:
+        _column_costs(X, np.ascontiguousarray(labels, dtype=np.int64),
+                      np.ascontiguousarray(S, dtype=np.float64), out)
+    return out
+
+
+def prototypes(S, columns):
+    """Row prototypes ``P[r, k, j] = S[r, k, columns[r, j]]``, shape (R, n_row_clusters, n_features).
+
+    The row step (eq. 21, transposed) puts each sample at its L1-nearest prototype.
+    """
+    return np.take_along_axis(S, np.broadcast_to(columns[:, None, :], (S.shape[0], S.shape[1],
+                                                                       columns.shape[1])), axis=2)
+
+
+def argmin_ties_low(cost, rtol=1e-12):
+    """Argmin over the last axis, treating values within ``rtol`` of the minimum as ties
+    that go to the lowest index, so that sums whose rounding depends on the chunking
+    give the same choice."""
+    m = cost.min(axis=-1, keepdims=True)
+    near = cost <= m + rtol * np.abs(m)
+    return near.argmax(axis=-1)

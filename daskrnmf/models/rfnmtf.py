@@ -1,0 +1,464 @@
+"""RFNMTF: robust tri-factorization co-clustering of rows and columns (paper 000, eq. 7).
+
+Samples are rows here (the paper has them as columns).  With a row indicator F
+(n_samples x n_row_clusters), a column indicator G (n_features x n_column_clusters) and
+block values S >= 0 (n_row_clusters x n_column_clusters), the model is
+
+    min_{F in Ind, G in Ind, S >= 0} || X - F S G^T ||_1
+        = sum_{i, j} | X[i, j] - S[r_i, c_j] |
+
+where ``r_i`` is sample i's row cluster and ``c_j`` feature j's column cluster.  Each
+step solves one block of variables exactly, so the objective never increases:
+
+* row step (eq. 21/22, transposed): ``r_i = argmin_k sum_j |X[i, j] - S[k, c_j]|`` — the
+  L1-nearest row prototype ``S[k, c]``; a ``map_blocks``-style kernel per row chunk;
+* column step: ``c_j = argmin_l sum_i |X[i, j] - S[r_i, l]|`` — every chunk contributes
+  an (n_features x n_column_clusters) partial cost, tree-reduced, then an argmin;
+* S step (eq. 20): ``S[k, l]`` = median of all entries of block (k, l) — the core's
+  tree-reduced median search, with an entry per (restart, row cluster, column cluster).
+
+One iteration is one fused pass (row step, column costs with the new row labels, and —
+when the column labels did not change in the previous iteration — the first round of the
+S step, speculatively for the old column labels) plus the S step's remaining rounds.
+"""
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+
+from .. import _validation as v
+from .._blocks import RowBlocks
+from .._driver import iterate, warn_if_not_converged
+from ..kernels import rng
+from ..kernels.assign import as_float_block, nearest
+from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
+from ..kernels.median import median_round, merge_median_round, sum_arrays
+from ..kernels.sums import merge_worst_fit, worst_fit
+from ..reductions import (MedianSearch, feature_stats, median_refine_chunk, random_labels,
+                          sample_rows)
+from .rfnmf import (apply_centers, kmedians_labels, objective_chunk, objective_combine,
+                    predict_block, transform_block)
+
+_SAMPLE_VALUES = 2**24  # cap on init_size * n_features (128 MiB of float64 on the client)
+
+
+class RFNMTF(ClusterMixin, TransformerMixin, BaseEstimator):
+    """Robust fast NMTF: L1 co-clustering of samples and features, out of core.
+
+    Parameters
+    ----------
+    n_row_clusters : int, default=8
+        Clusters of the samples (rows of X).
+    n_column_clusters : int, default=8
+        Clusters of the features (columns of X); at most ``n_features``.
+    n_init : int, default=10
+        Restarts, evaluated together (one pass over X serves them all); the restart with
+        the lowest objective is kept.
+    init : {"k-medians++", "random"} or tuple (S, column_labels), default="k-medians++"
+        ``"k-medians++"``: a uniform sample of ``init_size`` rows (one pass) is gathered;
+        its columns are clustered with RFNMF_L1 (k-medians++ seeding, in memory), then
+        its rows, each described by its medians over the column clusters (robust to
+        gross entries), and S starts as the sample's block medians.  X itself is never
+        transposed or gathered.  ``"random"``: the paper's random indicators for rows
+        and columns, then an exact S step over X.  A tuple gives the starting block
+        values (n_row_clusters, n_column_clusters) and column labels (n_features,); the
+        first step is then a row step (a single restart is run).
+    init_size : int, optional
+        Rows sampled by ``"k-medians++"``; default ``max(2000, 20 * n_row_clusters)``,
+        at most ``n_samples`` and at most 2**24 / n_features.
+    max_iter : int, default=100
+    tol : float, default=1e-4
+        A restart stops when its objective falls by at most ``tol`` relative.
+    median_tol : float, default=0.0
+        0 computes S exactly (block medians equal to :func:`numpy.median`); a positive
+        value stops refining a median once its window is narrower than ``median_tol``
+        times the block's value range.
+    random_state : None, int, numpy RandomState or Generator, default=None
+        Results depend on it alone, not on the chunking or the number of workers.
+    verbose : int, default=0
+        >= 1 logs the objective per iteration on the ``daskrnmf`` logger.
+    callback : callable, optional
+        ``callback(info) -> bool`` after each iteration; True stops the fit.
+
+    Attributes
+    ----------
+    row_labels_ : ndarray (n_samples,) or dask.array.Array
+        Row cluster of every sample for the final S and column labels: NumPy for NumPy
+        input, a lazy Dask array chunked like X's rows for Dask/Zarr input.
+    column_labels_ : ndarray (n_features,)
+        Column cluster of every feature.
+    block_medians_ : ndarray (n_row_clusters, n_column_clusters)
+        S.  Row prototypes are ``block_medians_[:, column_labels_]``.
+    objective_ : float
+        ``||X - F S G^T||_1`` at the final S, column labels and row labels.
+    objective_history_ : ndarray (n_iter_,)
+        Objective of the kept restart after each iteration's row and column steps (with
+        the S of the iteration before).
+    n_iter_ : int
+    n_passes_ : int
+        Passes over X the fit made, initialisation included.
+    median_rounds_ : list of int
+        Passes per iteration spent on the S step (a speculative round in the fused pass
+        counted when it was used).
+    n_features_in_ : int
+
+    Notes
+    -----
+    scikit-learn's biclustering estimators also expose ``rows_`` and ``columns_``
+    indicator matrices; ``rows_`` has n_samples columns, which an out-of-core estimator
+    does not build.  ``get_indices``/``get_submatrix`` are not offered for the same reason.
+    """
+
+    _parameter_constraints = {
+        "n_row_clusters": [v.Interval(int, 1, None)],
+        "n_column_clusters": [v.Interval(int, 1, None)],
+        "n_init": [v.Interval(int, 1, None)],
+        "init": [v.Options(("k-medians++", "random")),
+                 v.Kind((tuple,), "a tuple (block values (n_row_clusters, n_column_clusters), "
+                                  "column labels (n_features,))")],
+        "init_size": [v.Interval(int, 1, None), v.Kind((type(None),), "None")],
+        "max_iter": [v.Interval(int, 1, None)],
+        "tol": [v.Interval(float, 0, None)],
+        "median_tol": [v.Interval(float, 0, 1)],
+        "random_state": [v.RANDOM_STATE],
+        "verbose": [v.Interval(int, 0, None)],
+        "callback": [v.CallableOrNone()],
+    }
+
+    def __init__(self, n_row_clusters=8, n_column_clusters=8, *, n_init=10, init="k-medians++",
+                 init_size=None, max_iter=100, tol=1e-4, median_tol=0.0, random_state=None,
+                 verbose=0, callback=None):
+        self.n_row_clusters = n_row_clusters
+        self.n_column_clusters = n_column_clusters
+        self.n_init = n_init
+        self.init = init
+        self.init_size = init_size
+        self.max_iter = max_iter
+        self.tol = tol
+        self.median_tol = median_tol
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callback = callback
+
+    def fit(self, X, y=None):
+        """Co-cluster the rows and columns of X.
+
+        Parameters
+        ----------
+        X : array-like (n_samples, n_features)
+            NumPy array, Dask array chunked along rows, ``zarr.Array`` or Zarr path.
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        v.validate_params(self, self._parameter_constraints)
+        name = type(self).__name__
+        X = v.check_array(X, estimator_name=name)
+        n, d = X.shape
+        K, L = self.n_row_clusters, self.n_column_clusters
+        if K > n:
+            raise ValueError(f"n_row_clusters={K} must be <= n_samples={n}.")
+        if L > d:
+            raise ValueError(f"n_column_clusters={L} must be <= n_features={d}.")
+        n_init = self.n_init
+        if isinstance(self.init, tuple):
+            init = _check_init_tuple(self.init, K, L, d, name)
+            n_init = 1
+        else:
+            init = self.init
+        seed = v.seed_from(self.random_state)
+        blocks = RowBlocks(X)
+        stats = feature_stats(blocks)
+        v.check_finite_count(stats["nonfinite"], f"X passed to {name}")
+        fit = _CoFit(blocks, stats, K=K, L=L, R=n_init, seed=seed, median_tol=self.median_tol)
+        state = fit.init_state(init, self.init_size)
+        state, log = iterate(fit.step, state, n_restarts=n_init, max_iter=self.max_iter,
+                             tol=self.tol, callback=self.callback, verbose=self.verbose,
+                             name=name, passes=lambda: blocks.n_passes)
+        objective, labels = fit.final(state)
+        best = int(np.argmin(objective))
+        if not log.stopped_by_callback:
+            warn_if_not_converged(name, log.converged[best], self.max_iter)
+
+        self.block_medians_ = state["S"][best].copy()
+        self.column_labels_ = state["columns"][best].astype(np.int64)
+        self.objective_ = float(objective[best])
+        self.objective_history_ = log.restart_history(best)
+        self.n_iter_ = int(log.n_iter[best])
+        self.n_passes_ = blocks.n_passes
+        self.median_rounds_ = fit.median_rounds
+        self.n_features_in_ = d
+        self.row_labels_ = labels[:, best] if labels is not None else self.predict(X)
+        return self
+
+    def fit_predict(self, X, y=None):
+        """Fit and return ``row_labels_``."""
+        return self.fit(X).row_labels_
+
+    @property
+    def row_prototypes_(self):
+        """``block_medians_[:, column_labels_]``, shape (n_row_clusters, n_features)."""
+        return self.block_medians_[:, self.column_labels_]
+
+    def predict(self, X):
+        """Row cluster of every sample (L1-nearest row prototype), shape (n_samples,)."""
+        return self._apply(X, predict_block, drop_features=True, dtype=np.int32)
+
+    def transform(self, X):
+        """L1 distances to the row prototypes, shape (n_samples, n_row_clusters)."""
+        return self._apply(X, transform_block, drop_features=False, dtype=np.float64)
+
+    def _apply(self, X, fn, drop_features, dtype):
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "block_medians_")
+        return apply_centers(X, self.row_prototypes_, "l1", fn, drop_features, dtype,
+                             type(self).__name__, self.n_features_in_)
+
+
+def _check_init_tuple(init, K, L, d, name):
+    msg = (f"The 'init' tuple of {name} must be (block values of shape (n_row_clusters, "
+           f"n_column_clusters) = {(K, L)}, finite; column labels of shape (n_features,) = "
+           f"({d},) with values in [0, {L}))")
+    if len(init) != 2:
+        raise ValueError(msg + f"; got a tuple of length {len(init)}.")
+    S, c = (np.asarray(a) for a in init)
+    if S.shape != (K, L) or not np.all(np.isfinite(S)):
+        raise ValueError(msg + f"; got block values of shape {S.shape}.")
+    if c.shape != (d,) or c.dtype.kind not in "iu" or (d and (c.min() < 0 or c.max() >= L)):
+        raise ValueError(msg + f"; got column labels of shape {c.shape}, dtype {c.dtype}.")
+    return S.astype(np.float64), c.astype(np.int64)
+
+
+class _CoFit:
+    """State and passes of one RFNMTF fit; the state is ``{"S": (R, K, L), "columns": (R, d)}``."""
+
+    def __init__(self, blocks, stats, *, K, L, R, seed, median_tol):
+        self.blocks, self.K, self.L, self.R = blocks, K, L, R
+        self.seed, self.median_tol = seed, median_tol
+        self.lo, self.hi = stats["min"], stats["max"]
+        self.d = self.lo.shape[0]
+        self.warm = None          # previous S step's final windows (R, K, L)
+        self.speculate = None     # per restart: column labels unchanged last iteration
+        self.median_rounds = []
+
+    # -- initialisation
+    def init_state(self, init, init_size):
+        if isinstance(init, tuple):
+            S, c = init
+            return {"S": S[None].copy(), "columns": c[None].copy()}
+        if init == "random":
+            return self._init_random()
+        return self._init_sample(init_size)
+
+    def _init_random(self):
+        idx = np.arange(self.d, dtype=np.uint64)
+        columns = np.empty((self.R, self.d), dtype=np.int64)
+        for r in range(self.R):
+            # a random balanced partition: every column cluster starts non-empty
+            order = np.argsort(rng.uniform(self.seed, rng.stream_id(4, r), idx), kind="stable")
+            columns[r, order] = np.arange(self.d) % self.L
+        S, _ = self._s_step(None, columns, np.ones(self.R, dtype=bool))
+        return {"S": S, "columns": columns}
+
+    def _init_sample(self, init_size):
+        n = self.blocks.shape[0]
+        size = init_size or max(2000, 20 * self.K)
+        size = max(self.K, min(size, n, _SAMPLE_VALUES // self.d))
+        sample, _ = sample_rows(self.blocks, size, self.seed, rng.stream_id(5))
+        m = sample.shape[0]
+        # candidates per restart, as many as a fixed budget of in-memory work allows
+        n_cand = self.R * int(np.clip(2**27 // (m * self.d * (self.K + self.L) * self.R), 1, 4))
+        col_seed = int(rng.stream_id(6, self.seed % 2**62) >> 1)
+        columns = kmedians_labels(sample.T, self.L, n_cand, col_seed).T.astype(np.int64)
+        S = np.full((n_cand, self.K, self.L), np.nan)
+        for r in range(n_cand):
+            # rows are clustered on their per-column-cluster medians (m x L): the medians
+            # over a column cluster's features are robust to gross entries
+            groups = [columns[r] == l for l in range(self.L)]
+            profile = np.stack([np.median(sample[:, g], axis=1) for g in groups], axis=1)
+            row_seed = int(rng.stream_id(7, r, self.seed % 2**62) >> 1)
+            rows = kmedians_labels(profile, self.K, 1, row_seed)[:, 0]
+            for k in range(self.K):
+                for l, g in enumerate(groups):
+                    block = sample[rows == k][:, g]
+                    if block.size:
+                        S[r, k, l] = np.median(block)
+        # co-cluster the sample from every candidate (in memory, the same code), keep the
+        # n_init with the lowest sample objective
+        blocks = RowBlocks(sample)
+        sub = _CoFit(blocks, feature_stats(blocks), K=self.K, L=self.L, R=n_cand,
+                     seed=self.seed, median_tol=0.0)
+        state, _ = iterate(sub.step, {"S": S, "columns": columns}, n_restarts=n_cand,
+                           max_iter=20, tol=1e-4)
+        objective, _ = sub.final(state)
+        keep = np.sort(np.argsort(objective, kind="stable")[:self.R])
+        return {"S": state["S"][keep], "columns": state["columns"][keep]}
+
+    # -- one iteration
+    def step(self, state, active):
+        S, C = state["S"][active], state["columns"][active]
+        Ra = int(active.sum())
+        spec_round = self.speculate is not None and bool(self.speculate[active].all())
+        search = plan = None
+        if spec_round:
+            search = self._median_search(C, active)
+            plan = search.first_plan()
+        res, labels = self.blocks.map_reduce(
+            cocluster_assign_chunk, cocluster_assign_combine,
+            args=(prototypes(S, C), S, C, {"K": self.K, "plan": plan}),
+            keep_state=True, name="row step + column costs")
+        newC = argmin_ties_low(res["costs"])
+        objective = np.take_along_axis(res["costs"], newC[:, :, None], axis=2)[:, :, 0].sum(axis=1)
+        newC = _reseed_empty_columns(newC, res["costs"], self.L)
+        unchanged = np.all(newC == C, axis=1)
+        if self.speculate is None:
+            self.speculate = np.zeros(self.R, dtype=bool)
+        self.speculate[active] = unchanged
+        newS, _ = self._s_step(labels, newC, active, res["counts"],
+                               (search, plan, res.get("median")) if spec_round and unchanged.all()
+                               else None)
+        del labels
+        newS = _reseed_empty_rows(newS, res["counts"], res["worst"], newC)
+        state = {"S": state["S"].copy(), "columns": state["columns"].copy()}
+        state["S"][active], state["columns"][active] = newS, newC
+        return state, objective
+
+    def _s_step(self, labels, C, active, counts=None, speculative=None):
+        """S = block medians for row labels ``labels`` (per-block state; None: the random
+        initial labels) and column labels ``C`` of the active restarts."""
+        Ra = C.shape[0]
+        ncols = np.stack([np.bincount(C[r], minlength=self.L) for r in range(Ra)])
+        n_values = None if counts is None else (counts[:, :, None] * ncols[:, None, :]).ravel()
+        rounds = 0
+        if speculative is not None:
+            search, plan, part = speculative
+            search.update(plan, part, n_values=n_values)
+            rounds = 1
+        else:
+            search = self._median_search(C, active)
+            plan = search.first_plan()
+            part = self._median_pass(labels, C, plan, Ra)
+            search.update(plan, part, n_values=n_values)
+            rounds = 1
+        while (plan := search.next_plan()) is not None:
+            search.update(plan, self._median_pass(labels, C, plan, Ra))
+            rounds += 1
+        self.median_rounds.append(rounds)
+        self._keep_warm(search, active)
+        return search.value.reshape(Ra, self.K, self.L), rounds
+
+    def _median_pass(self, labels, C, plan, Ra):
+        if labels is None:
+            return self.blocks.map_reduce(random_median_chunk, merge_median_round,
+                                          args=(self.K, plan, C, self.seed, Ra),
+                                          name="S step (random rows)")
+        return self.blocks.map_reduce(median_refine_chunk, merge_median_round,
+                                      args=(self.K, plan, C), state=labels, name="S step")
+
+    def _median_search(self, C, active):
+        """A search over the entries (restart, row cluster, column cluster), bounded by the
+        range of the features in each column cluster."""
+        Ra = C.shape[0]
+        lo = np.full((Ra, self.L), np.inf)
+        hi = np.full((Ra, self.L), -np.inf)
+        for r in range(Ra):
+            np.minimum.at(lo[r], C[r], self.lo)
+            np.maximum.at(hi[r], C[r], self.hi)
+        empty = lo > hi
+        lo[empty], hi[empty] = 0.0, 0.0
+        lo = np.repeat(lo[:, None, :], self.K, axis=1).ravel()
+        hi = np.repeat(hi[:, None, :], self.K, axis=1).ravel()
+        warm = None
+        if self.warm is not None:
+            warm = tuple(w[active].ravel() for w in self.warm)
+        return MedianSearch(lo, hi, tol=self.median_tol, warm=warm,
+                            n_total=self.blocks.shape[0] * self.d * Ra)
+
+    def _keep_warm(self, search, active):
+        if self.warm is None:
+            shape = (self.R, self.K, self.L)
+            self.warm = (np.full(shape, np.nan), np.full(shape, np.nan),
+                         np.zeros(shape, dtype=np.int64))
+        for w, new in zip(self.warm, search.final_window):
+            w[active] = new.reshape(-1, self.K, self.L)
+
+    # -- the end
+    def final(self, state):
+        """Objective of every restart at its final S and column labels, with the row
+        step applied (1 pass); the labels too for NumPy input."""
+        keep = not self.blocks.is_dask
+        P = prototypes(state["S"], state["columns"])
+        out = self.blocks.map_reduce(objective_chunk, objective_combine, args=(P, "l1", keep),
+                                     keep_state=keep, name="final row step")
+        if keep:
+            objective, labels = out
+            return objective, np.concatenate(labels)
+        return out, None
+
+
+# ---------------------------------------------------------------- per-block functions
+def cocluster_assign_chunk(block, start, P, S, C, spec):
+    """The fused pass of one block: row step with the prototypes P (R, K, d), the column
+    costs with the new row labels, sizes, worst-fit rows and — when ``spec["plan"]`` is
+    given — a speculative first S-step round for the column labels C.
+
+    Returns ``(partial, labels)``; labels (n_rows, R) stay with the block.
+    """
+    x = as_float_block(block)
+    K = spec["K"]
+    labels, residual = nearest(x, P, "l1")
+    part = {"objective": residual.sum(axis=0),
+            "counts": np.stack([np.bincount(labels[:, r], minlength=K)
+                                for r in range(labels.shape[1])]).astype(np.int64),
+            "worst": worst_fit(residual, start, x, K),
+            "costs": column_costs(x, labels, S)}
+    if spec["plan"] is not None:
+        part["median"] = median_round(x, labels, K, spec["plan"], C)
+    return part, labels
+
+
+def cocluster_assign_combine(parts):
+    out = {"objective": sum_arrays([p["objective"] for p in parts]),
+           "counts": sum_arrays([p["counts"] for p in parts]),
+           "worst": merge_worst_fit([p["worst"] for p in parts]),
+           "costs": sum_arrays([p["costs"] for p in parts])}
+    if "median" in parts[0]:
+        out["median"] = merge_median_round([p["median"] for p in parts])
+    return out
+
+
+def random_median_chunk(block, start, K, plan, C, seed, R):
+    """An S-step round for the random initial row labels, drawn from (seed, restart, row)."""
+    x = as_float_block(block)
+    return median_round(x, random_labels(seed, R, start, x.shape[0], K), K, plan, C)
+
+
+# ---------------------------------------------------------------- empty clusters
+def _reseed_empty_columns(C, costs, L):
+    """An empty column cluster takes the feature that fits its own cluster worst (largest
+    cost; ties to the lowest index) among clusters with more than one feature."""
+    C = C.copy()
+    for r in range(C.shape[0]):
+        own = np.take_along_axis(costs[r], C[r][:, None], axis=1)[:, 0]
+        for l in np.flatnonzero(np.bincount(C[r], minlength=L) == 0):
+            sizes = np.bincount(C[r], minlength=L)
+            movable = sizes[C[r]] > 1
+            j = int(np.argmax(np.where(movable, own, -np.inf)))
+            C[r, j] = l
+            own[j] = -np.inf
+    return C
+
+
+def _reseed_empty_rows(S, counts, worst, C):
+    """An empty row cluster takes the worst-fit sample as its prototype: S[k, l] = the
+    median of that sample's features in column cluster l (worst first, ties to the lowest
+    index)."""
+    S = S.copy()
+    for r in range(S.shape[0]):
+        for slot, k in enumerate(np.flatnonzero(counts[r] == 0)):
+            row = worst["rows"][r, slot]
+            for l in range(S.shape[2]):
+                S[r, k, l] = np.median(row[C[r] == l])
+    return S

@@ -1,0 +1,212 @@
+"""RFNMTF against the exact in-memory update rules (eq. 20-22), planted recovery, invariances."""
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.cluster import SpectralBiclustering
+from sklearn.exceptions import ConvergenceWarning
+
+from daskrnmf import RFNMTF
+from daskrnmf.datasets import make_coclusters
+from daskrnmf.metrics import clustering_accuracy
+
+from .reference import rfnmtf_reference
+
+
+@pytest.fixture(scope="module")
+def planted():
+    # the issue's case: 8 x 6 blocks, 5 % of the entries replaced by gross outliers
+    return make_coclusters(1000, 120, 8, 6, outlier_fraction=0.05, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def small():
+    X, r, c, _ = make_coclusters(300, 40, 4, 3, noise=2.0, outlier_fraction=0.05, random_state=1)
+    return X, r, c
+
+
+def _start(X, K, L, seed):
+    """A deliberately poor start: random block values and column labels."""
+    g = np.random.default_rng(seed)
+    return g.uniform(X.min(), np.median(X) * 2, size=(K, L)), g.integers(0, L, X.shape[1])
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("chunks", [None, 300, 47])
+def test_matches_exact_reference(small, chunks):
+    X, _, _ = small
+    S0, c0 = _start(X, 4, 3, 0)
+    data = X if chunks is None else da.from_array(X, chunks=(chunks, X.shape[1]))
+    m = RFNMTF(4, 3, init=(S0, c0), max_iter=8, tol=0.0).fit(data)
+    S, c, r, hist = rfnmtf_reference(X, S0, c0, m.n_iter_)
+    np.testing.assert_array_equal(m.block_medians_, S)  # medians are exact order statistics
+    np.testing.assert_array_equal(m.column_labels_, c)
+    np.testing.assert_allclose(m.objective_history_, hist, rtol=1e-12)
+    final = np.abs(X[:, None, :] - S[:, c][None]).sum(-1)
+    np.testing.assert_array_equal(np.asarray(m.row_labels_), final.argmin(1))
+    np.testing.assert_allclose(m.objective_, final.min(1).sum(), rtol=1e-12)
+    assert m.n_iter_ == 8
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_matches_reference_with_histogram_rounds(small, monkeypatch):
+    # budgets forced small: the S step histograms and refines over several passes
+    from daskrnmf import reductions
+
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 500)
+    monkeypatch.setattr(reductions, "HIST_CELLS", 64)
+    X, _, _ = small
+    S0, c0 = _start(X, 4, 3, 1)
+    m = RFNMTF(4, 3, init=(S0, c0), max_iter=4, tol=0.0).fit(da.from_array(X, chunks=(37, 40)))
+    S, c, _, hist = rfnmtf_reference(X, S0, c0, 4)
+    np.testing.assert_array_equal(m.block_medians_, S)
+    np.testing.assert_array_equal(m.column_labels_, c)
+    np.testing.assert_allclose(m.objective_history_, hist, rtol=1e-12)
+    assert max(m.median_rounds_) >= 3
+
+
+def test_empty_row_and_column_clusters_reseeded():
+    X, _, _, _ = make_coclusters(60, 12, 2, 2, noise=0.5, outlier_fraction=0.0, random_state=2)
+    lo, hi = X.min(), X.max()
+    S0 = np.array([[lo, hi, hi], [hi, lo, lo], [1e6, 1e6, 1e6]])  # row cluster 2 wins nothing
+    c0 = np.zeros(12, dtype=int)  # column clusters 1 and 2 start empty
+    m = RFNMTF(3, 3, init=(S0, c0), max_iter=1, tol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        m.fit(X)
+    S, c, _, _ = rfnmtf_reference(X, S0, c0, 1)
+    np.testing.assert_array_equal(m.column_labels_, c)
+    assert np.all(np.bincount(c, minlength=3) > 0)
+    np.testing.assert_array_equal(m.block_medians_, S)
+    assert np.all(np.isfinite(m.block_medians_))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("init", ["random", "k-medians++"])
+def test_objective_never_increases(small, seed, init):
+    X, _, _ = small
+    Xn = np.abs(X + np.random.default_rng(seed).standard_cauchy(size=X.shape))
+    m = RFNMTF(4, 3, n_init=1, init=init, max_iter=40, tol=0.0, random_state=seed).fit(Xn)
+    h = m.objective_history_
+    assert h.size >= 2
+    assert np.all(np.diff(h) <= 1e-12 * h[:-1]), h
+    assert m.objective_ <= h[-1] * (1 + 1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_objective_with_median_tol_within_tolerance(small):
+    X, _, _ = small
+    m = RFNMTF(4, 3, n_init=1, init="random", max_iter=30, tol=0.0, median_tol=1e-3,
+               random_state=0).fit(X)
+    h = m.objective_history_
+    # an approximate median is off by at most median_tol * range per entry
+    slack = 1e-3 * (X.max() - X.min()) * X.size
+    assert np.all(np.diff(h) <= slack), h
+
+
+@pytest.mark.parametrize("random_state", [0, 1, 2])
+def test_recovers_planted_coclusters_with_gross_outliers(planted, random_state):
+    X, r, c, _ = planted
+    m = RFNMTF(8, 6, random_state=random_state).fit(X)
+    assert clustering_accuracy(r, m.row_labels_) >= 0.99
+    assert clustering_accuracy(c, m.column_labels_) >= 0.99
+
+
+def test_recovers_planted_coclusters_out_of_core_input(tmp_path):
+    import zarr
+
+    X, r, c, _ = make_coclusters(3000, 120, 8, 6, outlier_fraction=0.05, random_state=3)
+    z = zarr.create_array(str(tmp_path / "X.zarr"), shape=X.shape, chunks=(250, 120), dtype="f8")
+    z[:] = X
+    m = RFNMTF(8, 6, init_size=800, random_state=0).fit(str(tmp_path / "X.zarr"))
+    assert isinstance(m.row_labels_, da.Array)
+    assert clustering_accuracy(r, m.row_labels_.compute()) >= 0.99
+    assert clustering_accuracy(c, m.column_labels_) >= 0.99
+
+
+def test_l2_spectral_biclustering_does_worse_on_the_same_data(planted):
+    X, r, c, _ = planted
+    sb = SpectralBiclustering((8, 6), random_state=0).fit(X)
+    assert clustering_accuracy(r, sb.row_labels_) < 0.9
+    Xc, rc, cc, _ = make_coclusters(1000, 120, 8, 6, outlier_fraction=0.0, random_state=0)
+    clean = SpectralBiclustering((8, 6), random_state=0).fit(Xc)
+    assert clustering_accuracy(rc, clean.row_labels_) == 1.0  # the outliers are what break it
+
+
+@pytest.mark.parametrize("init", ["k-medians++", "random"])
+def test_same_result_for_any_chunking(small, init):
+    X, _, _ = small
+    ref = RFNMTF(4, 3, n_init=3, init=init, random_state=5).fit(X)
+    for chunks in (300, 64, 17):
+        m = RFNMTF(4, 3, n_init=3, init=init, random_state=5).fit(
+            da.from_array(X, chunks=(chunks, X.shape[1])))
+        np.testing.assert_array_equal(m.row_labels_.compute(), ref.row_labels_)
+        np.testing.assert_array_equal(m.column_labels_, ref.column_labels_)
+        np.testing.assert_array_equal(m.block_medians_, ref.block_medians_)
+        np.testing.assert_allclose(m.objective_history_, ref.objective_history_, rtol=1e-12)
+
+
+def test_pass_count_and_speculative_s_round(planted):
+    X, _, _, _ = planted
+    seen = []
+    m = RFNMTF(8, 6, n_init=2, random_state=0,
+               callback=lambda info: seen.append(info["n_passes"]) and False).fit(X)
+    per_iter = np.diff([2] + seen)  # feature stats + row sample come first
+    assert m.n_passes_ == seen[-1] + 1  # + the final row step
+    # an iteration is the fused pass plus the S rounds it did not finish
+    assert np.all(per_iter >= 1) and np.all(per_iter <= 1 + np.array(m.median_rounds_))
+    # once the column labels stop moving, the fused pass's speculative round (with the
+    # warm windows) finishes S: one pass per iteration
+    assert per_iter[-1] == 1 and m.median_rounds_[-1] == 1
+
+
+def test_predict_transform_and_api(small):
+    X, _, _ = small
+    m = RFNMTF(4, 3, n_init=2, random_state=0).fit(X)
+    np.testing.assert_array_equal(m.predict(X), m.row_labels_)
+    T = m.transform(X)
+    np.testing.assert_allclose(T, np.abs(X[:, None] - m.row_prototypes_[None]).sum(-1))
+    Xd = da.from_array(X, chunks=(50, X.shape[1]))
+    assert isinstance(m.predict(Xd), da.Array)
+    np.testing.assert_array_equal(m.predict(Xd).compute(), m.row_labels_)
+    np.testing.assert_array_equal(RFNMTF(4, 3, n_init=2, random_state=0).fit_predict(X), m.row_labels_)
+    assert m.block_medians_.shape == (4, 3) and m.column_labels_.shape == (X.shape[1],)
+    c = clone(m).set_params(n_row_clusters=2)
+    assert c.n_row_clusters == 2 and c.get_params()["n_column_clusters"] == 3
+    with pytest.raises(ValueError, match="features"):
+        m.predict(X[:, :5])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n_column_clusters": 41}, "n_column_clusters=41 must be <= n_features=40"),
+    ({"n_row_clusters": 301}, "n_row_clusters=301 must be <= n_samples=300"),
+    ({"max_iter": -3}, r"The 'max_iter' parameter of RFNMTF must be an int in the range \[1, inf\). Got -3"),
+    ({"init": "kmeans"}, "The 'init' parameter of RFNMTF must be"),
+    ({"init": (np.ones((4, 3)), np.zeros(39, dtype=int))}, "column labels of shape"),
+    ({"init": (np.ones((4, 2)), np.zeros(40, dtype=int))}, "block values of shape"),
+    ({"init": (np.ones((4, 3)), np.full(40, 3))}, "values in"),
+    ({"init_size": 0}, "The 'init_size' parameter"),
+])
+def test_bad_parameters(small, kwargs, match):
+    X, _, _ = small
+    params = {"n_row_clusters": 4, "n_column_clusters": 3, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        RFNMTF(**params).fit(X)
+
+
+def test_bad_input(small):
+    X, _, _ = small
+    bad = X.copy()
+    bad[3, 4] = np.nan
+    with pytest.raises(ValueError, match="1 NaN or infinite"):
+        RFNMTF(4, 3).fit(bad)
+    with pytest.raises(ValueError, match="1 NaN or infinite"):
+        RFNMTF(4, 3).fit(da.from_array(bad, chunks=(50, 40)))
+    with pytest.raises(ValueError, match="2-D"):
+        RFNMTF(4, 3).fit(X[:, 0])
+    with pytest.raises(ValueError, match="chunked along its columns"):
+        RFNMTF(4, 3).fit(da.from_array(X, chunks=(50, 20)))
