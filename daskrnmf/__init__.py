@@ -14,6 +14,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "RFNMF": ("daskrnmf.models.rfnmf", "RFNMF"),
     "RFNMTF": ("daskrnmf.models.rfnmtf", "RFNMTF"),
+    "ORNMF": ("daskrnmf.models.ornmf", "ORNMF"),
+    "RNMF": ("daskrnmf.models.ornmf", "RNMF"),
+    "NMF": ("daskrnmf.models.ornmf", "NMF"),
     "datasets": ("daskrnmf.datasets", None),
     "io": ("daskrnmf.io", None),
     "metrics": ("daskrnmf.metrics", None),

@@ -80,6 +80,38 @@ def make_coclusters(n_samples=1000, n_features=120, n_row_clusters=8, n_column_c
     return X, rows, cols, S
 
 
+def make_ordered_segments(n_features=400, n_segments=8, segment_length=20, *, noise=0.0,
+                          noise_mode="every-entry", random_state=0):
+    """ORNMF's synthetic sequence (paper 002, Section V-C): segments of identical samples.
+
+    A (n_features x n_segments) has entries uniform in [0, 1]; segment s is
+    ``segment_length`` copies of ``A w_s`` with weights ``w_s`` uniform in [0, 1]; the
+    samples (rows) are in segment order.  Noise: ``"every-entry"`` adds
+    ``noise * N(0, 1)`` to every entry (the reading with which ERRATA found the 50 %
+    level unclusterable); ``"fraction"`` adds unit N(0, 1) noise to a fraction ``noise``
+    of the entries.  The result is rescaled to [0, 1] as in the paper.
+
+    Returns
+    -------
+    X : ndarray (n_segments * segment_length, n_features) in [0, 1]
+    y : ndarray of int, the segment of every sample
+    """
+    if noise_mode not in ("every-entry", "fraction"):
+        raise ValueError(f"noise_mode must be 'every-entry' or 'fraction'; got {noise_mode!r}.")
+    rng = np.random.default_rng(random_state)
+    A = rng.uniform(size=(n_features, n_segments))
+    weights = rng.uniform(size=(n_segments, n_segments))
+    y = np.repeat(np.arange(n_segments), segment_length)
+    X = (A @ weights.T).T[y]
+    if noise > 0:
+        if noise_mode == "every-entry":
+            X = X + noise * rng.normal(size=X.shape)
+        else:
+            X = X + np.where(rng.random(X.shape) < noise, rng.normal(size=X.shape), 0.0)
+    X = (X - X.min()) / max(X.max() - X.min(), 1e-300)
+    return X, y
+
+
 def _blob_block(block_info, *, centers, seed, scale, outlier_fraction, corrupt_fraction,
                 outlier_high, dtype, want):
     """Rows of one storage chunk: Gaussian clusters; outlier rows have a fraction of

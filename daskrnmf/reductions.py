@@ -86,7 +86,7 @@ def assign_chunk(block, start, centers, spec):
         residual = np.zeros(labels.shape)
     else:
         labels, residual = nearest(x, centers, spec["metric"])
-    part = {"objective": residual.sum(axis=0),
+    part = {"objective": (residual ** 2 if spec.get("squared") else residual).sum(axis=0),
             "worst": worst_fit(residual, start, x, spec["n_worst"])}
     if spec["stats"] == "sums":
         weights = (np.ones_like(residual) if spec["weights"] == "ones"

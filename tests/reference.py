@@ -81,3 +81,42 @@ def rfnmtf_reference(X, S0, c0, n_iter):
                 newS[k, l] = np.median(X[worst[slot]][c == l])
         S = newS
     return S, c, r, np.array(history)
+
+
+def ornmf_reference(X, W0, H0, alpha, n_iter, loss="l21"):
+    """ORNMF (eq. 4) with the paper's dense matrices, literally: D_1 (eq. 7), D_2 (eq. 8,
+    norms floored at 1e-10), R = R^+ - R^- (eq. 11), R_a..R_d, the H rule (13) without its
+    square root, D_1 again, the W rule (24); then W's rows scaled to unit norm with the
+    scale moved into H (ERRATA).  Paper orientation inside: V = X^T, W_p = W^T, H_p = H^T.
+    ``loss="fro"`` (D_1 = I, alpha = 0) is Lee-Seung.  Returns W, H and the objective
+    J(W_{t-1}, H_t) of every iteration.
+    """
+    V = np.asarray(X, dtype=float).T
+    Wp, Hp = np.array(W0, dtype=float).T, np.array(H0, dtype=float).T
+    n = V.shape[1]
+    R = np.zeros((n, n - 1))
+    R[np.arange(n - 1), np.arange(n - 1)] = -1.0
+    R[np.arange(1, n), np.arange(n - 1)] = 1.0
+    Rp, Rm = (np.abs(R) + R) / 2, (np.abs(R) - R) / 2
+
+    def d1(Wp, Hp):
+        if loss == "fro":
+            return np.eye(n)
+        return np.diag(1.0 / np.maximum(np.linalg.norm(V - Wp @ Hp, axis=0), 1e-10))
+
+    history = []
+    for _ in range(n_iter):
+        D1 = d1(Wp, Hp)
+        D2 = np.diag(1.0 / np.maximum(np.linalg.norm(Hp @ R, axis=0), 1e-10))
+        Ra, Rb, Rc, Rd = Rp @ D2 @ Rm.T, Rm @ D2 @ Rp.T, Rp @ D2 @ Rp.T, Rm @ D2 @ Rm.T
+        num = Wp.T @ V @ D1 + alpha * Hp @ (Ra + Rb)
+        den = Wp.T @ Wp @ Hp @ D1 + alpha * Hp @ (Rc + Rd)
+        Hp = np.where(den > 0, Hp * num / np.where(den > 0, den, 1.0), 0.0)
+        res = np.linalg.norm(V - Wp @ Hp, axis=0)
+        loss_value = (res ** 2).sum() if loss == "fro" else res.sum()
+        history.append(loss_value + alpha * np.linalg.norm(Hp @ R, axis=0).sum())
+        D1 = d1(Wp, Hp)
+        Wp = Wp * (V @ D1 @ Hp.T) / (Wp @ Hp @ D1 @ Hp.T)
+        norms = np.linalg.norm(Wp, axis=0)
+        Wp, Hp = Wp / norms, Hp * norms[:, None]
+    return Wp.T, Hp.T, np.array(history)

@@ -227,3 +227,11 @@ def test_l21_is_not_pinned_to_kmedians_pp_seeds():
     assert not any(np.all(np.isclose(X, c), axis=1).any() for c in m.cluster_centers_)
     F, _, hist = rfnmf_reference(X, X[[0, 1, 2, 3]], "l21", 5, _eps(X))
     assert hist[1] == pytest.approx(hist[0], rel=1e-6)  # the literal rule from data points is stuck
+
+
+def test_l2_loss_is_kmeans(blobs):
+    X, y = blobs
+    m = RFNMF(4, loss="l2", n_init=10, random_state=0).fit(X)
+    km = KMeans(4, n_init=10, random_state=0).fit(X)
+    np.testing.assert_allclose(m.objective_, km.inertia_, rtol=1e-9)
+    assert clustering_accuracy(km.labels_, m.labels_) == 1.0

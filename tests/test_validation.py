@@ -16,7 +16,7 @@ from daskrnmf.io import open_array
     ("max_iter", -3, "The 'max_iter' parameter of RFNMF must be an int in the range [1, inf). Got -3 instead."),
     ("max_iter", 2.5, "The 'max_iter' parameter of RFNMF must be an int in the range [1, inf). Got 2.5 instead."),
     ("n_clusters", 0, "The 'n_clusters' parameter of RFNMF must be an int in the range [1, inf). Got 0 instead."),
-    ("loss", "l2", "The 'loss' parameter of RFNMF must be a str among {'l21', 'l1'}. Got 'l2' instead."),
+    ("loss", "l3", "The 'loss' parameter of RFNMF must be a str among {'l21', 'l1', 'l2'}. Got 'l3' instead."),
     ("tol", -1.0, "The 'tol' parameter of RFNMF must be a float in the range [0, inf). Got -1.0 instead."),
     ("median_tol", 2.0, "The 'median_tol' parameter of RFNMF must be a float in the range [0, 1]. Got 2.0 instead."),
     ("n_init", True, "The 'n_init' parameter of RFNMF must be an int in the range [1, inf). Got True instead."),

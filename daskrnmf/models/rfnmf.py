@@ -41,9 +41,11 @@ class RFNMF(ClusterMixin, TransformerMixin, BaseEstimator):
     ----------
     n_clusters : int, default=8
         Number of clusters (columns of the indicator G).
-    loss : {"l21", "l1"}, default="l21"
+    loss : {"l21", "l1", "l2"}, default="l21"
         ``"l21"``: RFNMF, eq. (6), centres are reweighted means.  ``"l1"``: RFNMF_L1,
-        eq. (5), centres are per-cluster, per-feature medians.
+        eq. (5), centres are per-cluster, per-feature medians.  ``"l2"``: the squared
+        Frobenius loss ||X - G F||_F^2, i.e. k-means (Lloyd's updates; the baseline the
+        papers compare with and the clustering ORNMF applies to its codes).
     n_init : int, default=10
         Number of restarts, evaluated together (one pass over X serves them all); the
         restart with the lowest objective is kept.
@@ -86,7 +88,7 @@ class RFNMF(ClusterMixin, TransformerMixin, BaseEstimator):
 
     _parameter_constraints = {
         "n_clusters": [v.Interval(int, 1, None)],
-        "loss": [v.Options(("l21", "l1"))],
+        "loss": [v.Options(("l21", "l1", "l2"))],
         "n_init": [v.Interval(int, 1, None)],
         "init": [v.Options(("k-medians++", "random")), v.Kind((np.ndarray,), "an array of shape (n_clusters, n_features)")],
         "max_iter": [v.Interval(int, 1, None)],
@@ -261,7 +263,8 @@ class _Fit:
         spec = {"metric": self.metric, "n_clusters": self.k, "eps": self.eps, "n_worst": self.k,
                 "seed": self.seed, "restarts": Ra,
                 "stats": "median" if self.loss == "l1" else "sums",
-                "weights": "ones" if Fa is None or self.unit_weights_next else "l21"}
+                "weights": "ones" if Fa is None or self.unit_weights_next or self.loss == "l2"
+                else "l21", "squared": self.loss == "l2"}
         self.unit_weights_next = False
         if self.loss == "l1":
             search = self._median_search(Ra, active)
@@ -307,7 +310,8 @@ class _Fit:
     def final(self, F):
         """Objective of every restart at its final centres (1 pass); labels for NumPy input."""
         keep = not self.blocks.is_dask
-        out = self.blocks.map_reduce(objective_chunk, objective_combine, args=(F, self.metric, keep),
+        out = self.blocks.map_reduce(objective_chunk, objective_combine,
+                                     args=(F, self.metric, keep, self.loss == "l2"),
                                      keep_state=keep, name="final assignment")
         if keep:
             objective, labels = out
@@ -366,8 +370,10 @@ def _assign_sums_chunk(block, start, centers, spec):
     return assign_chunk(block, start, centers, spec)[0]
 
 
-def objective_chunk(block, start, F, metric, keep_labels):
+def objective_chunk(block, start, F, metric, keep_labels, squared=False):
     labels, dist = nearest(block, F, metric)
+    if squared:
+        dist = dist ** 2
     if keep_labels:
         return dist.sum(axis=0), labels
     return dist.sum(axis=0)

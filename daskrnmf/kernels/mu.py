@@ -1,0 +1,79 @@
+"""Per-block multiplicative updates of the sample factor H (paper 002, eq. 13; Lee-Seung).
+
+Samples are rows: X (n, d) ~ H (n, k) W (k, d).  The ordered penalty
+``alpha * sum_i ||h_{i+1} - h_i||`` couples each row with its neighbours; the first-difference
+matrices of the paper (R_a + R_b, R_c + R_d) are tri-diagonal, so row i needs only
+``h_{i-1}``, ``h_{i+1}`` and the weights ``q_{i-1}``, ``q_i`` of its two pairs:
+
+    (H (R_a + R_b))_i = q_{i-1} h_{i-1} + q_i h_{i+1}
+    (H (R_c + R_d))_i = (q_{i-1} + q_i) h_i,        q_i = 1 / ||h_{i+1} - h_i||  (D_2, eq. 8)
+
+(q is 0 past either end of X).  Across block edges the neighbour rows come as a halo.
+"""
+
+import numpy as np
+
+PAIR_FLOOR = 1e-10  # floor of ||h_{i+1} - h_i|| in D_2 (identical neighbours would give 1/0)
+
+
+def pair_norms(H, prev=None, nxt=None):
+    """Norms of consecutive differences of H extended by the halo rows.
+
+    Returns
+    -------
+    before : ndarray (n_rows,)  ||h_i - h_{i-1}|| (NaN where there is no previous row)
+    after : ndarray (n_rows,)   ||h_{i+1} - h_i|| (NaN where there is no next row)
+    """
+    n = H.shape[0]
+    inner = np.sqrt(((H[1:] - H[:-1]) ** 2).sum(axis=1))
+    before = np.full(n, np.nan)
+    after = np.full(n, np.nan)
+    before[1:] = inner
+    after[:-1] = inner
+    if n and prev is not None:
+        before[0] = np.sqrt(((H[0] - prev) ** 2).sum())
+    if n and nxt is not None:
+        after[-1] = np.sqrt(((nxt - H[-1]) ** 2).sum())
+    return before, after
+
+
+def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None):
+    """One multiplicative update of the block's rows of H (all rows at once, from the old H).
+
+    Parameters
+    ----------
+    X : ndarray (n_rows, d)
+    H : ndarray (n_rows, k), current codes of the block
+    W : ndarray (k, d), WWt : ndarray (k, k) = W W^T
+    d1 : ndarray (n_rows,)
+        Row weights D_1 (1 / residual norm for the L2,1 loss, 1 for Frobenius).
+    alpha : float
+        Weight of the ordered penalty (0: none, the rows are independent).
+    prev, nxt : ndarray (k,) or None
+        The rows just before and just after the block (None at the ends of X).
+
+    Returns
+    -------
+    H_new : ndarray (n_rows, k)
+        ``H * (d1 X W^T + alpha (q_{i-1} h_{i-1} + q_i h_{i+1}))
+             / (d1 H W W^T + alpha (q_{i-1} + q_i) h_i)`` (eq. 13 without the square root,
+        the form of Kong et al. and of eq. 24; 0/0 keeps 0).
+    """
+    num = d1[:, None] * (X @ W.T)
+    den = d1[:, None] * (H @ WWt)
+    if alpha > 0:
+        before, after = pair_norms(H, prev, nxt)
+        q_prev = np.where(np.isnan(before), 0.0, 1.0 / np.maximum(before, PAIR_FLOOR))
+        q_next = np.where(np.isnan(after), 0.0, 1.0 / np.maximum(after, PAIR_FLOOR))
+        h_prev = np.vstack([prev[None] if prev is not None else np.zeros((1, H.shape[1])), H[:-1]])
+        h_next = np.vstack([H[1:], nxt[None] if nxt is not None else np.zeros((1, H.shape[1]))])
+        num += alpha * (q_prev[:, None] * h_prev + q_next[:, None] * h_next)
+        den += alpha * (q_prev + q_next)[:, None] * H
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = H * num / den
+    return np.where(den > 0, out, 0.0)
+
+
+def residual_norms(X, H, W):
+    """``||x_i - h_i W||`` per row."""
+    return np.sqrt(((X - H @ W) ** 2).sum(axis=1))

@@ -1,0 +1,558 @@
+"""ORNMF (paper 002) and its baselines RNMF (Kong et al.) and NMF (Lee-Seung), out of core.
+
+Samples are rows: X (n_samples, n_features) ~ H W with H >= 0 (n_samples, n_components)
+the codes and W >= 0 (n_components, n_features) the components (``components_``).
+
+    NMF   : min ||X - H W||_F^2
+    RNMF  : min ||X - H W||_{2,1} = sum_i ||x_i - h_i W||
+    ORNMF : min ||X - H W||_{2,1} + alpha sum_{i=1}^{n-1} ||h_{i+1} - h_i||      (eq. 4)
+
+The rows of X are taken in their stored order: consecutive samples (video frames, motion
+capture) get similar codes unless a boundary intervenes.
+
+Updates (one pass over X per iteration, all of it on the workers except W):
+
+* H (eq. 13, without its square root — the form of Kong et al. and of eq. 24, see
+  ERRATA): ``h_i <- h_i * (d_i x_i W^T + alpha (q_{i-1} h_{i-1} + q_i h_{i+1}))
+  / (d_i h_i W W^T + alpha (q_{i-1} + q_i) h_i)`` with ``d_i = 1 / ||x_i - h_i W||``
+  (D_1, eq. 7; 1 for NMF) and ``q_i = 1 / ||h_{i+1} - h_i||`` (D_2, eq. 8, floored at
+  1e-10).  The n x n matrices R_a..R_d of the paper are tri-diagonal and never formed; a
+  block needs only the last row of the block before it and the first row of the block
+  after it (an explicit halo, exchanged through the reduction tree), so the result does not
+  depend on the chunking and an iteration costs O(n d k).
+* W (eq. 24): ``W <- W * (H^T D_1 X) / (H^T D_1 H W)``, with D_1 from the new H; the two
+  k x d and k x k sums are tree-reduced.
+* The rows of W are then scaled to unit L2 norm and the scale moved into H (ERRATA: the
+  penalty can otherwise be lowered by inflating W).  For NMF and RNMF this changes nothing
+  in the objective.
+"""
+
+import functools
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+
+from .. import _validation as v
+from .._blocks import RowBlocks, tree_reduce
+from .._driver import iterate, warn_if_not_converged
+from ..kernels import rng
+from ..kernels.assign import as_float_block
+from ..kernels.median import sum_arrays
+from ..kernels.mu import residual_norms, update_h
+from ..reductions import feature_stats
+
+_EPS = 1e-10
+
+
+class _FactorizationBase(TransformerMixin, BaseEstimator):
+    """Shared fit / transform of the multiplicative-update factorizations."""
+
+    _loss = "l21"
+
+    def _alpha(self):
+        return 0.0
+
+    def fit(self, X, y=None):
+        """Factorize X; see :meth:`fit_transform`."""
+        self.fit_transform(X)
+        return self
+
+    def fit_transform(self, X, y=None):
+        """Factorize X and return H.
+
+        Parameters
+        ----------
+        X : array-like (n_samples, n_features), non-negative
+            NumPy array, Dask array chunked along rows, ``zarr.Array`` or Zarr path.
+
+        Returns
+        -------
+        H : ndarray or dask.array.Array (n_samples, n_components)
+            Dask (chunked like X) for Dask/Zarr input.
+        """
+        v.validate_params(self, self._parameter_constraints)
+        name = type(self).__name__
+        X = v.check_array(X, estimator_name=name)
+        n, d = X.shape
+        blocks = RowBlocks(X)
+        stats = feature_stats(blocks)
+        v.check_finite_count(stats["nonfinite"], f"X passed to {name}")
+        _check_non_negative(stats, name)
+        seed = v.seed_from(self.random_state)
+        fit = _MUFit(blocks, k=self.n_components, loss=self._loss, alpha=self._alpha())
+        W = fit.init(self.init, seed)
+        W, log = iterate(fit.step, W[None], n_restarts=1, max_iter=self.max_iter, tol=self.tol,
+                         callback=self.callback, verbose=self.verbose, name=name,
+                         passes=lambda: blocks.n_passes)
+        W = W[0]
+        err = fit.final(W)
+        if not log.stopped_by_callback:
+            warn_if_not_converged(name, log.converged[0], self.max_iter)
+        self.components_ = W
+        self.reconstruction_err_ = err["error"]
+        self.objective_ = err["objective"]
+        self.objective_history_ = log.restart_history(0)
+        self.n_iter_ = int(log.n_iter[0])
+        self.n_passes_ = blocks.n_passes
+        self.n_features_in_ = d
+        self.n_components_ = self.n_components
+        H = fit.codes(X)
+        self._after_fit(fit, H, seed)
+        return H
+
+    def _after_fit(self, fit, H, seed):
+        pass
+
+    def transform(self, X):
+        """Codes H of samples X for the fitted components (W fixed), ``max_iter`` updates.
+
+        The samples are taken as one ordered sequence (ORNMF's penalty applies to them).
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "components_")
+        name = type(self).__name__
+        X = v.check_array(X, estimator_name=name)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, but {name} was fitted with "
+                             f"{self.n_features_in_}.")
+        blocks = RowBlocks(X)
+        stats = feature_stats(blocks)
+        v.check_finite_count(stats["nonfinite"], f"X passed to {name}.transform")
+        _check_non_negative(stats, name)
+        fit = _MUFit(blocks, k=self.n_components, loss=self._loss, alpha=self._alpha(),
+                     update_w=False)
+        W = fit.init("constant", 0, W=self.components_)
+        iterate(fit.step, W[None], n_restarts=1, max_iter=self.max_iter, tol=self.tol,
+                name=name + ".transform")
+        fit.final(W)
+        return fit.codes(X)
+
+    def inverse_transform(self, H):
+        """``H W``: the reconstruction, shape (n_samples, n_features)."""
+        return H @ self.components_
+
+
+def _check_non_negative(stats, name):
+    low = float(np.min(stats["min"]))
+    if low < 0:
+        raise ValueError(f"Negative values in data passed to X of {name} (min {low:g}); "
+                         "it factorizes non-negative data only.")
+
+
+_COMMON = {
+    "n_components": [v.Interval(int, 1, None)],
+    "init": [v.Options(("random", "nndsvda"))],
+    "max_iter": [v.Interval(int, 1, None)],
+    "tol": [v.Interval(float, 0, None)],
+    "random_state": [v.RANDOM_STATE],
+    "verbose": [v.Interval(int, 0, None)],
+    "callback": [v.CallableOrNone()],
+}
+
+
+class NMF(_FactorizationBase):
+    """Lee-Seung multiplicative-update NMF, min ||X - H W||_F^2, out of core.
+
+    Parameters
+    ----------
+    n_components : int
+    init : {"nndsvda", "random"}, default="nndsvda"
+        scikit-learn's choices: NNDSVD with zeros filled by the mean of X (from the top
+        singular vectors of X, computed out of core from the tree-reduced d x d Gram
+        matrix), or uniform random factors scaled by sqrt(mean(X) / n_components).
+    max_iter : int, default=200
+    tol : float, default=1e-4
+        Stops when the objective falls by at most ``tol`` relative.
+    random_state, verbose, callback
+        As for :class:`daskrnmf.RFNMF`.
+
+    Attributes
+    ----------
+    components_ : ndarray (n_components, n_features)
+        W, rows of unit L2 norm.
+    reconstruction_err_ : float
+        ``||X - H W||_F`` at the end (scikit-learn's meaning).
+    objective_ : float
+        The model's objective at the end.
+    objective_history_ : ndarray (n_iter_,)
+    n_iter_, n_passes_, n_features_in_, n_components_
+    """
+
+    _loss = "fro"
+    _parameter_constraints = dict(_COMMON)
+
+    def __init__(self, n_components=8, *, init="nndsvda", max_iter=200, tol=1e-4,
+                 random_state=None, verbose=0, callback=None):
+        self.n_components = n_components
+        self.init = init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callback = callback
+
+
+class RNMF(NMF):
+    """Kong et al.'s L2,1 robust NMF, min sum_i ||x_i - h_i W||, out of core (ORNMF, alpha=0).
+
+    Parameters and attributes as :class:`NMF`; ``reconstruction_err_`` is the Frobenius
+    error and ``objective_`` the L2,1 error.
+    """
+
+    _loss = "l21"
+
+
+class ORNMF(NMF):
+    """Ordered robust NMF (paper 002, eq. 4), out of core.
+
+    min_{W, H >= 0} sum_i ||x_i - h_i W|| + alpha sum_{i=1}^{n-1} ||h_{i+1} - h_i||
+
+    Parameters
+    ----------
+    n_components : int
+    alpha : float, default=0.3
+        Weight of the ordered penalty (the paper tunes it in [0.1, 0.7]).
+    n_clusters : int, optional
+        If given, ``labels_`` is a k-means clustering of H (as in the paper's
+        experiments), and ``boundaries_`` holds the ``n_clusters - 1`` strongest jumps.
+    boundary_threshold : float, default=0.5
+        Without ``n_clusters``: a jump ``||h_{i+1} - h_i||`` that is a local maximum and at
+        least this fraction of the largest jump is a boundary (at most 1024 are kept).
+    init, max_iter, tol, random_state, verbose, callback
+        As :class:`NMF`.
+
+    Attributes
+    ----------
+    components_, reconstruction_err_, objective_, objective_history_, n_iter_, n_passes_
+        As :class:`NMF`.
+    labels_ : ndarray or dask.array.Array (n_samples,)
+        With ``n_clusters``: k-means labels of the rows of H.
+    boundaries_ : ndarray of int
+        Indices i of the first sample after a segment boundary (the jump between samples
+        i-1 and i), ascending: the paper's Figure 1 reading of the column norms of H R.
+    jumps_ : ndarray or dask.array.Array (n_samples - 1,)
+        ``||h_{i+1} - h_i||``.
+    """
+
+    _loss = "l21"
+    _parameter_constraints = {
+        **_COMMON,
+        "alpha": [v.Interval(float, 0, None)],
+        "n_clusters": [v.Interval(int, 1, None), v.Kind((type(None),), "None")],
+        "boundary_threshold": [v.Interval(float, 0, 1)],
+    }
+
+    def __init__(self, n_components=8, *, alpha=0.3, n_clusters=None, boundary_threshold=0.5,
+                 init="nndsvda", max_iter=200, tol=1e-4, random_state=None, verbose=0,
+                 callback=None):
+        super().__init__(n_components, init=init, max_iter=max_iter, tol=tol,
+                         random_state=random_state, verbose=verbose, callback=callback)
+        self.alpha = alpha
+        self.n_clusters = n_clusters
+        self.boundary_threshold = boundary_threshold
+
+    def _alpha(self):
+        return float(self.alpha)
+
+    def _after_fit(self, fit, H, seed):
+        from .rfnmf import RFNMF
+
+        jumps, top = fit.jumps(H)
+        self.jumps_ = jumps
+        if self.n_clusters is not None:
+            self.boundaries_ = np.sort(top["idx"][:self.n_clusters - 1] + 1)
+            km = RFNMF(self.n_clusters, loss="l2", n_init=20, random_state=seed).fit(H)
+            self.labels_ = km.labels_
+        else:
+            big = top["score"] >= self.boundary_threshold * top["max"]
+            self.boundaries_ = np.sort(top["idx"][big] + 1)
+
+
+class _MUFit:
+    """Passes of one multiplicative-update fit.  H lives with X's row blocks (state)."""
+
+    def __init__(self, blocks, *, k, loss, alpha, update_w=True):
+        self.blocks, self.k, self.loss, self.alpha = blocks, k, loss, alpha
+        self.update_w = update_w
+        self.H = [None] * blocks.n_blocks   # per-block codes (persisted on the cluster)
+        self.scale = np.ones(k)             # pending scale of H (from normalising W)
+        self.halo = None
+        self.h_init = None
+
+    # -- initialisation
+    def init(self, init, seed, W=None):
+        """Initial W (normalised); the initial H is built on the workers in one pass that
+        also hands out the first halo.  ``W`` given: kept fixed (transform), H constant."""
+        if W is not None:
+            self.h_init = {"kind": "constant", "value": np.sqrt(max(self._mean(), _EPS) / self.k)}
+        elif init == "random":
+            avg = np.sqrt(max(self._mean(), _EPS) / self.k)
+            W = avg * np.random.default_rng(seed).uniform(size=(self.k, self.blocks.shape[1]))
+            self.h_init = {"kind": "random", "avg": avg, "seed": seed}
+        else:
+            W = self._nndsvda()
+        ends, self.H = self.blocks.map_reduce(_init_h_chunk, _ends_combine,
+                                              args=(self.h_init, self.k), keep_state=True,
+                                              name="initial H")
+        self.halo = {"starts": np.array(self.blocks.starts), **ends}
+        return W if self.update_w is False else self._normalise(W)
+
+    def _mean(self):
+        res = self.blocks.map_reduce(_sum_chunk, sum_arrays, name="mean")
+        return float(res[0]) / max(1, res[1])
+
+    def _nndsvda(self):
+        """NNDSVD-a (Boutsidis & Gallopoulos; scikit-learn's ``init="nndsvda"``).
+
+        The top k right singular vectors come from the tree-reduced Gram matrix X^T X
+        (d x d, one pass); the left ones, ``u_j = X v_j / s_j``, are never gathered: the
+        norms of their positive and negative parts are tree-reduced (a second pass) and
+        each block builds its rows of H from them in the first iteration.
+        """
+        g = self.blocks.map_reduce(_gram_chunk, sum_arrays_dict, name="Gram matrix")
+        evals, evecs = np.linalg.eigh(g["gram"])
+        order = np.argsort(evals)[::-1][:self.k]
+        s = np.sqrt(np.maximum(evals[order], 0.0))
+        V = evecs[:, order].T.copy()                     # (k, d), rows v_j
+        k_eff = int(np.sum(s > s[0] * 1e-12)) if s.size else 0
+        norms = self.blocks.map_reduce(_svd_norms_chunk, sum_arrays, args=(V, s), name="NNDSVD norms")
+        pos, neg = np.sqrt(norms[0]), np.sqrt(norms[1])  # (k,) norms of u_j's parts
+        mean = float(g["sum"]) / max(1, g["n"])
+        W = np.zeros((self.k, V.shape[1]))
+        sign = np.ones(self.k)
+        lam = np.zeros(self.k)
+        for j in range(min(self.k, k_eff)):
+            y = V[j]
+            yp, yn = np.maximum(y, 0), np.maximum(-y, 0)
+            if j == 0:
+                W[0] = np.sqrt(s[0]) * np.abs(y)
+                lam[0] = np.sqrt(s[0])
+                sign[0] = 0.0   # |u_0|
+                continue
+            mp = pos[j] * np.linalg.norm(yp)
+            mn = neg[j] * np.linalg.norm(yn)
+            if mp > mn:
+                sigma, v_, un, sign[j] = mp, yp / max(np.linalg.norm(yp), _EPS), pos[j], 1.0
+            else:
+                sigma, v_, un, sign[j] = mn, yn / max(np.linalg.norm(yn), _EPS), neg[j], -1.0
+            lam[j] = np.sqrt(s[j] * sigma)
+            W[j] = lam[j] * v_
+            lam[j] = lam[j] / max(un, _EPS)
+        W[W < _EPS] = 0.0
+        W[W == 0] = mean
+        self.h_init = {"kind": "nndsvda", "V": V, "s": np.where(s > 0, s, 1.0), "sign": sign,
+                       "lam": lam, "mean": mean}
+        return W
+
+    def _normalise(self, W):
+        norms = np.sqrt((W ** 2).sum(axis=1))
+        norms = np.where(norms > 0, norms, 1.0)
+        self.scale = self.scale * norms
+        if self.halo is not None:
+            self.halo = {**self.halo, "first": self.halo["first"] * norms,
+                         "last": self.halo["last"] * norms}
+        return W / norms[:, None]
+
+    # -- one iteration
+    def step(self, W, active):
+        W = W[0]
+        spec = self._spec(W, update=True)
+        res, self.H = self.blocks.map_reduce(mu_chunk, mu_combine, args=(W, spec), state=self.H,
+                                             keep_state=True, name="H update + W statistics")
+        self.scale = np.ones(self.k)
+        self.halo = {"starts": np.array(self.blocks.starts), "first": res["first"], "last": res["last"]}
+        objective = res["loss"] + self.alpha * res["penalty"]
+        if self.update_w:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                newW = W * res["A"] / (res["B"] @ W)
+            newW = np.where(np.isfinite(newW), newW, 0.0)
+            W = self._normalise(newW)
+        return W[None], np.array([objective])
+
+    def _spec(self, W, update):
+        return {"loss": self.loss, "alpha": self.alpha, "WWt": W @ W.T, "scale": self.scale,
+                "halo": self.halo, "init": self.h_init, "update": update,
+                "n_samples": self.blocks.shape[0]}
+
+    # -- the end
+    def final(self, W):
+        """Errors at the final W and H (one pass, H not updated); applies the pending scale."""
+        spec = self._spec(W, update=False)
+        res, self.H = self.blocks.map_reduce(mu_chunk, mu_combine, args=(W, spec), state=self.H,
+                                             keep_state=True, name="final error")
+        self.scale = np.ones(self.k)
+        self.halo = {"starts": np.array(self.blocks.starts), "first": res["first"], "last": res["last"]}
+        l21 = res["loss"] if self.loss == "l21" else res["l21"]
+        fro2 = res["fro2"]
+        objective = (res["loss"] + self.alpha * res["penalty"])
+        return {"error": float(np.sqrt(fro2)), "objective": float(objective), "l21": float(l21)}
+
+    def codes(self, X):
+        """H as NumPy (NumPy input) or a Dask array chunked like X."""
+        if not self.blocks.is_dask:
+            return np.concatenate(self.H)
+        import dask.array as da
+
+        return da.concatenate([da.from_delayed(h, (n, self.k), dtype=np.float64)
+                               for h, n in zip(self.H, self.blocks.sizes)])
+
+    def jumps(self, H, m=1024):
+        """``||h_{i+1} - h_i||`` (n_samples - 1,), lazy for Dask, and its ``m`` largest
+        local maxima, strongest first: ``{"score", "idx"}`` (idx i: the jump after sample i)."""
+        if not self.blocks.is_dask:
+            J = np.sqrt(((H[1:] - H[:-1]) ** 2).sum(axis=1))
+            return J, {**_top_block(_peak_scores(J), 0, m), "max": J.max(initial=0.0)}
+        import dask
+        import dask.array as da
+
+        J = _lazy_jumps(H, self.halo)
+        score = da.map_overlap(_peak_scores_overlap, J, depth=1, boundary=-np.inf,
+                               dtype=np.float64, meta=np.empty((0,), np.float64))
+        offsets = np.cumsum((0,) + score.chunks[0][:-1])
+        parts = [dask.delayed(_top_block, pure=True)(blk, int(off), m)
+                 for blk, off in zip(score.to_delayed().ravel(), offsets)]
+        top = tree_reduce(parts, functools.partial(_top_combine, m=m), 8,
+                          wrap=lambda f: dask.delayed(f, pure=True))
+        top, jmax = dask.compute(top, J.max() if J.shape[0] else 0.0)
+        return J, {**top, "max": float(jmax)}
+
+
+# ---------------------------------------------------------------- per-block functions
+def _sum_chunk(block, start):
+    x = as_float_block(block)
+    return np.array([x.sum(), float(x.size)])
+
+
+def sum_arrays_dict(parts):
+    return {key: sum_arrays([p[key] for p in parts]) for key in parts[0]}
+
+
+def _gram_chunk(block, start):
+    x = as_float_block(block)
+    return {"gram": x.T @ x, "sum": np.array(x.sum()), "n": np.array(float(x.size))}
+
+
+def _svd_norms_chunk(block, start, V, s):
+    u = (as_float_block(block) @ V.T) / np.where(s > 0, s, 1.0)
+    return np.stack([(np.maximum(u, 0) ** 2).sum(axis=0), (np.maximum(-u, 0) ** 2).sum(axis=0)])
+
+
+def _initial_h(x, start, spec_init, k):
+    n = x.shape[0]
+    kind = spec_init["kind"]
+    if kind == "random":
+        idx = np.arange(start, start + n, dtype=np.uint64)
+        return spec_init["avg"] * np.stack(
+            [rng.uniform(spec_init["seed"], rng.stream_id(8, j), idx) for j in range(k)], axis=1)
+    if kind == "constant":
+        return np.full((n, k), spec_init["value"])
+    u = (x @ spec_init["V"].T) / spec_init["s"]           # (n, k) left singular vectors
+    sign = spec_init["sign"]
+    H = np.where(sign == 0, np.abs(u), np.maximum(u * np.where(sign == 0, 1.0, sign), 0.0))
+    H = H * spec_init["lam"]
+    H[H < _EPS] = 0.0
+    H[H == 0] = spec_init["mean"]
+    return H
+
+
+def mu_chunk(block, start, H, W, spec):
+    """One block of a multiplicative-update pass.
+
+    Updates the block's H (``spec["update"]``), then returns the partial statistics for W
+    (``A = H^T D_1 X``, ``B = H^T D_1 H``), the loss, the penalty inside the block and the
+    block's first and last rows of H (the halo of the next pass).
+    """
+    x = as_float_block(block)
+    H = H * spec["scale"]
+    if spec["update"]:
+        halo = spec["halo"]
+        b = int(np.searchsorted(halo["starts"], start))
+        prev = halo["last"][b - 1] if b > 0 else None
+        nxt = halo["first"][b + 1] if b + 1 < halo["first"].shape[0] else None
+        if spec["loss"] == "l21":
+            d1 = 1.0 / np.maximum(residual_norms(x, H, W), _EPS)
+        else:
+            d1 = np.ones(x.shape[0])
+        H = update_h(x, H, W, spec["WWt"], d1, spec["alpha"], prev, nxt)
+    r = residual_norms(x, H, W)
+    d1 = 1.0 / np.maximum(r, _EPS) if spec["loss"] == "l21" else np.ones(x.shape[0])
+    Hd = H * d1[:, None]
+    fro2 = float((r ** 2).sum())
+    part = {"A": Hd.T @ x, "B": Hd.T @ H, "loss": float(r.sum()) if spec["loss"] == "l21" else fro2,
+            "fro2": fro2, "l21": float(r.sum()),
+            "penalty": float(np.sqrt(((H[1:] - H[:-1]) ** 2).sum(axis=1)).sum()),
+            "first": H[:1].copy(), "last": H[-1:].copy()}
+    return part, H
+
+
+def _init_h_chunk(block, start, spec_init, k):
+    H = _initial_h(as_float_block(block), start, spec_init, k)
+    return {"first": H[:1].copy(), "last": H[-1:].copy()}, H
+
+
+def mu_combine(parts):
+    """Merge partials of consecutive blocks (order matters: the tree keeps it)."""
+    out = {"A": sum_arrays([p["A"] for p in parts]), "B": sum_arrays([p["B"] for p in parts]),
+           "loss": sum(p["loss"] for p in parts), "fro2": sum(p["fro2"] for p in parts),
+           "l21": sum(p["l21"] for p in parts), "penalty": sum(p["penalty"] for p in parts),
+           "first": np.concatenate([p["first"] for p in parts]),
+           "last": np.concatenate([p["last"] for p in parts])}
+    for left, right in zip(parts[:-1], parts[1:]):
+        out["penalty"] += float(np.sqrt(((right["first"][0] - left["last"][-1]) ** 2).sum()))
+    return out
+
+
+def _ends_combine(parts):
+    return {"first": np.concatenate([p["first"] for p in parts]),
+            "last": np.concatenate([p["last"] for p in parts])}
+
+
+def _block_jumps(h, start, halo):
+    """Jumps ``||h_{i+1} - h_i||`` for the block's rows i (the last one uses the next block)."""
+    b = int(np.searchsorted(halo["starts"], start))
+    nxt = halo["first"][b + 1] if b + 1 < halo["first"].shape[0] else None
+    ext = np.vstack([h, nxt[None]]) if nxt is not None else h
+    return np.sqrt(((ext[1:] - ext[:-1]) ** 2).sum(axis=1))
+
+
+def _peak_scores(J):
+    """J where it is a local maximum (>= both neighbours), -inf elsewhere."""
+    left = np.concatenate([[-np.inf], J[:-1]])
+    right = np.concatenate([J[1:], [-np.inf]])
+    return np.where((J >= left) & (J >= right), J, -np.inf)
+
+
+def _top_block(score, offset, m):
+    """The ``m`` largest finite scores with their global indices (ties: lowest index)."""
+    take = np.lexsort((np.arange(score.size), -score))[:m]
+    take = take[np.isfinite(score[take])]
+    return {"score": score[take], "idx": offset + take.astype(np.int64)}
+
+
+def _top_combine(parts, m):
+    score = np.concatenate([p["score"] for p in parts])
+    idx = np.concatenate([p["idx"] for p in parts])
+    take = np.lexsort((idx, -score))[:m]
+    return {"score": score[take], "idx": idx[take]}
+
+
+def _peak_scores_overlap(J):
+    # J arrives extended by one value on each side (-inf past the ends); dask trims them
+    return _peak_scores(J)
+
+
+def _lazy_jumps(H, halo):
+    import dask.array as da
+
+    parts = []
+    for b, (blk, start) in enumerate(zip(H.to_delayed().ravel(), halo["starts"])):
+        n = H.chunks[0][b] - (1 if b == len(H.chunks[0]) - 1 else 0)
+        parts.append(da.from_delayed(_delayed_jumps(blk, int(start), halo), (n,), dtype=np.float64))
+    return da.concatenate(parts)
+
+
+def _delayed_jumps(blk, start, halo):
+    from dask import delayed
+
+    return delayed(_block_jumps, pure=True)(blk, start, delayed(halo, traverse=False))

@@ -1,0 +1,145 @@
+"""ORNMF, RNMF and NMF against the paper's dense update rules; ordering, chunking, input."""
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from daskrnmf import NMF, ORNMF, RNMF
+from daskrnmf._blocks import RowBlocks
+from daskrnmf.datasets import make_ordered_segments
+from daskrnmf.models.ornmf import _MUFit
+
+from .reference import ornmf_reference
+
+
+@pytest.fixture(scope="module")
+def seq():
+    X, y = make_ordered_segments(n_features=30, n_segments=4, segment_length=10, noise=0.1,
+                                 random_state=0)
+    return X, y
+
+
+def _engine(X, loss, alpha, init="nndsvda", block_rows=None):
+    blocks = RowBlocks(X, block_rows=block_rows) if isinstance(X, np.ndarray) else RowBlocks(X)
+    fit = _MUFit(blocks, k=4, loss=loss, alpha=alpha)
+    W0 = fit.init(init, 0)
+    H = fit.H if isinstance(X, np.ndarray) else [np.asarray(h.compute()) for h in fit.H]
+    return fit, W0, np.concatenate(H) * fit.scale
+
+
+@pytest.mark.parametrize("loss, alpha", [("l21", 0.3), ("l21", 0.0), ("fro", 0.0)])
+@pytest.mark.parametrize("block_rows", [None, 7])
+def test_updates_match_dense_paper_rules(seq, loss, alpha, block_rows):
+    X, _ = seq
+    fit, W0, H0 = _engine(X, loss, alpha, block_rows=block_rows)
+    Wr, Hr, hist = ornmf_reference(X, W0, H0, alpha, 15, loss=loss)
+    W, got = W0[None], []
+    for _ in range(15):
+        W, obj = fit.step(W, np.ones(1, bool))
+        got.append(obj[0])
+    fit.final(W[0])
+    np.testing.assert_allclose(W[0], Wr, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate(fit.H), Hr, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(got, hist, rtol=1e-9)
+
+
+def test_nndsvda_matches_scikit_learn(seq, monkeypatch):
+    from sklearn.decomposition import _nmf
+
+    def exact_svd(X, k, **kwargs):  # scikit-learn's is randomized
+        U, S, Vt = np.linalg.svd(X, full_matrices=False)
+        return U[:, :k], S[:k], Vt[:k]
+
+    name = "_randomized_svd" if hasattr(_nmf, "_randomized_svd") else "randomized_svd"
+    monkeypatch.setattr(_nmf, name, exact_svd)
+    X, _ = seq
+    _, W0, H0 = _engine(X, "l21", 0.0)
+    Ws, Hs = _nmf._initialize_nmf(X, 4, init="nndsvda")
+    np.testing.assert_allclose(H0 @ W0, Ws @ Hs, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("Est, kw", [(ORNMF, {"alpha": 0.3}), (RNMF, {}), (NMF, {})])
+@pytest.mark.parametrize("init", ["nndsvda", "random"])
+def test_same_result_for_any_chunking(seq, Est, kw, init):
+    X, _ = seq
+    ref = Est(4, init=init, max_iter=40, tol=0.0, random_state=3, **kw)
+    H = ref.fit_transform(X)
+    for chunks in (40, 7, 3):
+        m = Est(4, init=init, max_iter=40, tol=0.0, random_state=3, **kw)
+        Hd = m.fit_transform(da.from_array(X, chunks=(chunks, X.shape[1])))
+        assert isinstance(Hd, da.Array)
+        np.testing.assert_allclose(Hd.compute(), H, rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(m.components_, ref.components_, rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(m.objective_history_, ref.objective_history_, rtol=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("Est, kw", [(ORNMF, {"alpha": 0.5}), (RNMF, {}), (NMF, {})])
+def test_objective_never_increases(Est, kw, seed):
+    X, _ = make_ordered_segments(n_features=40, n_segments=5, segment_length=12, noise=0.5,
+                                 noise_mode="fraction", random_state=seed)
+    m = Est(5, init="random", max_iter=150, tol=0.0, random_state=seed, **kw).fit(X)
+    h = m.objective_history_
+    assert np.all(np.diff(h) <= 1e-10 * h[:-1]), np.max(np.diff(h) / h[:-1])
+
+
+def test_nmf_reaches_scikit_learn_mu_error(seq):
+    from sklearn.decomposition import NMF as SkNMF
+
+    X, _ = seq
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ours = NMF(4, max_iter=500, tol=1e-8, random_state=0).fit(X)
+        sk = SkNMF(4, init="nndsvda", solver="mu", max_iter=500, tol=1e-8, random_state=0).fit(X)
+    assert ours.reconstruction_err_ <= sk.reconstruction_err_ * 1.02
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_ornmf_segments_noisy_sequence():
+    # the paper's Section V-C set at 20 % (every-entry reading): 8 segments of 20
+    from daskrnmf.metrics import clustering_accuracy
+
+    X, y = make_ordered_segments(noise=0.2, random_state=0)
+    m = ORNMF(8, alpha=0.3, n_clusters=8, max_iter=1000, random_state=0).fit(X)
+    assert clustering_accuracy(y, m.labels_) == 1.0
+    # the 7 strongest jumps of H: most are the true boundaries (noise adds a few inside)
+    assert len(set(m.boundaries_) & set(range(20, 160, 20))) >= 6, m.boundaries_
+    assert m.jumps_.shape == (159,)
+
+
+def test_transform_inverse_transform_and_outputs(seq):
+    X, _ = seq
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        m = RNMF(4, max_iter=300, random_state=0).fit(X)
+        H = m.transform(X)
+    assert H.shape == (40, 4) and np.all(H >= 0)
+    assert m.components_.shape == (4, 30)
+    np.testing.assert_allclose(np.linalg.norm(m.components_, axis=1), 1.0)
+    rel = np.linalg.norm(X - m.inverse_transform(H)) / np.linalg.norm(X)
+    assert rel < 0.2
+    Hd = m.transform(da.from_array(X, chunks=(9, 30)))
+    np.testing.assert_allclose(Hd.compute(), H, rtol=1e-7, atol=1e-10)
+
+
+def test_bad_input(seq):
+    X, _ = seq
+    neg = X.copy()
+    neg[2, 3] = -0.5
+    with pytest.raises(ValueError, match=r"Negative values in data passed to X of ORNMF \(min -0.5\)"):
+        ORNMF(4).fit(neg)
+    with pytest.raises(ValueError, match="Negative values"):
+        NMF(4).fit(da.from_array(neg, chunks=(10, 30)))
+    bad = X.copy()
+    bad[0, 0] = np.inf
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        RNMF(4).fit(bad)
+    with pytest.raises(ValueError, match=r"The 'alpha' parameter of ORNMF must be a float in the range \[0, inf\)"):
+        ORNMF(4, alpha=-1.0).fit(X)
+    with pytest.raises(ValueError, match="The 'init' parameter of NMF"):
+        NMF(4, init="svd").fit(X)
