@@ -372,8 +372,7 @@ class _MUFit:
 
     def _spec(self, W, update):
         return {"loss": self.loss, "alpha": self.alpha, "WWt": W @ W.T, "scale": self.scale,
-                "halo": self.halo, "init": self.h_init, "update": update,
-                "n_samples": self.blocks.shape[0]}
+                "halo": self.halo, "init": self.h_init, "update": update}
 
     # -- the end
     def final(self, W):

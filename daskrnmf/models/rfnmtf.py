@@ -259,7 +259,7 @@ class _CoFit:
             # a random balanced partition: every column cluster starts non-empty
             order = np.argsort(rng.uniform(self.seed, rng.stream_id(4, r), idx), kind="stable")
             columns[r, order] = np.arange(self.d) % self.L
-        S, _ = self._s_step(None, columns, np.ones(self.R, dtype=bool))
+        S = self._s_step(None, columns, np.ones(self.R, dtype=bool))
         return {"S": S, "columns": columns}
 
     def _init_sample(self, init_size):
@@ -299,7 +299,6 @@ class _CoFit:
     # -- one iteration
     def step(self, state, active):
         S, C = state["S"][active], state["columns"][active]
-        Ra = int(active.sum())
         spec_round = self.speculate is not None and bool(self.speculate[active].all())
         search = plan = None
         if spec_round:
@@ -316,7 +315,7 @@ class _CoFit:
         if self.speculate is None:
             self.speculate = np.zeros(self.R, dtype=bool)
         self.speculate[active] = unchanged
-        newS, _ = self._s_step(labels, newC, active, res["counts"],
+        newS = self._s_step(labels, newC, active, res["counts"],
                                (search, plan, res.get("median")) if spec_round and unchanged.all()
                                else None)
         del labels
@@ -347,7 +346,7 @@ class _CoFit:
             rounds += 1
         self.median_rounds.append(rounds)
         self._keep_warm(search, active)
-        return search.value.reshape(Ra, self.K, self.L), rounds
+        return search.value.reshape(Ra, self.K, self.L)
 
     def _median_pass(self, labels, C, plan, Ra):
         if labels is None:
