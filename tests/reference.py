@@ -83,9 +83,9 @@ def rfnmtf_reference(X, S0, c0, n_iter):
     return S, c, r, np.array(history)
 
 
-def ornmf_reference(X, W0, H0, alpha, n_iter, loss="l21"):
+def ornmf_reference(X, W0, H0, alpha, n_iter, loss="l21", pair_floor=1e-2):
     """ORNMF (eq. 4) with the paper's dense matrices, literally: D_1 (eq. 7), D_2 (eq. 8,
-    norms floored at 1e-10), R = R^+ - R^- (eq. 11), R_a..R_d, the H rule (13) without its
+    norms floored at ``pair_floor`` times the RMS row norm of the current H), R = R^+ - R^- (eq. 11), R_a..R_d, the H rule (13) without its
     square root, D_1 again, the W rule (24); then W's rows scaled to unit norm with the
     scale moved into H (ERRATA).  Paper orientation inside: V = X^T, W_p = W^T, H_p = H^T.
     ``loss="fro"`` (D_1 = I, alpha = 0) is Lee-Seung.  Returns W, H and the objective
@@ -107,7 +107,8 @@ def ornmf_reference(X, W0, H0, alpha, n_iter, loss="l21"):
     history = []
     for _ in range(n_iter):
         D1 = d1(Wp, Hp)
-        D2 = np.diag(1.0 / np.maximum(np.linalg.norm(Hp @ R, axis=0), 1e-10))
+        floor = pair_floor * np.sqrt((Hp ** 2).sum() / n)
+        D2 = np.diag(1.0 / np.maximum(np.linalg.norm(Hp @ R, axis=0), floor))
         Ra, Rb, Rc, Rd = Rp @ D2 @ Rm.T, Rm @ D2 @ Rp.T, Rp @ D2 @ Rp.T, Rm @ D2 @ Rm.T
         num = Wp.T @ V @ D1 + alpha * Hp @ (Ra + Rb)
         den = Wp.T @ Wp @ Hp @ D1 + alpha * Hp @ (Rc + Rd)

@@ -100,16 +100,33 @@ def test_nmf_reaches_scikit_learn_mu_error(seq):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-def test_ornmf_segments_noisy_sequence():
-    # the paper's Section V-C set at 20 % (every-entry reading): 8 segments of 20
+@pytest.mark.parametrize("noise, mode", [(0.0, "every-entry"), (0.2, "every-entry"), (0.5, "fraction")])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ornmf_segments_paper_sequences(noise, mode, seed):
+    # the paper's Section V-C sets: 8 segments of 20 identical samples, clean, 20 % noise on
+    # every entry, 50 % of the entries noisy; the paper reports 100 % ACC on all three
     from daskrnmf.metrics import clustering_accuracy
 
-    X, y = make_ordered_segments(noise=0.2, random_state=0)
-    m = ORNMF(8, alpha=0.3, n_clusters=8, max_iter=1000, random_state=0).fit(X)
-    assert clustering_accuracy(y, m.labels_) == 1.0
+    X, y = make_ordered_segments(noise=noise, noise_mode=mode, random_state=seed)
+    m = ORNMF(8, alpha=0.3, n_clusters=8, max_iter=500, random_state=seed).fit(X)
+    # at 50 % one seed in four leaves one sample of 160 in the wrong segment
+    assert clustering_accuracy(y, m.labels_) >= (1.0 if noise < 0.5 else 0.99)
     # the 7 strongest jumps of H: most are the true boundaries (noise adds a few inside)
     assert len(set(m.boundaries_) & set(range(20, 160, 20))) >= 6, m.boundaries_
     assert m.jumps_.shape == (159,)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_ornmf_invariant_to_scaling_x(seq):
+    # the D_2 floor is relative to H's scale: 7 X gives 7 H, the same W and the same labels
+    # (random init; NNDSVDa's fill of zeros with mean(X) is not scale-free, as in sklearn)
+    X, _ = seq
+    kw = dict(alpha=0.3, n_clusters=4, init="random", max_iter=60, tol=0.0, random_state=0)
+    a = ORNMF(4, **kw).fit(X)
+    b = ORNMF(4, **kw).fit(7 * X)
+    np.testing.assert_allclose(b.components_, a.components_, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(b.transform(7 * X), 7 * a.transform(X), rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(b.labels_, a.labels_)
 
 
 def test_transform_inverse_transform_and_outputs(seq):

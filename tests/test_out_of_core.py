@@ -18,7 +18,7 @@ import psutil
 import pytest
 from distributed import Client, LocalCluster
 
-from daskrnmf import RFNMF, RFNMTF
+from daskrnmf import ORNMF, RFNMF, RFNMTF
 from daskrnmf.datasets import make_zarr_blobs
 from daskrnmf.metrics import clustering_accuracy
 
@@ -61,6 +61,7 @@ def _compile_kernels():
         for init in ("random", "k-medians++"):
             RFNMF(5, loss=loss, init=init, n_init=2, max_iter=2, random_state=0).fit(X)
     RFNMTF(5, 4, n_init=2, max_iter=2, random_state=0).fit(X)
+    ORNMF(5, n_clusters=5, max_iter=2).fit(X)
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +109,28 @@ def test_rfnmtf_with_worker_memory_below_data_size(capped_cluster, big_store):
     assert m.column_labels_.shape == (64,) and m.block_medians_.shape == (5, 4)
     # feature stats + row sample, at most 1 + 3 passes per iteration, final row step
     assert m.n_passes_ <= 2 + 4 * m.n_iter_ + 1
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_ornmf_with_worker_memory_below_data_size(capped_cluster, big_store):
+    # H (n x k) stays on the workers with X's blocks; only W, the k x d / k x k
+    # statistics and the halo rows travel
+    client = capped_cluster
+    pids = client.run(os.getpid)
+    with dask.config.set({"array.chunk-size": "5MiB"}):
+        m = ORNMF(5, alpha=0.3, max_iter=4, tol=0.0, random_state=0)
+        H = m.fit_transform(big_store + "/X")
+        assert isinstance(H, da.Array) and H.shape == (2_900_000, 5)
+        # k-means on H (n_clusters) is RFNMF(loss="l2"), tested out of core above
+        jumps = m.jumps_
+        assert isinstance(jumps, da.Array) and jumps.shape == (2_899_999,)
+        top = float(jumps.max().compute())
+    _check_workers(client, pids)
+    h = m.objective_history_
+    assert np.all(np.diff(h) <= 1e-10 * h[:-1])
+    assert m.boundaries_.ndim == 1 and m.boundaries_.size >= 1 and top > 0
+    # input checks; NNDSVDa: Gram matrix, norms, initial H; one pass per iteration; final
+    assert m.n_passes_ == 1 + 3 + m.n_iter_ + 1
 
 
 def _check_workers(client, pids):

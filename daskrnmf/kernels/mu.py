@@ -13,7 +13,19 @@ matrices of the paper (R_a + R_b, R_c + R_d) are tri-diagonal, so row i needs on
 
 import numpy as np
 
-PAIR_FLOOR = 1e-10  # floor of ||h_{i+1} - h_i|| in D_2 (identical neighbours would give 1/0)
+PAIR_FLOOR = 1e-2  # floor of ||h_{i+1} - h_i|| in D_2, relative to the RMS row norm of H
+
+
+def pair_floor(col_sq, n_rows):
+    """The D_2 floor ``PAIR_FLOOR * sqrt(mean_i ||h_i||^2)`` from H's squared column norms.
+
+    Identical neighbours would give the weight 1/0; an absolute floor (1e-10) gives 1e10,
+    which freezes those rows at their initial values (a multiplicative step with
+    ``alpha q (h_{i-1} + h_{i+1}) / (2 alpha q h_i)`` = 1).  Floored weights are the
+    majorisation weights of the Huber-smoothed penalty, so the updates still descend; a
+    floor relative to H's scale makes the model invariant to scaling X.
+    """
+    return PAIR_FLOOR * float(np.sqrt(max(float(np.sum(col_sq)), 0.0) / max(n_rows, 1)))
 
 
 def pair_norms(H, prev=None, nxt=None):
@@ -37,7 +49,7 @@ def pair_norms(H, prev=None, nxt=None):
     return before, after
 
 
-def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None):
+def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None, floor=PAIR_FLOOR):
     """One multiplicative update of the block's rows of H (all rows at once, from the old H).
 
     Parameters
@@ -51,6 +63,8 @@ def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None):
         Weight of the ordered penalty (0: none, the rows are independent).
     prev, nxt : ndarray (k,) or None
         The rows just before and just after the block (None at the ends of X).
+    floor : float
+        Floor of the pair norms in D_2 (see `pair_floor`); positive.
 
     Returns
     -------
@@ -63,8 +77,8 @@ def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None):
     den = d1[:, None] * (H @ WWt)
     if alpha > 0:
         before, after = pair_norms(H, prev, nxt)
-        q_prev = np.where(np.isnan(before), 0.0, 1.0 / np.maximum(before, PAIR_FLOOR))
-        q_next = np.where(np.isnan(after), 0.0, 1.0 / np.maximum(after, PAIR_FLOOR))
+        q_prev = np.where(np.isnan(before), 0.0, 1.0 / np.maximum(before, floor))
+        q_next = np.where(np.isnan(after), 0.0, 1.0 / np.maximum(after, floor))
         h_prev = np.vstack([prev[None] if prev is not None else np.zeros((1, H.shape[1])), H[:-1]])
         h_next = np.vstack([H[1:], nxt[None] if nxt is not None else np.zeros((1, H.shape[1]))])
         num += alpha * (q_prev[:, None] * h_prev + q_next[:, None] * h_next)

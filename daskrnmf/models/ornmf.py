@@ -15,8 +15,9 @@ Updates (one pass over X per iteration, all of it on the workers except W):
 * H (eq. 13, without its square root — the form of Kong et al. and of eq. 24, see
   ERRATA): ``h_i <- h_i * (d_i x_i W^T + alpha (q_{i-1} h_{i-1} + q_i h_{i+1}))
   / (d_i h_i W W^T + alpha (q_{i-1} + q_i) h_i)`` with ``d_i = 1 / ||x_i - h_i W||``
-  (D_1, eq. 7; 1 for NMF) and ``q_i = 1 / ||h_{i+1} - h_i||`` (D_2, eq. 8, floored at
-  1e-10).  The n x n matrices R_a..R_d of the paper are tri-diagonal and never formed; a
+  (D_1, eq. 7; 1 for NMF) and ``q_i = 1 / ||h_{i+1} - h_i||`` (D_2, eq. 8, the norm
+  floored at 1e-2 times the RMS row norm of H: an absolute 1e-10 freezes identical
+  neighbours at their initial codes, see `daskrnmf.kernels.mu.pair_floor`).  The n x n matrices R_a..R_d of the paper are tri-diagonal and never formed; a
   block needs only the last row of the block before it and the first row of the block
   after it (an explicit halo, exchanged through the reduction tree), so the result does not
   depend on the chunking and an iteration costs O(n d k).
@@ -38,7 +39,7 @@ from .._driver import iterate, warn_if_not_converged
 from ..kernels import rng
 from ..kernels.assign import as_float_block
 from ..kernels.median import sum_arrays
-from ..kernels.mu import residual_norms, update_h
+from ..kernels.mu import pair_floor, residual_norms, update_h
 from ..reductions import feature_stats
 
 _EPS = 1e-10
@@ -285,7 +286,10 @@ class _MUFit:
         """Initial W (normalised); the initial H is built on the workers in one pass that
         also hands out the first halo.  ``W`` given: kept fixed (transform), H constant."""
         if W is not None:
-            self.h_init = {"kind": "constant", "value": np.sqrt(max(self._mean(), _EPS) / self.k)}
+            # W's rows have unit norm (entries ~ 1/sqrt(d)): h = mean(X) sqrt(d) / k
+            # reproduces the mean, and scales with X
+            value = max(self._mean(), _EPS) * np.sqrt(self.blocks.shape[1]) / self.k
+            self.h_init = {"kind": "constant", "value": value}
         elif init == "random":
             avg = np.sqrt(max(self._mean(), _EPS) / self.k)
             W = avg * np.random.default_rng(seed).uniform(size=(self.k, self.blocks.shape[1]))
@@ -295,7 +299,7 @@ class _MUFit:
         ends, self.H = self.blocks.map_reduce(_init_h_chunk, _ends_combine,
                                               args=(self.h_init, self.k), keep_state=True,
                                               name="initial H")
-        self.halo = {"starts": np.array(self.blocks.starts), **ends}
+        self.halo = self._halo(ends)
         return W if self.update_w is False else self._normalise(W)
 
     def _mean(self):
@@ -351,7 +355,7 @@ class _MUFit:
         self.scale = self.scale * norms
         if self.halo is not None:
             self.halo = {**self.halo, "first": self.halo["first"] * norms,
-                         "last": self.halo["last"] * norms}
+                         "last": self.halo["last"] * norms, "col_sq": self.halo["col_sq"] * norms ** 2}
         return W / norms[:, None]
 
     # -- one iteration
@@ -361,7 +365,7 @@ class _MUFit:
         res, self.H = self.blocks.map_reduce(mu_chunk, mu_combine, args=(W, spec), state=self.H,
                                              keep_state=True, name="H update + W statistics")
         self.scale = np.ones(self.k)
-        self.halo = {"starts": np.array(self.blocks.starts), "first": res["first"], "last": res["last"]}
+        self.halo = self._halo(res)
         objective = res["loss"] + self.alpha * res["penalty"]
         if self.update_w:
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -370,9 +374,17 @@ class _MUFit:
             W = self._normalise(newW)
         return W[None], np.array([objective])
 
+    def _halo(self, res):
+        """What the next pass needs of H's other blocks: their first and last rows and
+        H's squared column norms (for the D_2 floor)."""
+        return {"starts": np.array(self.blocks.starts), "first": res["first"],
+                "last": res["last"], "col_sq": res["col_sq"]}
+
     def _spec(self, W, update):
+        floor = pair_floor(self.halo["col_sq"], self.blocks.shape[0])
         return {"loss": self.loss, "alpha": self.alpha, "WWt": W @ W.T, "scale": self.scale,
-                "halo": self.halo, "init": self.h_init, "update": update}
+                "halo": self.halo, "init": self.h_init, "update": update,
+                "floor": max(floor, _EPS)}
 
     # -- the end
     def final(self, W):
@@ -381,7 +393,7 @@ class _MUFit:
         res, self.H = self.blocks.map_reduce(mu_chunk, mu_combine, args=(W, spec), state=self.H,
                                              keep_state=True, name="final error")
         self.scale = np.ones(self.k)
-        self.halo = {"starts": np.array(self.blocks.starts), "first": res["first"], "last": res["last"]}
+        self.halo = self._halo(res)
         l21 = res["loss"] if self.loss == "l21" else res["l21"]
         fro2 = res["fro2"]
         objective = (res["loss"] + self.alpha * res["penalty"])
@@ -473,7 +485,7 @@ def mu_chunk(block, start, H, W, spec):
             d1 = 1.0 / np.maximum(residual_norms(x, H, W), _EPS)
         else:
             d1 = np.ones(x.shape[0])
-        H = update_h(x, H, W, spec["WWt"], d1, spec["alpha"], prev, nxt)
+        H = update_h(x, H, W, spec["WWt"], d1, spec["alpha"], prev, nxt, floor=spec["floor"])
     r = residual_norms(x, H, W)
     d1 = 1.0 / np.maximum(r, _EPS) if spec["loss"] == "l21" else np.ones(x.shape[0])
     Hd = H * d1[:, None]
@@ -481,13 +493,13 @@ def mu_chunk(block, start, H, W, spec):
     part = {"A": Hd.T @ x, "B": Hd.T @ H, "loss": float(r.sum()) if spec["loss"] == "l21" else fro2,
             "fro2": fro2, "l21": float(r.sum()),
             "penalty": float(np.sqrt(((H[1:] - H[:-1]) ** 2).sum(axis=1)).sum()),
-            "first": H[:1].copy(), "last": H[-1:].copy()}
+            "first": H[:1].copy(), "last": H[-1:].copy(), "col_sq": (H ** 2).sum(axis=0)}
     return part, H
 
 
 def _init_h_chunk(block, start, spec_init, k):
     H = _initial_h(as_float_block(block), start, spec_init, k)
-    return {"first": H[:1].copy(), "last": H[-1:].copy()}, H
+    return {"first": H[:1].copy(), "last": H[-1:].copy(), "col_sq": (H ** 2).sum(axis=0)}, H
 
 
 def mu_combine(parts):
@@ -495,6 +507,7 @@ def mu_combine(parts):
     out = {"A": sum_arrays([p["A"] for p in parts]), "B": sum_arrays([p["B"] for p in parts]),
            "loss": sum(p["loss"] for p in parts), "fro2": sum(p["fro2"] for p in parts),
            "l21": sum(p["l21"] for p in parts), "penalty": sum(p["penalty"] for p in parts),
+           "col_sq": sum_arrays([p["col_sq"] for p in parts]),
            "first": np.concatenate([p["first"] for p in parts]),
            "last": np.concatenate([p["last"] for p in parts])}
     for left, right in zip(parts[:-1], parts[1:]):
@@ -504,7 +517,8 @@ def mu_combine(parts):
 
 def _ends_combine(parts):
     return {"first": np.concatenate([p["first"] for p in parts]),
-            "last": np.concatenate([p["last"] for p in parts])}
+            "last": np.concatenate([p["last"] for p in parts]),
+            "col_sq": sum_arrays([p["col_sq"] for p in parts])}
 
 
 def _block_jumps(h, start, halo):
