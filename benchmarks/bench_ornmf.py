@@ -16,6 +16,7 @@ import time
 import warnings
 
 import numpy as np
+from _report import Report
 
 
 def main():
@@ -33,11 +34,7 @@ def main():
     from daskrnmf.metrics import clustering_accuracy, normalized_mutual_info
 
     warnings.simplefilter("ignore")
-    lines = []
-
-    def emit(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    emit = Report()
 
     def methods(k, seed):
         it = args.max_iter
@@ -87,8 +84,7 @@ def main():
     for name, vals in avg.items():
         a = np.mean(vals, axis=0)
         emit(f"| {name} | {a[0]:.3f} | {a[1]:.3f} |")
-    with open(args.out, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    emit.write(args.out)
 
 
 if __name__ == "__main__":

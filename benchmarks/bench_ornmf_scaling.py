@@ -20,6 +20,7 @@ import warnings
 
 import dask.array as da
 import numpy as np
+from _report import Report
 
 
 def main():
@@ -39,11 +40,7 @@ def main():
     from daskrnmf.datasets import make_zarr_blobs
 
     warnings.simplefilter("ignore")
-    lines = []
-
-    def emit(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    emit = Report()
 
     d, k = 64, 10
     workdir = args.workdir or tempfile.mkdtemp(prefix="daskrnmf-bench-")
@@ -90,9 +87,7 @@ def main():
     ts = np.array([r[4] for r in rows])
     slope = np.polyfit(np.log(ns), np.log(ts), 1)[0]
     emit(f"\nLog-log slope of s / iteration against n: {slope:.2f} (1 = linear).")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    emit.write(args.out)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import warnings
 import dask
 import dask.array as da
 import numpy as np
+from _report import Report
 
 
 def _labels_nmf(X, k, seed):
@@ -64,11 +65,7 @@ def main():
     from daskrnmf.metrics import clustering_accuracy, normalized_mutual_info
 
     warnings.simplefilter("ignore")
-    lines = []
-
-    def emit(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    emit = Report()
 
     header = "| data | method | time s | iter | passes | ACC | NMI |"
     rule = "|---|---|---:|---:|---:|---:|---:|"
@@ -161,9 +158,7 @@ def main():
         for (loss, restarts), (dt, dp) in per_iter.items():
             emit(f"| RFNMF {loss} n_init={restarts} | {dt:.2f} | {dp:.2f} | {dt / t_read:.2f} |")
 
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    emit.write(args.out)
     print(f"\nwritten to {args.out}")
 
 

@@ -19,7 +19,7 @@ import time
 import warnings
 
 import dask
-import numpy as np
+from _report import Report
 
 
 def timed(fn):
@@ -46,11 +46,7 @@ def main():
     from daskrnmf.metrics import clustering_accuracy, normalized_mutual_info
 
     warnings.simplefilter("ignore")
-    lines = []
-
-    def emit(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    emit = Report()
 
     def row(data, method, t, it, passes, r, c, rows, cols):
         emit(f"| {data} | {method} | {t:.2f} | {it if it is not None else '-'} | "
@@ -104,8 +100,7 @@ def main():
         emit("|---|---:|---:|---:|---:|")
         for name, a, b, p in ratios:
             emit(f"| {name} | {a:.2f} | {b:.2f} | {a / b:.1f} | {p} |")
-    with open(args.out, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    emit.write(args.out)
 
 
 if __name__ == "__main__":
