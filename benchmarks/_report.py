@@ -1,6 +1,7 @@
-"""The benchmarks' Markdown report: lines printed as they come and saved at the end."""
+"""The benchmarks' Markdown report (lines printed as they come and saved at the end) and timer."""
 
 import os
+import time
 
 
 class Report:
@@ -17,3 +18,10 @@ class Report:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w") as fh:
             fh.write("\n".join(self.lines) + "\n")
+
+
+def timed(fn):
+    """``(seconds, fn())``."""
+    tic = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - tic, out

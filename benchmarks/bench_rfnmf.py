@@ -17,7 +17,7 @@ import warnings
 import dask
 import dask.array as da
 import numpy as np
-from _report import Report
+from _report import Report, timed
 
 
 def _labels_nmf(X, k, seed):
@@ -38,12 +38,6 @@ def small_sets():
     yield "Yale (165x1024)", X / 255.0, y
     X, y = datasets.make_outlier_blobs(random_state=0)
     yield "outlier blobs (203x2)", X, y
-
-
-def timed(fn):
-    tic = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - tic, out
 
 
 def main():

@@ -15,17 +15,10 @@ import argparse
 import os
 import platform
 import tempfile
-import time
 import warnings
 
 import dask
-from _report import Report
-
-
-def timed(fn):
-    tic = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - tic, out
+from _report import Report, timed
 
 
 def main():

@@ -35,19 +35,33 @@ def feature_stats_chunk(block, start):
     xf = x.astype(np.float64)
     lo = np.where(finite, xf, np.inf).min(axis=0)
     hi = np.where(finite, xf, -np.inf).max(axis=0)
-    return {"min": lo, "max": hi, "nonfinite": int(x.size - finite.sum()), "n": x.shape[0]}
+    return {"min": lo, "max": hi, "nonfinite": int(x.size - finite.sum()), "n": x.shape[0],
+            "sum": float(np.where(finite, xf, 0.0).sum())}
 
 
 def feature_stats_combine(parts):
     return {"min": np.minimum.reduce([p["min"] for p in parts]),
             "max": np.maximum.reduce([p["max"] for p in parts]),
             "nonfinite": sum(p["nonfinite"] for p in parts),
-            "n": sum(p["n"] for p in parts)}
+            "n": sum(p["n"] for p in parts), "sum": sum(p["sum"] for p in parts)}
 
 
 def feature_stats(blocks):
-    """Per-feature minimum and maximum of the finite values, and the NaN/inf count (1 pass)."""
+    """Per-feature minimum and maximum of the finite values, their sum, the number of rows
+    and the NaN/inf count (1 pass)."""
     return blocks.map_reduce(feature_stats_chunk, feature_stats_combine, name="feature stats")
+
+
+def checked_blocks(X, where):
+    """Row blocks of a validated X and its feature stats; NaN/inf in X is a ValueError
+    naming ``where`` (the first pass of every fit)."""
+    from . import _validation as v
+    from ._blocks import RowBlocks
+
+    blocks = RowBlocks(X)
+    stats = feature_stats(blocks)
+    v.check_finite_count(stats["nonfinite"], where)
+    return blocks, stats
 
 
 # ---------------------------------------------------------------- the fused pass

@@ -11,6 +11,7 @@ from daskrnmf import NMF, ORNMF, RNMF
 from daskrnmf._blocks import RowBlocks
 from daskrnmf.datasets import make_ordered_segments
 from daskrnmf.models.ornmf import _MUFit
+from daskrnmf.reductions import feature_stats
 
 from .reference import ornmf_reference
 
@@ -24,7 +25,7 @@ def seq():
 
 def _engine(X, loss, alpha, init="nndsvda", block_rows=None):
     blocks = RowBlocks(X, block_rows=block_rows) if isinstance(X, np.ndarray) else RowBlocks(X)
-    fit = _MUFit(blocks, k=4, loss=loss, alpha=alpha)
+    fit = _MUFit(blocks, feature_stats(blocks), k=4, loss=loss, alpha=alpha)
     W0 = fit.init(init, 0)
     H = fit.H if isinstance(X, np.ndarray) else [np.asarray(h.compute()) for h in fit.H]
     return fit, W0, np.concatenate(H) * fit.scale
@@ -86,6 +87,16 @@ def test_objective_never_increases(Est, kw, seed):
     m = Est(5, init="random", max_iter=150, tol=0.0, random_state=seed, **kw).fit(X)
     h = m.objective_history_
     assert np.all(np.diff(h) <= 1e-10 * h[:-1]), np.max(np.diff(h) / h[:-1])
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("init, n_init_passes", [("random", 1), ("nndsvda", 3)])
+def test_passes_over_x(seq, init, n_init_passes):
+    # input checks (which also give the mean for the random init), the initialisation,
+    # one pass per iteration, the final errors
+    X, _ = seq
+    m = ORNMF(4, init=init, max_iter=5, tol=0.0, random_state=0).fit(X)
+    assert m.n_passes_ == 1 + n_init_passes + 5 + 1
 
 
 def test_nmf_reaches_scikit_learn_mu_error(seq):

@@ -17,7 +17,8 @@ Updates (one pass over X per iteration, all of it on the workers except W):
   / (d_i h_i W W^T + alpha (q_{i-1} + q_i) h_i)`` with ``d_i = 1 / ||x_i - h_i W||``
   (D_1, eq. 7; 1 for NMF) and ``q_i = 1 / ||h_{i+1} - h_i||`` (D_2, eq. 8, the norm
   floored at 1e-2 times the RMS row norm of H: an absolute 1e-10 freezes identical
-  neighbours at their initial codes, see `daskrnmf.kernels.mu.pair_floor`).  The n x n matrices R_a..R_d of the paper are tri-diagonal and never formed; a
+  neighbours at their initial codes, see `daskrnmf.kernels.mu.pair_floor`).
+  The n x n matrices R_a..R_d of the paper are tri-diagonal and never formed; a
   block needs only the last row of the block before it and the first row of the block
   after it (an explicit halo, exchanged through the reduction tree), so the result does not
   depend on the chunking and an iteration costs O(n d k).
@@ -34,13 +35,13 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .. import _validation as v
-from .._blocks import RowBlocks, tree_reduce
+from .._blocks import tree_reduce
 from .._driver import iterate, warn_if_not_converged
 from ..kernels import rng
 from ..kernels.assign import as_float_block
 from ..kernels.median import sum_arrays
 from ..kernels.mu import pair_floor, residual_norms, update_h
-from ..reductions import feature_stats
+from ..reductions import checked_blocks
 
 _EPS = 1e-10
 
@@ -75,12 +76,10 @@ class _FactorizationBase(TransformerMixin, BaseEstimator):
         name = type(self).__name__
         X = v.check_array(X, estimator_name=name)
         n, d = X.shape
-        blocks = RowBlocks(X)
-        stats = feature_stats(blocks)
-        v.check_finite_count(stats["nonfinite"], f"X passed to {name}")
+        blocks, stats = checked_blocks(X, f"X passed to {name}")
         _check_non_negative(stats, name)
         seed = v.seed_from(self.random_state)
-        fit = _MUFit(blocks, k=self.n_components, loss=self._loss, alpha=self._alpha())
+        fit = _MUFit(blocks, stats, k=self.n_components, loss=self._loss, alpha=self._alpha())
         W = fit.init(self.init, seed)
         W, log = iterate(fit.step, W[None], n_restarts=1, max_iter=self.max_iter, tol=self.tol,
                          callback=self.callback, verbose=self.verbose, name=name,
@@ -117,11 +116,9 @@ class _FactorizationBase(TransformerMixin, BaseEstimator):
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but {name} was fitted with "
                              f"{self.n_features_in_}.")
-        blocks = RowBlocks(X)
-        stats = feature_stats(blocks)
-        v.check_finite_count(stats["nonfinite"], f"X passed to {name}.transform")
+        blocks, stats = checked_blocks(X, f"X passed to {name}.transform")
         _check_non_negative(stats, name)
-        fit = _MUFit(blocks, k=self.n_components, loss=self._loss, alpha=self._alpha(),
+        fit = _MUFit(blocks, stats, k=self.n_components, loss=self._loss, alpha=self._alpha(),
                      update_w=False)
         W = fit.init("constant", 0, W=self.components_)
         iterate(fit.step, W[None], n_restarts=1, max_iter=self.max_iter, tol=self.tol,
@@ -273,8 +270,9 @@ class ORNMF(NMF):
 class _MUFit:
     """Passes of one multiplicative-update fit.  H lives with X's row blocks (state)."""
 
-    def __init__(self, blocks, *, k, loss, alpha, update_w=True):
+    def __init__(self, blocks, stats, *, k, loss, alpha, update_w=True):
         self.blocks, self.k, self.loss, self.alpha = blocks, k, loss, alpha
+        self.mean = stats["sum"] / max(1, stats["n"] * blocks.shape[1])  # mean entry of X
         self.update_w = update_w
         self.H = [None] * blocks.n_blocks   # per-block codes (persisted on the cluster)
         self.scale = np.ones(k)             # pending scale of H (from normalising W)
@@ -288,10 +286,10 @@ class _MUFit:
         if W is not None:
             # W's rows have unit norm (entries ~ 1/sqrt(d)): h = mean(X) sqrt(d) / k
             # reproduces the mean, and scales with X
-            value = max(self._mean(), _EPS) * np.sqrt(self.blocks.shape[1]) / self.k
+            value = max(self.mean, _EPS) * np.sqrt(self.blocks.shape[1]) / self.k
             self.h_init = {"kind": "constant", "value": value}
         elif init == "random":
-            avg = np.sqrt(max(self._mean(), _EPS) / self.k)
+            avg = np.sqrt(max(self.mean, _EPS) / self.k)
             W = avg * np.random.default_rng(seed).uniform(size=(self.k, self.blocks.shape[1]))
             self.h_init = {"kind": "random", "avg": avg, "seed": seed}
         else:
@@ -301,10 +299,6 @@ class _MUFit:
                                               name="initial H")
         self.halo = self._halo(ends)
         return W if self.update_w is False else self._normalise(W)
-
-    def _mean(self):
-        res = self.blocks.map_reduce(_sum_chunk, sum_arrays, name="mean")
-        return float(res[0]) / max(1, res[1])
 
     def _nndsvda(self):
         """NNDSVD-a (Boutsidis & Gallopoulos; scikit-learn's ``init="nndsvda"``).
@@ -322,7 +316,7 @@ class _MUFit:
         k_eff = int(np.sum(s > s[0] * 1e-12)) if s.size else 0
         norms = self.blocks.map_reduce(_svd_norms_chunk, sum_arrays, args=(V, s), name="NNDSVD norms")
         pos, neg = np.sqrt(norms[0]), np.sqrt(norms[1])  # (k,) norms of u_j's parts
-        mean = float(g["sum"]) / max(1, g["n"])
+        mean = self.mean
         W = np.zeros((self.k, V.shape[1]))
         sign = np.ones(self.k)
         lam = np.zeros(self.k)
@@ -430,18 +424,13 @@ class _MUFit:
 
 
 # ---------------------------------------------------------------- per-block functions
-def _sum_chunk(block, start):
-    x = as_float_block(block)
-    return np.array([x.sum(), float(x.size)])
-
-
 def sum_arrays_dict(parts):
     return {key: sum_arrays([p[key] for p in parts]) for key in parts[0]}
 
 
 def _gram_chunk(block, start):
     x = as_float_block(block)
-    return {"gram": x.T @ x, "sum": np.array(x.sum()), "n": np.array(float(x.size))}
+    return {"gram": x.T @ x}
 
 
 def _svd_norms_chunk(block, start, V, s):

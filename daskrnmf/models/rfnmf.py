@@ -30,7 +30,7 @@ from .._blocks import RowBlocks
 from .._driver import iterate, warn_if_not_converged
 from ..kernels.assign import distances, nearest
 from ..kernels.median import merge_median_round, sum_arrays
-from ..reductions import (MedianSearch, assign_chunk, assign_combine, feature_stats,
+from ..reductions import (MedianSearch, assign_chunk, assign_combine, checked_blocks, feature_stats,
                           median_refine_chunk, seeding_choice, seeding_chunk, seeding_combine)
 
 
@@ -143,9 +143,7 @@ class RFNMF(ClusterMixin, TransformerMixin, BaseEstimator):
                                  f"(n_clusters, n_features) = {(k, d)}; got shape {self.init.shape}.")
             n_init = 1
         seed = v.seed_from(self.random_state)
-        blocks = RowBlocks(X)
-        stats = feature_stats(blocks)
-        v.check_finite_count(stats["nonfinite"], f"X passed to {name}")
+        blocks, stats = checked_blocks(X, f"X passed to {name}")
         fit = _Fit(blocks, stats, k=k, R=n_init, metric=self._metric, loss=self.loss,
                    seed=seed, median_tol=self.median_tol)
         F = fit.init_centers(self.init)

@@ -33,7 +33,7 @@ from ..kernels.assign import as_float_block, nearest
 from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
 from ..kernels.median import median_round, merge_median_round, sum_arrays
 from ..kernels.sums import merge_worst_fit, worst_fit
-from ..reductions import (MedianSearch, feature_stats, median_refine_chunk, random_labels,
+from ..reductions import (MedianSearch, checked_blocks, feature_stats, median_refine_chunk, random_labels,
                           sample_rows)
 from .rfnmf import (apply_centers, kmedians_labels, objective_chunk, objective_combine,
                     predict_block, transform_block)
@@ -168,9 +168,7 @@ class RFNMTF(ClusterMixin, TransformerMixin, BaseEstimator):
         else:
             init = self.init
         seed = v.seed_from(self.random_state)
-        blocks = RowBlocks(X)
-        stats = feature_stats(blocks)
-        v.check_finite_count(stats["nonfinite"], f"X passed to {name}")
+        blocks, stats = checked_blocks(X, f"X passed to {name}")
         fit = _CoFit(blocks, stats, K=K, L=L, R=n_init, seed=seed, median_tol=self.median_tol)
         state = fit.init_state(init, self.init_size)
         state, log = iterate(fit.step, state, n_restarts=n_init, max_iter=self.max_iter,
