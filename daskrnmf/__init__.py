@@ -17,6 +17,8 @@ _LAZY = {
     "ORNMF": ("daskrnmf.models.ornmf", "ORNMF"),
     "RNMF": ("daskrnmf.models.ornmf", "RNMF"),
     "NMF": ("daskrnmf.models.ornmf", "NMF"),
+    "MNMF": ("daskrnmf.models.mnmf", "MNMF"),
+    "SemiNMF": ("daskrnmf.models.mnmf", "SemiNMF"),
     "datasets": ("daskrnmf.datasets", None),
     "io": ("daskrnmf.io", None),
     "metrics": ("daskrnmf.metrics", None),

@@ -32,12 +32,14 @@ class IterationLog:
 
 
 def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
-            name="model", passes=None):
+            name="model", passes=None, rule="decrease"):
     """Run ``step`` until every restart has converged or ``max_iter`` is reached.
 
     Restart ``r`` converges at iteration ``t`` when its objective no longer decreases by
-    more than ``tol`` relative: ``J[t-1] - J[t] <= tol * |J[t-1]|``.  Converged restarts
-    drop out of later steps (``active`` is False for them).
+    more than ``tol`` relative: ``J[t-1] - J[t] <= tol * |J[t-1]|`` (``rule="decrease"``,
+    for models whose updates cannot increase it), or when it changes by no more than that,
+    ``|J[t-1] - J[t]| <= tol * |J[t-1]|`` (``rule="change"``, for models without such a
+    guarantee).  Converged restarts drop out of later steps (``active`` is False for them).
 
     Parameters
     ----------
@@ -55,6 +57,7 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         >= 1 logs one INFO line per iteration on the ``daskrnmf`` logger.
     passes : callable, optional
         Returns the number of passes over X so far (for logs and the callback).
+    rule : {"decrease", "change"}
 
     Returns
     -------
@@ -72,7 +75,8 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         log.history.append(full)
         log.n_iter[active] = it
         finite = np.isfinite(prev)
-        newly = active & finite & (prev - full <= tol * np.where(finite, np.abs(prev), 0.0))
+        drop = prev - full if rule == "decrease" else np.abs(prev - full)
+        newly = active & finite & (drop <= tol * np.where(finite, np.abs(prev), 0.0))
         log.converged |= newly
         prev = np.where(active, full, prev)
         info = {"iteration": it, "objective": full, "active": active.copy(),

@@ -112,6 +112,38 @@ def make_ordered_segments(n_features=400, n_segments=8, segment_length=20, *, no
     return X, y
 
 
+def make_margin_gaussians(n_per_class=100, n_features=50, *, n_noise_directions=5,
+                          noise_scale=5.0, separation=3.0, offset=5.0, random_state=0):
+    """Max-Margin Semi-NMF's toy set (paper 003, Section 4.1): two 50-d Gaussians.
+
+    The classes differ along one direction of low variance (means ``separation`` apart,
+    unit variance), while ``n_noise_directions`` other directions carry shared noise of
+    standard deviation ``noise_scale``; all remaining directions have unit variance, and
+    every sample is shifted by ``offset`` in every coordinate.  The directions are a fixed
+    random rotation (the same for every ``random_state``, so a training and a test draw
+    come from the same distribution).  A factorization driven by reconstruction alone
+    (semi-NMF, PCA) spends its few bases on the noise directions, so a linear SVM on its
+    features is near chance; a basis trained for the margin finds the separating
+    direction (ERRATA: the paper's own toy is easier).
+
+    Returns
+    -------
+    X : ndarray (2 * n_per_class, n_features)
+    y : ndarray of int (0 / 1)
+    """
+    if n_noise_directions >= n_features:
+        raise ValueError(f"n_noise_directions must be < n_features; got {n_noise_directions} "
+                         f"and {n_features}.")
+    Q, _ = np.linalg.qr(np.random.default_rng(1234).normal(size=(n_features, n_features)))
+    rng = np.random.default_rng(random_state)
+    y = np.repeat([0, 1], n_per_class)
+    scales = np.ones(n_features)
+    scales[:n_noise_directions] = noise_scale
+    Z = rng.normal(size=(2 * n_per_class, n_features)) * scales
+    Z[:, -1] += np.where(y == 1, separation / 2, -separation / 2)
+    return Z @ Q.T + offset, y
+
+
 def _blob_block(block_info, *, centers, seed, scale, outlier_fraction, corrupt_fraction,
                 outlier_high, dtype, want):
     """Rows of one storage chunk: Gaussian clusters; outlier rows have a fraction of

@@ -121,3 +121,73 @@ def ornmf_reference(X, W0, H0, alpha, n_iter, loss="l21", pair_floor=1e-2):
         norms = np.linalg.norm(Wp, axis=0)
         Wp, Hp = Wp / norms, Hp * norms[:, None]
     return Wp.T, Hp.T, np.array(history)
+
+
+def _box_qp(Q, lin, upper):
+    """max lin^T a - 1/2 a^T Q a over 0 <= a <= upper, by SciPy (L-BFGS-B, tight)."""
+    from scipy.optimize import minimize
+
+    res = minimize(lambda a: 0.5 * a @ Q @ a - lin @ a, np.zeros(len(lin)),
+                   jac=lambda a: Q @ a - lin, bounds=[(0, upper)] * len(lin), method="L-BFGS-B",
+                   options={"ftol": 1e-16, "gtol": 1e-12, "maxiter": 100000, "maxcor": 50})
+    return res.x
+
+
+def semi_nmf_reference(X, H0, n_iter):
+    """Ding et al.'s semi-NMF, eq. 2-3 literally (rows are samples: X ~ H G^T)."""
+    H = H0.copy()
+    G = X.T @ H @ np.linalg.inv(H.T @ H)
+    for _ in range(n_iter):
+        XG, GtG = X @ G, G.T @ G
+        num = np.maximum(XG, 0) + H @ np.maximum(-GtG, 0)
+        den = H @ np.maximum(GtG, 0) + np.maximum(-XG, 0)
+        H = H * np.sqrt(num / den)
+        G = X.T @ H @ np.linalg.inv(H.T @ H)
+    return G, H
+
+
+def mnmf_reference(X, y, H0, C, lam, semi_iter, n_iter, intercept_scaling=1.0):
+    """Algorithm 1 of paper 003 with every sub-problem solved exactly and densely.
+
+    y in {-1, +1}.  SVM step: the dual of the intercept-regularised linear SVM on
+    [G^T x - mean, s], a box QP, by SciPy's L-BFGS-B.  G step: eq. 9 with T_1 - T_2 = -c/4 Q (ERRATA and
+    tests/test_mnmf.py), the same way, G from eq. 7 (lam divided out,
+    theta = C / lam); G's columns
+    normalised (scale into H).  H step: scipy.optimize.nnls per sample (eq. 14).
+    Returns G, H, w, b and the objective after each iteration.  L-BFGS-B is reliable on
+    these duals only for moderate C and theta (at C = 100, theta = 10^4 it stalls).
+    """
+    from scipy.optimize import nnls
+
+    k = H0.shape[1]
+    G, H = semi_nmf_reference(X, H0, semi_iter)
+    xbar = X.mean(axis=0)
+    theta = C / lam
+
+    def normalise(G, H):
+        n = np.linalg.norm(G, axis=0)
+        return G / n, H * n
+
+    def svm(G):
+        Z = np.hstack([X @ G - G.T @ xbar, np.full((len(y), 1), intercept_scaling)])
+        A = Z * y[:, None]
+        v = A.T @ _box_qp(A @ A.T, np.ones(len(y)), C)
+        w = v[:k]
+        hinge = np.maximum(0, 1 - y * (Z @ v)).sum()
+        return w, v[k] * intercept_scaling - w @ (G.T @ xbar), 0.5 * v @ v + C * hinge
+
+    G, H = normalise(G, H)
+    w, b, _ = svm(G)
+    history = []
+    for _ in range(n_iter):
+        P = np.linalg.inv(H.T @ H)
+        G0 = X.T @ H @ P
+        c = w @ P @ w
+        A = X * y[:, None]
+        a = _box_qp(c / 2 * A @ A.T, 1 - y * (X @ G0 @ w + b), theta)
+        G = G0 + 0.5 * np.outer(A.T @ a, P @ w)
+        G, H = normalise(G, H)
+        H = np.array([nnls(G, x)[0] for x in X])
+        w, b, svm_obj = svm(G)
+        history.append(lam * ((X - H @ G.T) ** 2).sum() + svm_obj)
+    return G, H, w, b, np.array(history)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from daskrnmf.kernels.dual import sweep
+from daskrnmf.kernels import hinge
 
 
 def _problem(seed, n=24, d=6, k=2):
@@ -48,7 +48,7 @@ def test_eq9_dual_is_a_linear_kernel_svm_dual(seed):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_dual_coordinate_ascent_solves_eq9(seed):
+def test_smoothed_newton_solves_eq9(seed):
     X, y, H, w, b = _problem(seed)
     theta = 5.0
     Q2, lin, B = _eq10(X, y, H, w, b)
@@ -59,12 +59,180 @@ def test_dual_coordinate_ascent_solves_eq9(seed):
     a = res.x
     V, Hp = X.T, H.T
     G_ref = (2 * V @ Hp.T + sum(a[i] * y[i] * np.outer(V[:, i], w) for i in range(len(y)))) @ B
-    # ours: kappa = c / 2, p = 1 - y (f + b), z = x; G = G_0 + v w^T P / c with v = kappa u
+    # ours: kappa = c / 2, p = 1 - y (f + b), z = x; G = G_0 + v w^T P / c
     P = np.linalg.inv(H.T @ H)
     G0 = X.T @ H @ P
     c = w @ P @ w
-    alpha = np.zeros(len(y))
-    u = sweep(X, y, 1 - y * (X @ G0 @ w + b), alpha, np.zeros(X.shape[1]), c / 2, theta,
-              n_sweeps=20000, tol=1e-14)
-    G = G0 + np.outer(c / 2 * u, P @ w) / c
-    np.testing.assert_allclose(G, G_ref, rtol=1e-5, atol=1e-6)
+    p = 1 - y * (X @ G0 @ w + b)
+    ones = np.ones(len(y))
+    v, info = hinge.solve(lambda v, d, mu: hinge.block_pass(X, y, p, ones, v, d, mu),
+                          np.zeros(X.shape[1]), c / 2, theta, max_passes=300, tol=1e-4)
+    assert info["gap"] <= 1e-4
+    # the same optimum: SciPy's multipliers give G_ref and the primal point kappa u*
+    u_star = X.T @ (a * y)
+    v_star = c / 2 * u_star
+
+    def primal(v):
+        return v @ v / c + theta * np.maximum(0, p - y * (X @ v)).sum()
+
+    assert primal(v_star) <= primal(v) <= primal(v_star) * (1 + 1e-4)
+    np.testing.assert_allclose(G0 + np.outer(v_star, P @ w) / c, G_ref, rtol=1e-6, atol=1e-8)
+    G = G0 + np.outer(v, P @ w) / c
+    np.testing.assert_allclose(G, G_ref, rtol=0, atol=1e-2 * np.abs(G_ref).max())
+
+
+# ---------------------------------------------------------------- the estimators
+import warnings
+
+import dask.array as da
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.svm import LinearSVC
+
+from daskrnmf import MNMF, SemiNMF
+from daskrnmf.datasets import make_margin_gaussians
+from daskrnmf.kernels import rng
+from .reference import mnmf_reference, semi_nmf_reference
+
+
+def _initial_h(n, k, seed):
+    idx = np.arange(n, dtype=np.uint64)
+    return np.stack([rng.uniform(seed, rng.stream_id(11, j), idx) for j in range(k)], axis=1)
+
+
+@pytest.fixture(scope="module")
+def small_toy():
+    X, y = make_margin_gaussians(30, 10, n_noise_directions=3, random_state=0)
+    return X, y
+
+
+def test_block_pass_sums_over_blocks_equal_one_block():
+    rs = np.random.default_rng(0)
+    Z = rs.normal(size=(50, 4))
+    y = np.where(rs.random(50) < 0.5, -1.0, 1.0)
+    p, omega = rs.normal(size=50) + 1, (rs.random(50) < 0.8).astype(float)
+    v, d = rs.normal(size=4), rs.normal(size=4)
+    whole = hinge.block_pass(Z, y, p, omega, v, d, 0.7)
+    parts = [hinge.block_pass(Z[a:b], y[a:b], p[a:b], omega[a:b], v, d, 0.7)
+             for a, b in [(0, 7), (7, 30), (30, 50)]]
+    for key, value in whole.items():
+        np.testing.assert_allclose(sum(q[key] for q in parts), value, rtol=1e-12, atol=1e-12)
+    # the twin: NumPy directly
+    r = p - y * (Z @ (v + d))
+    assert whole["hinge"] == pytest.approx((omega * np.maximum(r, 0)).sum())
+    zone = (omega > 0) & (r > 0) & (r < 0.7)
+    np.testing.assert_allclose(whole["hess"], Z[zone].T @ Z[zone])
+
+
+def test_semi_nmf_is_dings_algorithm_and_never_increases(small_toy):
+    X, _ = small_toy
+    est = SemiNMF(3, max_iter=25, tol=0, random_state=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        H = est.fit_transform(X)
+    G_ref, H_ref = semi_nmf_reference(X, _initial_h(len(X), 3, 4), 25)
+    np.testing.assert_allclose(est.components_.T, G_ref, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(H, H_ref, rtol=1e-7, atol=1e-9)
+    assert np.all(np.diff(est.objective_history_) <= 1e-9 * est.objective_history_[:-1])
+
+
+def test_mnmf_is_algorithm_1(small_toy):
+    """Against every sub-problem solved densely (SciPy's L-BFGS-B on the duals of the G and
+    SVM steps, scipy.optimize.nnls for H), for two iterations.  Moderate theta: the dense
+    G-step solver (L-BFGS-B) is itself unreliable at theta = 10^4."""
+    X, y01 = small_toy
+    y = np.where(y01 == 1, 1.0, -1.0)
+    G, H, w, b, history = mnmf_reference(X, y, _initial_h(len(X), 2, 5), 1.0, 0.1, 20, 2)
+    est = MNMF(2, C=1.0, lam=0.1, semi_max_iter=20, max_iter=2, tol=0, inner_tol=1e-7,
+               inner_max_iter=500, random_state=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y01)
+    np.testing.assert_allclose(est.components_.T, G, atol=1e-4)
+    np.testing.assert_allclose(est.coef_[0], w, atol=1e-4)
+    assert est.intercept_[0] == pytest.approx(b, abs=1e-4)
+    np.testing.assert_allclose(est.objective_history_[0], history, rtol=1e-5)
+    assert np.all(est.inner_gaps_[0] <= 1e-7)
+
+
+def test_mnmf_separates_the_toy_where_semi_nmf_features_do_not():
+    """Paper 003, Section 4.1 (our harder version, ERRATA): k = 2, C = 100, lam = 0.01."""
+    for seed in (0, 1):
+        X, y = make_margin_gaussians(random_state=seed)
+        Xt, yt = make_margin_gaussians(random_state=100 + seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            est = MNMF(2, random_state=seed).fit(X, y)
+            semi = SemiNMF(2, random_state=seed).fit(X)
+        svm = LinearSVC(C=100, max_iter=100000).fit(X @ semi.components_.T, y)
+        baseline = svm.score(Xt @ semi.components_.T, yt)
+        assert est.score(X, y) >= 0.95
+        assert est.score(Xt, yt) >= 0.8
+        assert est.score(Xt, yt) >= baseline + 0.15
+
+
+def test_mnmf_does_not_depend_on_chunking(small_toy):
+    X, y = small_toy
+    kw = dict(C=1.0, lam=0.1, semi_max_iter=20, max_iter=3, tol=0, inner_tol=1e-6,
+              random_state=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        one = MNMF(2, **kw).fit(X, y)
+        many = MNMF(2, **kw).fit(da.from_array(X, chunks=(13, -1)),
+                                 da.from_array(y, chunks=7))
+    np.testing.assert_allclose(many.components_, one.components_, atol=1e-6)
+    np.testing.assert_allclose(many.coef_, one.coef_, atol=1e-6)
+    pred = many.predict(da.from_array(X, chunks=(13, -1)))
+    assert isinstance(pred, da.Array)
+    np.testing.assert_array_equal(pred.compute(), one.predict(X))
+    assert many.score(da.from_array(X, chunks=(13, -1)), y) == one.score(X, y)
+
+
+def test_mnmf_pass_count(small_toy):
+    X, y = small_toy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = MNMF(2, semi_max_iter=5, tol=0, max_iter=2, random_state=0).fit(X, y)
+    # input check + initial H + semi-NMF + first SVM step + per iteration (G + H + SVM)
+    first_svm = est.n_passes_ - 2 - 5 - est.inner_passes_[0].sum() - 2
+    assert 1 <= first_svm <= est.inner_max_iter
+
+
+def test_mnmf_one_vs_one_for_several_classes():
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(240, n_features=8, centers=3, cluster_std=1.5, random_state=0)
+    names = np.array(["ant", "bee", "cat"])[y]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = MNMF(2, max_iter=3, random_state=0).fit(X, names)
+    assert list(est.classes_) == ["ant", "bee", "cat"]
+    assert est.pairs_ == [(0, 1), (0, 2), (1, 2)]
+    assert est.components_.shape == (3, 2, 8) and est.coef_.shape == (3, 2)
+    assert est.decision_function(X).shape == (240, 3)
+    assert est.transform(X).shape == (240, 6)
+    assert est.score(X, names) >= 0.95
+
+
+@pytest.mark.parametrize("y, message", [
+    (None, "requires y"),
+    (np.zeros(59), "inconsistent numbers of samples"),
+    (np.zeros((60, 2)), "must be 1-D"),
+    (np.ones(60), "at least 2 classes"),
+])
+def test_mnmf_label_errors(small_toy, y, message):
+    X, _ = small_toy
+    with pytest.raises(ValueError, match=message):
+        MNMF(2).fit(X, y)
+
+
+def test_mnmf_parameter_and_input_errors(small_toy):
+    X, y = small_toy
+    with pytest.raises(ValueError, match=r"The 'C' parameter of MNMF must be a float in the "
+                                         r"range \(0(\.0)?, inf\)\. Got -1(\.0)? instead\."):
+        MNMF(2, C=-1.0).fit(X, y)
+    bad = X.copy()
+    bad[3, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        MNMF(2).fit(bad, y)
+    with pytest.raises(ValueError, match="features"):
+        MNMF(2, max_iter=0).fit(X, y).predict(X[:, :5])

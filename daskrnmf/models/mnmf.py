@@ -30,14 +30,17 @@ T_2 = c/2 Q (T_2 printed with y_1 y_2: it is y_i y_j, ERRATA), t_3 = t_5 cancel,
 t_4 = y_i f_i, t_6 = b y_i, t_7 = 1.  This is a linear-kernel SVM dual in the
 d-dimensional variable u: with v = (c/2) u the primal is
 ``min_v ||v||^2 / c + theta sum_i max(0, 1 - y_i (f_i + b) - y_i x_i^T v)`` and
-``G = G_0 + v w^T P / c``.  The multipliers alpha live with X's row blocks (one per
-sample); a round is one pass: every block runs dual coordinate ascent
-(:mod:`daskrnmf.kernels.dual`) on its own multipliers from the common u, the blocks'
-changes of u are tree-reduced and the step along their sum is line-searched on the
-(quadratic) dual, so the dual never decreases and every alpha stays in its box.  The
-duality gap, computed in the same pass, stops the rounds.  The SVM step (eq. 11) is the
-same problem on the k + 1 features ``[G^T x, intercept_scaling]`` (the intercept is
-regularised, as in liblinear / scikit-learn's LinearSVC).
+``G = G_0 + v w^T P / c``.  Nothing n x n is formed, and nothing of size n leaves the
+workers: :mod:`daskrnmf.kernels.hinge` solves this primal in the d-dimensional v by
+Newton's method on the Huber-smoothed hinge with continuation in the smoothing width, one
+pass a Newton step (every block sums its rows' gradient, Hessian and losses along the
+step, tree-reduced).  The multipliers ``alpha_i = theta clip(r_i / mu, 0, 1)`` of every
+iterate are a feasible point of eq. 9, so each pass measures the exact duality gap, which
+stops the step.  The SVM step (eq. 11) is the same problem on the k + 1 features
+``[G^T x - mean, intercept_scaling]`` (the intercept regularised, as in liblinear /
+scikit-learn's LinearSVC).  (Dual coordinate ascent over the multipliers, the obvious
+alternative, needs tens of thousands of sweeps at the large theta this model needs, as
+liblinear does on the same problems.)
 
 Scale of G (ERRATA): the margin term can be improved by inflating G (features G^T x
 grow, ||w|| shrinks), so after each G step G's columns are scaled to unit norm, the scale
@@ -50,97 +53,62 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 
 from .. import _validation as v
-from .._blocks import RowBlocks
 from .._driver import iterate, warn_if_not_converged
-from ..kernels import rng
+from ..kernels import hinge, rng
 from ..kernels.assign import as_float_block
-from ..kernels.dual import hinge_sum, line_step, sweep
 from ..kernels.median import sum_arrays
 from ..kernels.nnls import nnls_rows
-from ..reductions import feature_stats
+from ..reductions import checked_blocks
 
 _EPS = 1e-12
 
 
 # ---------------------------------------------------------------- the fit of one problem
 class _SemiFit:
-    """Passes of a (max-margin) semi-NMF on the rows with non-zero weight.
+    """Passes of a (max-margin) semi-NMF on the rows with non-zero label.
 
-    Per-block state (persisted next to X's blocks): ``y`` (+1 / -1, 0 for rows outside the
-    problem), ``H``, the G-step multipliers ``a`` and the SVM multipliers ``s`` with their
-    pending (not yet line-searched) changes.
+    Per-block state (persisted next to X's blocks, never gathered): ``y`` (+1 / -1, 0 for
+    rows outside the problem) and the block's rows of ``H``.
     """
 
     def __init__(self, blocks, labels, *, k, seed):
-        self.blocks, self.k, self.seed = blocks, k, seed
-        self.state = blocks.map_reduce(_init_chunk, _stats_combine, args=(k, seed),
-                                       state=labels, keep_state=True, name="initial H")
-        self.stats, self.state = self.state
-        self.pending = {"a": 0.0, "s": 0.0}  # line-search steps not yet applied on the blocks
+        self.blocks, self.k = blocks, k
+        self.stats, self.state = blocks.map_reduce(_init_chunk, _sum_combine, args=(k, seed),
+                                                   state=labels, keep_state=True,
+                                                   name="initial H")
         self.scale = np.ones(k)              # pending scale of H (from normalising G)
-        self.rounds = 0                      # dual rounds so far (seeds the sweep orders)
 
     def n_rows(self):
         return float(self.stats["n"])
 
     def basis(self):
-        """G_0 = X^T H (H^T H)^-1 from the last pass's statistics (semi-NMF, eq. 2)."""
+        """G_0 = X^T H (H^T H)^-1 from the last pass's statistics (semi-NMF, eq. 2), and
+        P = (H^T H)^-1."""
         S = self.stats["HtH"]
         ridge = _EPS * max(np.trace(S), 1.0)
         P = np.linalg.inv(S + ridge * np.eye(self.k))
         return self.stats["XtH"] @ P, P
 
-    def semi_step(self, G):
-        """One Ding update of H (eq. 3) on every block, then the new statistics; returns
-        the new G (eq. 2) and the loss ||X - H G_old^T||^2 with the new H."""
-        spec = {"kind": "semi", "G": G, "GtG": G.T @ G, "scale": self.scale}
-        self.stats, self.state = self.blocks.map_reduce(_h_chunk, _stats_combine, args=(spec,),
+    def h_pass(self, G, kind):
+        """Update every block's H for fixed G — one Ding step (eq. 3, ``kind="semi"``) or
+        the exact NNLS solution per sample (eq. 14, ``kind="nnls"``) — and return the
+        loss ``||X - H G^T||^2`` with the new H (the statistics for the next G are kept)."""
+        spec = {"kind": kind, "G": G, "GtG": G.T @ G, "scale": self.scale}
+        self.stats, self.state = self.blocks.map_reduce(_h_chunk, _sum_combine, args=(spec,),
                                                         state=self.state, keep_state=True,
-                                                        name="semi-NMF H update")
+                                                        name=f"H update ({kind})")
         self.scale = np.ones(self.k)
-        return self.basis()[0], self.stats["loss"]
+        return self.stats["loss"]
 
-    def h_step(self, G, svm_spec):
-        """NNLS for every sample's h (eq. 14) and the statistics for the next G step, in
-        one pass that also recomputes the SVM step's u for the features X G (the SVM
-        multipliers are warm-started).  Returns (loss ||X - H G^T||^2, u of the SVM)."""
-        spec = {**svm_spec, "kind": "nnls", "G": G, "GtG": G.T @ G, "scale": self.scale,
-                "step": self.pending["s"]}
-        self.stats, self.state = self.blocks.map_reduce(_h_chunk, _stats_combine, args=(spec,),
-                                                        state=self.state, keep_state=True,
-                                                        name="H step (NNLS)")
-        self.scale = np.ones(self.k)
-        self.pending["s"] = 0.0
-        return self.stats["loss"], self.stats.pop("u_s")
+    def hinge_solve(self, spec, v0, kappa, theta, *, max_passes, tol):
+        """The hinge problem of the G step (``spec["key"] == "G"``) or the SVM step
+        (``"svm"``), solved by :func:`daskrnmf.kernels.hinge.solve`, one pass a step."""
+        def run_pass(v, d, mu):
+            return self.blocks.map_reduce(_hinge_chunk, _sum_combine,
+                                          args=({**spec, "v": v, "d": d, "mu": mu},),
+                                          state=self.state, name=f"{spec['key']} step")
 
-    def dual(self, key, spec, u, kappa, theta, *, max_rounds, tol):
-        """Rounds of distributed dual coordinate ascent, one pass each.
-
-        Round r measures the point it starts from (the primal ``||v||^2 / (2 kappa) +
-        theta * hinge`` at ``v = kappa u`` and the dual), and every block proposes a change
-        of its multipliers; the sum is line-searched.  The rounds stop when the relative
-        duality gap of the measured point is below ``tol`` or after ``max_rounds``, and the
-        measured point is returned (the last proposal is dropped), so the hinge sum and
-        the gap reported are those of the returned solution.
-
-        Returns (u, hinge sum at u, rounds, relative gap).
-        """
-        for r in range(max_rounds):
-            self.rounds += 1
-            spec_r = {**spec, "key": key, "u": u, "kappa": kappa, "theta": theta,
-                      "step": self.pending[key], "seed": self.seed + 7919 * self.rounds}
-            res, self.state = self.blocks.map_reduce(_dual_chunk, _dual_combine, args=(spec_r,),
-                                                     state=self.state, keep_state=True,
-                                                     name=f"dual round ({key})")
-            uu = float(u @ u)
-            primal = kappa * uu / 2 + theta * res["hinge"]
-            gap = (primal - (res["ap"] - kappa * uu / 2)) / max(abs(primal), _EPS)
-            if gap <= tol or r == max_rounds - 1:
-                self.pending[key] = 0.0
-                return u, res["hinge"], r + 1, gap
-            t = line_step(res["gain"], u, res["du"], kappa)
-            self.pending[key] = t
-            u = u + t * res["du"]
+        return hinge.solve(run_pass, v0, kappa, theta, max_passes=max_passes, tol=tol)
 
     def rescale(self, norms):
         """H <- H * norms (columns; applied on the blocks at the next pass) and the
@@ -152,16 +120,13 @@ class _SemiFit:
 
 # ---------------------------------------------------------------- per-block functions
 def _init_chunk(block, start, labels, k, seed):
-    """State of a block: labels (+1 / -1 / 0), a seeded uniform H (keyed on the global row
-    index, so it does not depend on the chunking), zero multipliers; and the statistics
-    X^T H, H^T H of that H."""
+    """State of a block: labels (+1 / -1 / 0) and a seeded uniform H (keyed on the global
+    row index, so it does not depend on the chunking); the statistics of that H."""
     x = as_float_block(block)
-    n = x.shape[0]
-    idx = np.arange(start, start + n, dtype=np.uint64)
+    idx = np.arange(start, start + x.shape[0], dtype=np.uint64)
     H = np.stack([rng.uniform(seed, rng.stream_id(11, j), idx) for j in range(k)], axis=1)
     y = np.asarray(labels, dtype=np.float64)
-    st = {"y": y, "H": H, "a": np.zeros(n), "da": np.zeros(n), "s": np.zeros(n), "ds": np.zeros(n)}
-    return _stats(x, H, y != 0, 0.0), st
+    return _stats(x, H, y != 0, 0.0), {"y": y, "H": H}
 
 
 def _stats(x, H, keep, loss):
@@ -170,8 +135,9 @@ def _stats(x, H, keep, loss):
             "xsum": x[keep].sum(axis=0)}
 
 
-def _stats_combine(parts):
-    return {key: sum_arrays([p[key] for p in parts]) for key in parts[0]}
+def _sum_combine(parts):
+    return {key: sum_arrays([np.asarray(p[key], dtype=np.float64) for p in parts])
+            for key in parts[0]}
 
 
 def _h_chunk(block, start, st, spec):
@@ -185,49 +151,26 @@ def _h_chunk(block, start, st, spec):
         den = H @ pos + np.maximum(-XG, 0.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             H = np.where(den > 0, H * np.sqrt(num / den), 0.0)
-        keep = st["y"] != 0
-        out = _stats(x, H, keep, float((((x - H @ G.T) ** 2).sum(axis=1))[keep].sum()))
-        return out, {**st, "H": H}
-    H = nnls_rows(GtG, XG, H)
+    else:
+        H = nnls_rows(GtG, XG, H)
     keep = st["y"] != 0
-    out = _stats(x, H, keep, float((((x - H @ G.T) ** 2).sum(axis=1))[keep].sum()))
-    # the SVM step's features are X G with the new G: u = sum_i s_i y_i z_i afresh
-    s = st["s"] + spec["step"] * st["ds"]
-    Z, _ = _dual_problem(x, st["y"], {**spec, "key": "s"})
-    out["u_s"] = Z.T @ (s * st["y"] * keep)
-    return out, {**st, "H": H, "s": s, "ds": np.zeros_like(s)}
+    loss = float((((x - H @ G.T) ** 2).sum(axis=1))[keep].sum())
+    return _stats(x, H, keep, loss), {**st, "H": H}
 
 
-def _dual_problem(x, y, spec):
-    """(Z, p) of the block for the G step (z = x) or the SVM step (z = [x G, scaling])."""
-    if spec["key"] == "a":
-        return x, 1.0 - y * (x @ spec["G0w"] + spec["b"])
-    Z = np.hstack([x @ spec["G"] - spec["fmean"], np.full((x.shape[0], 1), spec["intercept_scaling"])])
-    return Z, np.ones(x.shape[0])
-
-
-def _dual_chunk(block, start, st, spec):
-    key = spec["key"]
+def _hinge_chunk(block, start, st, spec):
+    """The block's share of a Newton pass: z = x, p = 1 - y (x^T G_0 w + b) for the G
+    step; z = [x^T G - mean, intercept_scaling], p = 1 for the SVM step."""
     x = as_float_block(block)
     y = st["y"]
-    keep = (y != 0).astype(np.float64)
-    alpha = st[key] + spec["step"] * st["d" + key]          # last round's line search
-    Z, p = _dual_problem(x, y, spec)
-    u = spec["u"]
-    new = alpha.copy()
-    du = sweep(Z, y, p, new, u, spec["kappa"], spec["theta"], keep,
-               n_sweeps=spec["local_sweeps"], seed=spec["seed"] * 1_000_003 + start)
-    d = new - alpha
-    part = {"ap": float((alpha * p * keep).sum()),
-            "hinge": hinge_sum(Z, y, p, spec["kappa"] * u, keep),
-            "du": du, "gain": float((d * p).sum())}
-    return part, {**st, key: alpha, "d" + key: d}
-
-
-
-
-def _dual_combine(parts):
-    return {key: sum_arrays([p[key] for p in parts]) for key in parts[0]}
+    if spec["key"] == "G":
+        Z, p = x, 1.0 - y * (x @ spec["G0w"] + spec["b"])
+    else:
+        Z = np.hstack([x @ spec["G"] - spec["fmean"],
+                       np.full((x.shape[0], 1), spec["intercept_scaling"])])
+        p = np.ones(x.shape[0])
+    return hinge.block_pass(Z, y, p, (y != 0).astype(np.float64), spec["v"], spec["d"],
+                            spec["mu"])
 
 
 def _pair_labels(y, positive, negative):
@@ -275,22 +218,24 @@ _COMMON = {
 
 def _check_x(X, name):
     X = v.check_array(X, estimator_name=name)
-    blocks = RowBlocks(X)
-    stats = feature_stats(blocks)
-    v.check_finite_count(stats["nonfinite"], f"X passed to {name}")
+    blocks, _ = checked_blocks(X, f"X passed to {name}")
     return X, blocks
 
 
-def _semi_nmf(fit, max_iter, tol):
-    """Ding's iterations on the fit's rows; returns G and the loss history."""
-    G, _ = fit.basis()
-    history = []
-    for _ in range(max_iter):
-        G, loss = fit.semi_step(G)
-        history.append(loss)
-        if len(history) > 1 and history[-2] - history[-1] <= tol * abs(history[-2]):
-            break
-    return G, np.array(history)
+def _semi_nmf(fit, max_iter, tol, **driver):
+    """Ding's iterations (eq. 2-3) on the fit's rows, one pass each; returns G and the
+    driver's log (objective ``||X - H G^T||^2``, new H with the previous G)."""
+    G = fit.basis()[0]
+
+    def step(state, active):
+        nonlocal G
+        loss = fit.h_pass(G, "semi")
+        G = fit.basis()[0]
+        return state, np.array([loss])
+
+    _, log = iterate(step, None, n_restarts=1, max_iter=max_iter, tol=tol,
+                     passes=lambda: fit.blocks.n_passes, **driver)
+    return G, log
 
 
 class SemiNMF(TransformerMixin, BaseEstimator):
@@ -311,8 +256,10 @@ class SemiNMF(TransformerMixin, BaseEstimator):
         Stop when the loss decreases by less than ``tol`` relative.
     random_state : None, int, RandomState or Generator
     verbose : int, default=0
+        >= 1 logs the loss per iteration on the ``daskrnmf`` logger.
     callback : callable, optional
-        Unused; accepted for a common interface.
+        ``callback(info)`` after every iteration (as :class:`daskrnmf.RFNMF`); returning
+        True stops the fit.
 
     Attributes
     ----------
@@ -325,7 +272,7 @@ class SemiNMF(TransformerMixin, BaseEstimator):
     n_iter_, n_passes_ : int
     """
 
-    _parameter_constraints = dict(_COMMON)
+    _parameter_constraints = {**_COMMON, "max_iter": [v.Interval(int, 1, None)]}
 
     def __init__(self, n_components=8, *, max_iter=200, tol=1e-4, random_state=None, verbose=0,
                  callback=None):
@@ -346,7 +293,11 @@ class SemiNMF(TransformerMixin, BaseEstimator):
         X, blocks = _check_x(X, type(self).__name__)
         fit = _SemiFit(blocks, [_map(blocks, np.ones, n) for n in blocks.sizes],
                        k=self.n_components, seed=v.seed_from(self.random_state))
-        G, history = _semi_nmf(fit, max(self.max_iter, 1), self.tol)
+        G, log = _semi_nmf(fit, self.max_iter, self.tol, callback=self.callback,
+                           verbose=self.verbose, name="SemiNMF")
+        if not log.stopped_by_callback:
+            warn_if_not_converged("SemiNMF", log.converged[0], self.max_iter)
+        history = log.restart_history(0)
         self.components_ = G.T
         self.objective_history_ = history
         self.reconstruction_err_ = float(np.sqrt(history[-1]))
@@ -403,11 +354,15 @@ class MNMF(ClassifierMixin, BaseEstimator):
             + C sum_i max(0, 1 - y_i (w^T G^T x_i + b)),   H >= 0, ||g_j|| = 1
 
     (the intercept regularised as in LinearSVC; G's columns of unit norm, ERRATA).
-    Algorithm 1, per iteration: the G step (the dual of eq. 9, see the module docstring:
-    distributed dual coordinate ascent over per-sample multipliers, one pass a round),
-    G's columns normalised, the H step (NNLS per sample, one pass, fused with the
-    statistics for the next G step), the SVM step (the same dual solver on the k + 1
+    Algorithm 1, per iteration: the G step (eq. 9 in its d-dimensional primal form, see
+    the module docstring: smoothed Newton, one pass a step, stopped by the duality gap),
+    G's columns normalised, the H step (NNLS per sample, one pass, which also gathers
+    the statistics for the next G step), the SVM step (the same solver on the k + 1
     features).  Initialisation: ``semi_max_iter`` semi-NMF iterations, then the SVM step.
+    Passes over X per iteration: the G step's and the SVM step's Newton passes plus one.
+    The objective is reported after each iteration; the normalisation of G does not keep
+    it monotone (the paper proves nothing about it), so the fit stops when it changes by
+    less than ``tol`` relative.
     More than two classes: one-vs-one, one MNMF per pair of classes (on that pair's
     samples), prediction by voting, as the paper does on KTH.
 
@@ -421,18 +376,17 @@ class MNMF(ClassifierMixin, BaseEstimator):
         Weight of the reconstruction error; the G step's box is ``theta = C / lam``
         (ERRATA: theta must be large for the margin to shape G; with C = lam = 1 MNMF
         does no better than semi-NMF + SVM).
-    max_iter : int, default=30
-        Outer iterations of Algorithm 1 (0: semi-NMF + SVM).
-    tol : float, default=1e-4
-        Stop when the objective decreases by less than ``tol`` relative.
+    max_iter : int, default=10
+        Outer iterations of Algorithm 1 (0: semi-NMF + SVM).  The paper's toy converges in
+        6.
+    tol : float, default=1e-3
+        Stop when the objective changes by less than ``tol`` relative.
     semi_max_iter : int, default=200
         Semi-NMF iterations of the initialisation.
-    dual_max_iter : int, default=30
-        Rounds (passes) per G step / SVM step, at least 2.
-    dual_tol : float, default=1e-3
+    inner_max_iter : int, default=50
+        Passes (Newton steps) per G step / SVM step.
+    inner_tol : float, default=1e-3
         Relative duality gap that ends a G step / SVM step.
-    local_sweeps : int, default=10
-        Coordinate-ascent sweeps over a block's multipliers per round.
     intercept_scaling : float, default=1.0
         The constant feature that carries the intercept (as LinearSVC's).
     random_state, verbose, callback
@@ -451,7 +405,9 @@ class MNMF(ClassifierMixin, BaseEstimator):
     objective_history_ : list of ndarray, one per binary problem.
     n_iter_ : ndarray (n_pairs,)
     n_passes_ : int
-    dual_rounds_ : list of (G-step rounds, SVM-step rounds) per iteration and problem.
+    inner_passes_ : list of ndarray (n_iter, 2), one per binary problem: passes of the
+        G step and of the SVM step in each iteration.
+    inner_gaps_ : list of ndarray (n_iter, 2): their final relative duality gaps.
     """
 
     _parameter_constraints = {
@@ -459,14 +415,13 @@ class MNMF(ClassifierMixin, BaseEstimator):
         "C": [v.Interval(float, 0, None, closed="neither")],
         "lam": [v.Interval(float, 0, None, closed="neither")],
         "semi_max_iter": [v.Interval(int, 1, None)],
-        "dual_max_iter": [v.Interval(int, 2, None)],
-        "dual_tol": [v.Interval(float, 0, None, closed="neither")],
-        "local_sweeps": [v.Interval(int, 1, None)],
+        "inner_max_iter": [v.Interval(int, 1, None)],
+        "inner_tol": [v.Interval(float, 0, None, closed="neither")],
         "intercept_scaling": [v.Interval(float, 0, None, closed="neither")],
     }
 
-    def __init__(self, n_components=8, *, C=100.0, lam=0.01, max_iter=30, tol=1e-4,
-                 semi_max_iter=200, dual_max_iter=30, dual_tol=1e-3, local_sweeps=10,
+    def __init__(self, n_components=8, *, C=100.0, lam=0.01, max_iter=10, tol=1e-3,
+                 semi_max_iter=200, inner_max_iter=50, inner_tol=1e-3,
                  intercept_scaling=1.0, random_state=None, verbose=0, callback=None):
         self.n_components = n_components
         self.C = C
@@ -474,9 +429,8 @@ class MNMF(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
         self.semi_max_iter = semi_max_iter
-        self.dual_max_iter = dual_max_iter
-        self.dual_tol = dual_tol
-        self.local_sweeps = local_sweeps
+        self.inner_max_iter = inner_max_iter
+        self.inner_tol = inner_tol
         self.intercept_scaling = intercept_scaling
         self.random_state = random_state
         self.verbose = verbose
@@ -510,7 +464,8 @@ class MNMF(ClassifierMixin, BaseEstimator):
         self.intercept_ = np.array([o["b"] for o in out])
         self.objective_history_ = [o["history"] for o in out]
         self.n_iter_ = np.array([o["n_iter"] for o in out])
-        self.dual_rounds_ = [o["rounds"] for o in out]
+        self.inner_passes_ = [o["passes"] for o in out]
+        self.inner_gaps_ = [o["gaps"] for o in out]
         self.n_passes_ = blocks.n_passes
         self.n_features_in_ = X.shape[1]
         return self
@@ -519,59 +474,58 @@ class MNMF(ClassifierMixin, BaseEstimator):
         k, s = self.n_components, float(self.intercept_scaling)
         C, theta = float(self.C), float(self.C) / float(self.lam)
         fit = _SemiFit(blocks, labels, k=k, seed=seed)
-        if fit.n_rows() == 0:
-            raise ValueError("no samples of this pair of classes")
         G, _ = _semi_nmf(fit, self.semi_max_iter, self.tol)
         G = _unit_columns(G, fit)
-        sweeps = {"local_sweeps": self.local_sweeps, "intercept_scaling": s}
-        dual = dict(max_rounds=self.dual_max_iter, tol=self.dual_tol)
-        # ERRATA: w, b before the first G step, from the SVM on the semi-NMF features
+        inner = dict(max_passes=self.inner_max_iter, tol=self.inner_tol)
         xbar = fit.stats["xsum"] / fit.n_rows()
 
-        def svm_spec(G):
-            # features centred on the problem's mean (the intercept is then near 0, and
-            # its regularisation acts on the centred intercept)
-            return {**sweeps, "G": G, "fmean": G.T @ xbar}
+        def svm(G, v0):
+            # features centred on the problem's mean: the intercept is then near 0, and
+            # its regularisation acts on the centred intercept
+            spec = {"key": "svm", "G": G, "fmean": G.T @ xbar, "intercept_scaling": s}
+            return fit.hinge_solve(spec, v0, 1.0, C, **inner)
 
-        def classifier(u_s, G):
-            w = u_s[:k]
-            return w, float(u_s[k] * s - w @ (G.T @ xbar))
+        def classifier(v_s, G):
+            w = v_s[:k]
+            return w, float(v_s[k] * s - w @ (G.T @ xbar))
 
-        u_s, _, _, _ = fit.dual("s", svm_spec(G), np.zeros(k + 1), 1.0, C, **dual)
-        u_a = np.zeros(blocks.shape[1])
-        rounds = []
+        # ERRATA: w, b before the first G step, from the SVM on the semi-NMF features
+        v_s, _ = svm(G, np.zeros(k + 1))
+        v_g = np.zeros(blocks.shape[1])
+        passes, gaps = [], []
 
         def step(state, active):
-            nonlocal G, u_s, u_a
-            w, b = classifier(u_s, G)
+            nonlocal G, v_s, v_g
+            w, b = classifier(v_s, G)
             G0, P = fit.basis()
             c = float(w @ P @ w)
-            ra = 0
             if c > _EPS:
-                kappa = c / 2
-                spec = {**sweeps, "G0w": G0 @ w, "b": b}
-                u_a, _, ra, _ = fit.dual("a", spec, u_a, kappa, theta, **dual)
-                G = G0 + np.outer(kappa * u_a, P @ w) / c
-            else:
-                G = G0
+                # G = G_0 + v w^T P / c with v the primal solution (module docstring)
+                spec = {"key": "G", "G0w": G0 @ w, "b": b}
+                v_g, info_g = fit.hinge_solve(spec, np.zeros_like(v_g), c / 2, theta, **inner)
+                G = G0 + np.outer(v_g, P @ w) / c
+            else:            # w = 0: the margin term does not depend on G
+                G, info_g = G0, {"passes": 0, "gap": 0.0}
             G = _unit_columns(G, fit)
-            loss, u_s = fit.h_step(G, svm_spec(G))
-            u_s, hinge, rs, _ = fit.dual("s", svm_spec(G), u_s, 1.0, C, **dual)
-            rounds.append((ra, rs))
-            objective = float(self.lam) * loss + 0.5 * float(u_s @ u_s) + C * hinge
+            loss = fit.h_pass(G, "nnls")
+            v_s, info_s = svm(G, v_s)
+            passes.append((info_g["passes"], info_s["passes"]))
+            gaps.append((info_g["gap"], info_s["gap"]))
+            objective = float(self.lam) * loss + 0.5 * float(v_s @ v_s) + C * info_s["hinge"]
             return state, np.array([objective])
 
         history, n_iter = np.zeros(0), 0
         if self.max_iter > 0:
             _, log = iterate(step, None, n_restarts=1, max_iter=self.max_iter, tol=self.tol,
                              callback=self.callback, verbose=self.verbose, name="MNMF",
-                             passes=lambda: blocks.n_passes)
+                             passes=lambda: blocks.n_passes, rule="change")
             if not log.stopped_by_callback:
                 warn_if_not_converged("MNMF", log.converged[0], self.max_iter)
             history, n_iter = log.restart_history(0), int(log.n_iter[0])
-        w, b = classifier(u_s, G)
-        return {"G": G, "w": w.copy(), "b": b, "history": history,
-                "n_iter": n_iter, "rounds": rounds}
+        w, b = classifier(v_s, G)
+        return {"G": G, "w": w.copy(), "b": b, "history": history, "n_iter": n_iter,
+                "passes": np.array(passes, dtype=int).reshape(-1, 2),
+                "gaps": np.array(gaps, dtype=float).reshape(-1, 2)}
 
     # -- predict
     def decision_function(self, X):
