@@ -18,7 +18,7 @@ import psutil
 import pytest
 from distributed import Client, LocalCluster
 
-from daskrnmf import ORNMF, RFNMF, RFNMTF
+from daskrnmf import MNMF, ORNMF, RFNMF, RFNMTF
 from daskrnmf.datasets import make_zarr_blobs
 from daskrnmf.metrics import clustering_accuracy
 
@@ -62,6 +62,7 @@ def _compile_kernels():
             RFNMF(5, loss=loss, init=init, n_init=2, max_iter=2, random_state=0).fit(X)
     RFNMTF(5, 4, n_init=2, max_iter=2, random_state=0).fit(X)
     ORNMF(5, n_clusters=5, max_iter=2).fit(X)
+    MNMF(3, max_iter=1, semi_max_iter=2, inner_max_iter=2).fit(X, np.arange(300) % 2)
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +132,24 @@ def test_ornmf_with_worker_memory_below_data_size(capped_cluster, big_store):
     assert m.boundaries_.ndim == 1 and m.boundaries_.size >= 1 and top > 0
     # input checks; NNDSVDa: Gram matrix, norms, initial H; one pass per iteration; final
     assert m.n_passes_ == 1 + 3 + m.n_iter_ + 1
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_mnmf_with_worker_memory_below_data_size(capped_cluster, big_store):
+    # H and the labels stay on the workers with X's blocks; the Newton passes bring back
+    # d-vectors and d x d Hessians only.  y is a lazy Dask array derived from the store.
+    client = capped_cluster
+    pids = client.run(os.getpid)
+    with dask.config.set({"array.chunk-size": "5MiB"}):
+        y = (da.from_zarr(big_store + "/y") == 0).astype(np.int8)
+        m = MNMF(3, max_iter=1, semi_max_iter=2, inner_max_iter=4, tol=0.0, random_state=0)
+        m.fit(big_store + "/X", y)
+        acc = m.score(big_store + "/X", y)
+    _check_workers(client, pids)
+    assert acc > 0.95
+    # input checks, initial H, semi-NMF, the first SVM step, then G + H + SVM passes
+    first_svm = m.n_passes_ - (1 + 1 + 2) - m.inner_passes_[0].sum() - 1
+    assert 1 <= first_svm <= 4
 
 
 def _check_workers(client, pids):
