@@ -151,7 +151,7 @@ def test_mnmf_is_algorithm_1(small_toy):
     np.testing.assert_allclose(est.coef_[0], w, atol=1e-4)
     assert est.intercept_[0] == pytest.approx(b, abs=1e-4)
     np.testing.assert_allclose(est.objective_history_[0], history, rtol=1e-5)
-    assert np.all(est.inner_gaps_[0] <= 1e-7)
+    assert np.all(est.inner_gaps_[0] <= 1e-7) and est.inner_gaps_[0].shape == (3, 2)
 
 
 def test_mnmf_separates_the_toy_where_semi_nmf_features_do_not():
@@ -192,9 +192,10 @@ def test_mnmf_pass_count(small_toy):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est = MNMF(2, semi_max_iter=5, tol=0, max_iter=2, random_state=0).fit(X, y)
-    # input check + initial H + semi-NMF + first SVM step + per iteration (G + H + SVM)
-    first_svm = est.n_passes_ - 2 - 5 - est.inner_passes_[0].sum() - 2
-    assert 1 <= first_svm <= est.inner_max_iter
+    passes = est.inner_passes_[0]
+    assert passes.shape == (3, 2) and passes[0, 0] == 0 and np.all(passes[:, 1] >= 1)
+    # input check + initial H + 5 semi-NMF + every Newton pass + one H pass per iteration
+    assert est.n_passes_ == 2 + 5 + passes.sum() + 2
 
 
 def test_mnmf_one_vs_one_for_several_classes():

@@ -16,8 +16,9 @@ Solver: Newton's method on the Huber-smoothed hinge (Chapelle, "Training a suppo
 machine in the primal", 2007), ``l_mu(r) = 0 (r <= 0), r^2 / (2 mu) (0 < r < mu),
 r - mu / 2 (r >= mu)``, with continuation in ``mu``.  Its gradient is ``v / kappa - u`` with
 ``alpha_i = theta omega_i clip(r_i / mu, 0, 1)`` — a feasible dual point at every iterate —
-so every pass also measures the exact duality gap ``F(v) - D(alpha)`` of the hinge
-problem, which is the stopping rule.  The Hessian ``I / kappa + (theta / mu) sum z_i z_i^T``
+so every pass also gives a lower bound ``D(alpha)`` on the optimum of the (unsmoothed)
+hinge problem; the best primal value seen less the best such bound is a true duality
+gap, and it is the stopping rule.  The Hessian ``I / kappa + (theta / mu) sum z_i z_i^T``
 sums only over the rows inside the smoothing zone ``0 < r_i < mu``; it is m x m (m the
 number of features of z), tree-reduced like the gradient.
 
@@ -90,7 +91,7 @@ def solve(run_pass, v0, kappa, theta, *, max_passes, tol, mu0=1.0, mu_min=1e-9):
     max_passes : int
         Passes allowed (at least 1).
     tol : float
-        Relative duality gap ``(F(v) - D(alpha)) / F(v)`` at which to stop.
+        Relative duality gap (best ``F`` less best ``D``, over best ``F``) at which to stop.
     mu0, mu_min : float
         Smallest first and smallest smoothing width (in units of the margin, which is 1
         here).  The first width is raised to twice the mean positive residual at ``v0``

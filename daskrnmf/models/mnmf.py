@@ -76,10 +76,9 @@ class _SemiFit:
         self.stats, self.state = blocks.map_reduce(_init_chunk, _sum_combine, args=(k, seed),
                                                    state=labels, keep_state=True,
                                                    name="initial H")
+        # the problem's mean row (its rows do not change; only the first pass sums them)
+        self.xbar = self.stats.pop("xsum") / max(float(self.stats.pop("n")), 1.0)
         self.scale = np.ones(k)              # pending scale of H (from normalising G)
-
-    def n_rows(self):
-        return float(self.stats["n"])
 
     def basis(self):
         """G_0 = X^T H (H^T H)^-1 from the last pass's statistics (semi-NMF, eq. 2), and
@@ -126,13 +125,14 @@ def _init_chunk(block, start, labels, k, seed):
     idx = np.arange(start, start + x.shape[0], dtype=np.uint64)
     H = np.stack([rng.uniform(seed, rng.stream_id(11, j), idx) for j in range(k)], axis=1)
     y = np.asarray(labels, dtype=np.float64)
-    return _stats(x, H, y != 0, 0.0), {"y": y, "H": H}
+    keep = y != 0
+    out = {**_stats(x, H, keep, 0.0), "n": float(keep.sum()), "xsum": x[keep].sum(axis=0)}
+    return out, {"y": y, "H": H}
 
 
 def _stats(x, H, keep, loss):
     Hk = H * keep[:, None]
-    return {"XtH": x.T @ Hk, "HtH": Hk.T @ Hk, "loss": loss, "n": float(keep.sum()),
-            "xsum": x[keep].sum(axis=0)}
+    return {"XtH": x.T @ Hk, "HtH": Hk.T @ Hk, "loss": loss}
 
 
 def _sum_combine(parts):
@@ -405,9 +405,10 @@ class MNMF(ClassifierMixin, BaseEstimator):
     objective_history_ : list of ndarray, one per binary problem.
     n_iter_ : ndarray (n_pairs,)
     n_passes_ : int
-    inner_passes_ : list of ndarray (n_iter, 2), one per binary problem: passes of the
-        G step and of the SVM step in each iteration.
-    inner_gaps_ : list of ndarray (n_iter, 2): their final relative duality gaps.
+    inner_passes_ : list of ndarray (n_iter + 1, 2), one per binary problem: passes of
+        the G step and of the SVM step in each iteration; row 0 is the initial SVM step
+        (no G step).
+    inner_gaps_ : list of ndarray (n_iter + 1, 2): their final relative duality gaps.
     """
 
     _parameter_constraints = {
@@ -477,7 +478,7 @@ class MNMF(ClassifierMixin, BaseEstimator):
         G, _ = _semi_nmf(fit, self.semi_max_iter, self.tol)
         G = _unit_columns(G, fit)
         inner = dict(max_passes=self.inner_max_iter, tol=self.inner_tol)
-        xbar = fit.stats["xsum"] / fit.n_rows()
+        xbar = fit.xbar
 
         def svm(G, v0):
             # features centred on the problem's mean: the intercept is then near 0, and
@@ -490,9 +491,9 @@ class MNMF(ClassifierMixin, BaseEstimator):
             return w, float(v_s[k] * s - w @ (G.T @ xbar))
 
         # ERRATA: w, b before the first G step, from the SVM on the semi-NMF features
-        v_s, _ = svm(G, np.zeros(k + 1))
+        v_s, info_s = svm(G, np.zeros(k + 1))
         v_g = np.zeros(blocks.shape[1])
-        passes, gaps = [], []
+        passes, gaps = [(0, info_s["passes"])], [(0.0, info_s["gap"])]
 
         def step(state, active):
             nonlocal G, v_s, v_g
