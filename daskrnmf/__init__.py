@@ -19,6 +19,8 @@ _LAZY = {
     "NMF": ("daskrnmf.models.ornmf", "NMF"),
     "MNMF": ("daskrnmf.models.mnmf", "MNMF"),
     "SemiNMF": ("daskrnmf.models.mnmf", "SemiNMF"),
+    "ONMFO": ("daskrnmf.models.onmfo", "ONMFO"),
+    "RobustNMF": ("daskrnmf.models.onmfo", "RobustNMF"),
     "datasets": ("daskrnmf.datasets", None),
     "io": ("daskrnmf.io", None),
     "metrics": ("daskrnmf.metrics", None),

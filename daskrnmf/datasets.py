@@ -252,3 +252,45 @@ def load_digits():
 
     d = _load()
     return d.data.astype(np.float64), d.target.astype(np.int64)
+
+
+def corrupt_images(X, rho, *, max_value=50.0, low=30.0, high=50.0, mode="add", random_state=0):
+    """The ONMFO paper's outlier protocol (Zhao & Tan, Sec. 4.1).
+
+    The images are scaled so that the largest grey level is ``max_value``; a fraction
+    ``rho`` of the entries, drawn independently, get a value from U[low, high] added
+    (``mode="add"``, the paper) or put in their place (``mode="replace"``); the result is
+    clipped at ``max_value``.
+
+    Parameters
+    ----------
+    X : ndarray (n_samples, n_features), non-negative
+    rho : float in [0, 1]
+        Outlier density.
+    max_value, low, high : float
+    mode : {"add", "replace"}
+    random_state : int
+
+    Returns
+    -------
+    clean : ndarray (n_samples, n_features)
+        X scaled to a maximum of ``max_value`` (the reference for E_avg).
+    corrupted : ndarray (n_samples, n_features)
+    mask : ndarray of bool (n_samples, n_features)
+        Where outliers were placed.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if not 0 <= rho <= 1:
+        raise ValueError(f"rho must be in [0, 1]; got {rho}.")
+    if mode not in ("add", "replace"):
+        raise ValueError(f"mode must be 'add' or 'replace'; got {mode!r}.")
+    if X.size and X.min() < 0:
+        raise ValueError("corrupt_images needs non-negative images.")
+    top = X.max(initial=0.0)
+    clean = X * (max_value / top) if top > 0 else X.copy()
+    rng = np.random.default_rng(random_state)
+    mask = rng.random(X.shape) < rho
+    noise = rng.uniform(low, high, size=int(mask.sum()))
+    corrupted = clean.copy()
+    corrupted[mask] = noise + (corrupted[mask] if mode == "add" else 0.0)
+    return clean, np.minimum(corrupted, max_value), mask

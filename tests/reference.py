@@ -191,3 +191,51 @@ def mnmf_reference(X, y, H0, C, lam, semi_iter, n_iter, intercept_scaling=1.0):
         w, b, svm_obj = svm(G)
         history.append(lam * ((X - H @ G.T) ** 2).sum() + svm_obj)
     return G, H, w, b, np.array(history)
+
+
+# ---------------------------------------------------------------- paper 004 (ONMFO)
+def _mu(num, den):
+    """Multiplicative ratio with 0/0 -> 0."""
+    out = np.zeros_like(num)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+def onmfo_reference(V, W0, lam, n_inner, n_w, h0_fn, order):
+    """Algorithm 1 read literally, one sample at a time, in the paper's orientation.
+
+    V : (F, N) samples as columns; W0 : (F, K).  ``h0_fn(v, W) -> (h, r)`` gives the
+    starting point of (16)-(17).  ``order`` lists the sample indices as they arrive.
+    Returns W (F, K) after the last sample.
+    """
+    W = W0.copy()
+    F, K = W.shape
+    A, B, C = np.zeros((F, K)), np.zeros((K, K)), np.zeros((F, K))
+    for t in order:
+        v = V[:, t]
+        h, r = h0_fn(v, W)
+        for _ in range(n_inner):
+            h = _mu(h * (W.T @ v), W.T @ W @ h + W.T @ r)                # (16)
+            r = _mu(r * v, W @ h + r + lam)                              # (17)
+        A = A + np.outer(v, h)                                           # (12)
+        B = B + np.outer(h, h)                                           # (13)
+        C = C + np.outer(r, h)                                           # (14)
+        for _ in range(n_w):
+            W = _mu(W * A, W @ B + C)                                    # (18)
+    return W
+
+
+def robust_nmf_reference(V, W0, H0, R0, lam, n_iter):
+    """Batch updates in the order the fit uses them: H (7), R (8), then W (6).
+
+    V (F, N), W0 (F, K), H0 (K, N), R0 (F, N).  Returns W, H, R and the objective (5)
+    after each iteration's H, R step (under the W of that iteration).
+    """
+    W, H, R = W0.copy(), H0.copy(), R0.copy()
+    hist = []
+    for _ in range(n_iter):
+        H = _mu(H * (W.T @ V), W.T @ (W @ H + R))                          # (7)
+        R = _mu(R * V, W @ H + R + lam)                                    # (8)
+        hist.append(0.5 * np.sum((V - W @ H - R) ** 2) + lam * R.sum())
+        W = _mu(W * (V @ H.T), (W @ H + R) @ H.T)                          # (6)
+    return W, H, R, np.array(hist)

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from distributed import Client, LocalCluster
 
-from daskrnmf import MNMF, ORNMF, RFNMF, RFNMTF
+from daskrnmf import MNMF, ONMFO, ORNMF, RFNMF, RFNMTF
 from daskrnmf.datasets import make_zarr_blobs
 from daskrnmf.metrics import clustering_accuracy
 
@@ -152,6 +152,30 @@ def test_mnmf_with_worker_memory_below_data_size(capped_cluster, big_store):
     # H pass in the iteration
     assert m.inner_passes_[0].max() <= 4
     assert m.n_passes_ == 1 + 1 + 2 + m.inner_passes_[0].sum() + 1
+
+
+def test_onmfo_streams_with_worker_and_client_memory_below_data_size(capped_cluster, big_store):
+    # batches of 100 000 rows = 10 chunks solved in parallel where they were read; only W
+    # goes out and the k x d statistics come back; nothing of size n reaches this process
+    client = capped_cluster
+    pids = client.run(os.getpid)
+    me = psutil.Process()
+    full = da.from_zarr(big_store + "/X").nbytes
+    rss0 = me.memory_info().rss
+    with dask.config.set({"array.chunk-size": "5MiB"}):
+        m = ONMFO(5, lam=1.0, n_passes=1, batch_size=100_000, max_inner_iter=20,
+                  random_state=0).fit(big_store + "/X")
+        grown = me.memory_info().rss - rss0
+        X = da.from_zarr(big_store + "/X")[:50_000]
+        flagged = da.from_zarr(big_store + "/outlier")[:50_000].compute()
+        H, R = m.decompose(X)
+        r_rows, h = dask.compute(R.sum(axis=1), H)
+    _check_workers(client, pids)
+    assert grown < 0.1 * full, f"client grew by {grown / 2**20:.0f} MiB"
+    assert m.n_steps_ == 29 and m.n_samples_seen_ == 2_900_000 and m.n_passes_ == 1
+    assert np.isfinite(m.objective_history_).all() and h.shape == (50_000, 5)
+    # the gross corruption lands in R: rows flagged as outliers carry most of it
+    assert np.median(r_rows[flagged]) > 20 * np.median(r_rows[~flagged]) + 1.0
 
 
 def _check_workers(client, pids):

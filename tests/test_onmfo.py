@@ -1,0 +1,368 @@
+"""ONMFO and RobustNMF (paper 004) against literal dense implementations of their updates;
+equivalences (per-sample algorithm, partial_fit, lam -> inf), chunking, checkpoints, input."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+from sklearn.exceptions import ConvergenceWarning
+
+from daskrnmf import ONMFO, RobustNMF
+from daskrnmf import _checkpoint
+from daskrnmf.datasets import corrupt_images
+from daskrnmf.kernels.outliers import (block_statistics, initial_codes, solve_codes,
+                                       update_components)
+from daskrnmf.models.onmfo import _Feed, _initial_components, batch_order, make_batches
+
+from .reference import _mu, onmfo_reference, robust_nmf_reference
+
+
+def planted(n=300, d=40, k=4, rho=0.05, seed=0):
+    """Parts-based W (k disjoint bumps), sparse H, and gross non-negative outliers."""
+    rng = np.random.default_rng(seed)
+    W = np.zeros((k, d))
+    for j in range(k):
+        W[j, j * d // k:(j + 1) * d // k] = rng.uniform(1.0, 2.0, d // k)
+    H = rng.gamma(2.0, 1.0, size=(n, k)) * (rng.random((n, k)) < 0.7)
+    clean = H @ W
+    mask = rng.random((n, d)) < rho
+    X = clean + mask * rng.uniform(8.0, 12.0, size=(n, d))
+    return X, clean, W, mask
+
+
+@pytest.fixture(scope="module")
+def data():
+    return planted()
+
+
+def _h0(lam):
+    def start(v, W):
+        h, r = initial_codes(v[None, :], W.T, lam)
+        return h[0], r[0]
+    return start
+
+
+# ---------------------------------------------------------------- kernels
+def test_solve_codes_equals_per_sample_updates_and_never_increases(data):
+    X, _, _, _ = data
+    W = np.random.default_rng(1).uniform(size=(4, X.shape[1]))
+    x = X[:9]
+    h, r = solve_codes(x, W, 1.5, 25)
+    for i in range(9):
+        hi, ri = _h0(1.5)(x[i], W.T)
+        for _ in range(25):
+            hi = _mu(hi * (W @ x[i]), W @ W.T @ hi + W @ ri)
+            ri = _mu(ri * x[i], W.T @ hi + ri + 1.5)
+        np.testing.assert_allclose(h[i], hi, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(r[i], ri, rtol=1e-10, atol=1e-12)
+    # Lemmas 1-2: every (16) and every (17) step lowers (3) or leaves it
+    obj = []
+    h, r = initial_codes(x, W, 1.5)
+    for _ in range(40):
+        h = _mu(h * (x @ W.T), h @ W @ W.T + r @ W.T)
+        obj.append(block_statistics(x, h, r, W, 1.5)["loss"])
+        r = _mu(r * x, h @ W + r + 1.5)
+        obj.append(block_statistics(x, h, r, W, 1.5)["loss"])
+    assert np.all(np.diff(obj) <= 1e-9 * np.abs(obj[:-1]))
+
+
+def test_block_statistics_and_w_update_match_numpy(data):
+    X, _, _, _ = data
+    rng = np.random.default_rng(2)
+    W = rng.uniform(size=(4, X.shape[1]))
+    h, r = rng.uniform(size=(30, 4)), rng.uniform(size=(30, X.shape[1]))
+    st = block_statistics(X[:30], h, r, W, 0.7)
+    np.testing.assert_allclose(st["A"], sum(np.outer(h[i], X[i]) for i in range(30)))
+    np.testing.assert_allclose(st["B"], sum(np.outer(h[i], h[i]) for i in range(30)))
+    np.testing.assert_allclose(st["C"], sum(np.outer(h[i], r[i]) for i in range(30)))
+    np.testing.assert_allclose(st["loss"], 0.5 * np.sum((X[:30] - h @ W - r) ** 2) + 0.7 * r.sum())
+    Wt = W.T.copy()   # (18) in the paper's orientation
+    for _ in range(5):
+        Wt = _mu(Wt * st["A"].T, Wt @ st["B"] + st["C"].T)
+    np.testing.assert_allclose(update_components(W, st["A"], st["B"], st["C"], 5), Wt.T, rtol=1e-12)
+
+
+# ---------------------------------------------------------------- ONMFO equivalences
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_batches_of_one_sample_are_the_papers_per_sample_algorithm(data, shuffle):
+    X = data[0][:60]
+    model = ONMFO(4, lam=2.0, n_passes=1, batch_size=1, shuffle=shuffle, max_inner_iter=40,
+                  max_w_iter=5, random_state=3).fit(X)
+    order = batch_order(3, 0, 60, shuffle)
+    W0 = _initial_components(3, 4, X.shape[1], X[order[0]].mean())
+    W = onmfo_reference(X.T, W0.T, 2.0, 40, 5, _h0(2.0), order)
+    np.testing.assert_allclose(model.components_, W.T, rtol=1e-8, atol=1e-12)
+    assert model.n_steps_ == 60 and model.n_samples_seen_ == 60 and model.n_passes_ == 1
+
+
+def test_fit_equals_partial_fit_over_the_same_chunk_order(data):
+    X = da.from_array(data[0], chunks=(23, -1))
+    fit = ONMFO(4, n_passes=1, max_inner_iter=50, random_state=5).fit(X)
+    stream = ONMFO(4, max_inner_iter=50, random_state=5)
+    blocks = X.to_delayed().ravel()
+    for b in batch_order(5, 0, len(blocks)):
+        stream.partial_fit(X.blocks[int(b)])
+    np.testing.assert_allclose(stream.components_, fit.components_, rtol=1e-12, atol=1e-14)
+    assert stream.n_steps_ == fit.n_steps_ == len(blocks)
+
+
+def test_huge_lam_forces_no_outliers_and_gives_online_nmf(data):
+    X = data[0][:80]
+    model = ONMFO(4, lam=1e12, n_passes=1, batch_size=1, shuffle=False, max_inner_iter=30,
+                  max_w_iter=3, random_state=0).fit(X)
+    W0 = _initial_components(0, 4, X.shape[1], X[0].mean())
+    no_r = lambda v, W: (_h0(0.0)(v, W)[0], np.zeros_like(v))   # noqa: E731
+    W = onmfo_reference(X.T, W0.T, 0.0, 30, 3, no_r, np.arange(80))
+    np.testing.assert_allclose(model.components_, W.T, rtol=1e-6, atol=1e-9)
+    _, R = model.decompose(X)
+    assert R.max() < 1e-9 * X.max()
+
+
+@pytest.mark.parametrize("chunks", [7, 64, 300])
+def test_fixed_batch_size_does_not_depend_on_chunking(data, chunks):
+    X = data[0]
+    ref = ONMFO(4, batch_size=32, max_inner_iter=60, random_state=1).fit(X)
+    got = ONMFO(4, batch_size=32, max_inner_iter=60, random_state=1).fit(
+        da.from_array(X, chunks=(chunks, -1)))
+    np.testing.assert_allclose(got.components_, ref.components_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.objective_history_, ref.objective_history_, rtol=1e-10)
+
+
+def test_batches_and_pieces():
+    X = da.zeros((100, 3), chunks=((30, 30, 40), (3,)))
+    batches, pieces = make_batches(X, None)
+    assert batches == [(0, 30), (30, 60), (60, 100)]
+    batches, pieces = make_batches(X, 45)
+    assert batches == [(0, 45), (45, 90), (90, 100)]
+    assert pieces[0] == [(0, 30), (30, 45)] and pieces[1] == [(45, 60), (60, 90)]
+    assert make_batches(np.zeros((2500, 3)), None)[0] == [(0, 1024), (1024, 2048), (2048, 2500)]
+
+
+def test_planted_components_and_outliers_are_recovered(data):
+    from sklearn.decomposition import MiniBatchNMF
+
+    X, clean, W_true, mask = data
+    model = ONMFO(4, lam=1.0, n_passes=3, batch_size=20, random_state=0).fit(X)
+    W = model.components_
+    cos = (W / np.linalg.norm(W, axis=1, keepdims=True)) @ \
+        (W_true / np.linalg.norm(W_true, axis=1, keepdims=True)).T
+    rows, cols = linear_sum_assignment(-cos)
+    assert cos[rows, cols].min() > 0.97
+    H, R = model.decompose(X)
+    found = R > 2.0
+    assert (found & mask).sum() / found.sum() > 0.95          # precision
+    assert (found & mask).sum() / mask.sum() > 0.9            # recall
+    e_onmfo = np.mean((clean - model.inverse_transform(H)) ** 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mb = MiniBatchNMF(4, batch_size=20, max_iter=3, random_state=0).fit(X)
+    e_mb = np.mean((clean - mb.transform(X) @ mb.components_) ** 2)
+    assert e_onmfo < 0.3 * e_mb
+    # the objective per sample falls from pass to pass on this stationary stream
+    assert model.objective_history_[-1] < model.objective_history_[0]
+
+
+def test_decompose_and_transform_on_dask_are_chunked_like_x(data):
+    X = data[0]
+    model = ONMFO(4, batch_size=50, max_inner_iter=40, random_state=0).fit(X)
+    Xd = da.from_array(X, chunks=(70, -1))
+    H, R = model.decompose(Xd)
+    assert H.chunks[0] == Xd.chunks[0] and R.chunks == Xd.chunks
+    Hn, Rn = model.decompose(X)
+    np.testing.assert_allclose(H.compute(), Hn, rtol=1e-10)
+    np.testing.assert_allclose(R.compute(), Rn, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(model.transform(Xd).compute(), Hn, rtol=1e-10)
+    np.testing.assert_allclose(model.inverse_transform(Hn), Hn @ model.components_)
+
+
+def test_distributed_feed_reads_ahead_and_matches_numpy(data):
+    from distributed import Client, LocalCluster
+
+    X = data[0]
+    ref = ONMFO(4, batch_size=25, max_inner_iter=30, random_state=2).fit(X)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        Xd = da.from_array(X, chunks=(25, -1))
+        got = ONMFO(4, max_inner_iter=30, random_state=2).fit(Xd)
+        _, pieces = make_batches(Xd, None)
+        feed = _Feed(Xd, pieces, {"lam": 1.0, "n_iter": 5, "where": "X", "name": "ONMFO"})
+        assert feed.client is client
+        feed.want(0)
+        feed.want(1)
+        feed.solve(0, ref.components_)
+        ahead = feed.pending[1]
+        client.gather(ahead)   # batch 1 was read while batch 0 was solved: only waits here
+        assert all(f.status == "finished" for f in ahead)
+        feed.close()
+    np.testing.assert_allclose(got.components_, ref.components_, rtol=1e-10, atol=1e-13)
+
+
+# ---------------------------------------------------------------- RobustNMF
+@pytest.mark.parametrize("chunks", [None, 41])
+def test_robust_nmf_equals_dense_updates_and_never_increases(data, chunks):
+    X = data[0]
+    Xin = X if chunks is None else da.from_array(X, chunks=(chunks, -1))
+    model = RobustNMF(4, lam=1.0, max_iter=30, tol=0, random_state=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        H = model.fit_transform(Xin)
+    W0 = _initial_components(4, 4, X.shape[1], X.mean())
+    H0, R0 = initial_codes(X, W0, 1.0)
+    W, Hr, _, hist = robust_nmf_reference(X.T, W0.T, H0.T, R0.T, 1.0, 30)
+    np.testing.assert_allclose(model.components_, W.T, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(model.objective_history_, hist, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(H), Hr.T, rtol=1e-9, atol=1e-12)
+    assert np.all(np.diff(model.objective_history_) <= 1e-12 * hist[:-1])
+    assert model.n_passes_ == 1 + 1 + 30 + 1   # checks, initial H/R, iterations, final
+
+
+def test_online_is_close_to_batch_on_corrupted_faces():
+    from daskrnmf.datasets import load_orl
+
+    X, _ = load_orl()
+    clean, noisy, _ = corrupt_images(X[:120], 0.2, random_state=0)
+    online = ONMFO(16, batch_size=10, n_passes=2, max_inner_iter=150, random_state=0).fit(noisy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        batch = RobustNMF(16, max_iter=150, max_inner_iter=150, random_state=0).fit(noisy)
+    e = {}
+    for name, m in (("online", online), ("batch", batch)):
+        H, _ = m.decompose(noisy)
+        e[name] = np.mean((clean - m.inverse_transform(H)) ** 2)
+    e_plain = np.mean((clean - noisy) ** 2)
+    assert e["online"] < 1.3 * e["batch"] and e["online"] < 0.5 * e_plain
+
+
+# ---------------------------------------------------------------- checkpoints
+def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path):
+    X = da.from_array(data[0], chunks=(20, -1))
+    kw = dict(n_components=4, n_passes=2, max_inner_iter=30, random_state=7)
+    full = ONMFO(**kw).fit(X)
+    ckpt = tmp_path / "ckpt"
+    ONMFO(**kw, checkpoint=ckpt, checkpoint_every=3,
+          callback=lambda info: info["n_steps"] == 19).fit(X)   # stops mid-pass 2
+    arrays, attrs = _checkpoint.load(ckpt)
+    assert (attrs["pass"], attrs["position"], attrs["n_steps"]) == (1, 4, 19)
+    resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
+    np.testing.assert_array_equal(resumed.components_, full.components_)
+    np.testing.assert_array_equal(resumed.objective_history_, full.objective_history_)
+    assert resumed.n_steps_ == full.n_steps_ == 30
+    # a finished checkpoint resumes to itself; a different run is refused by name
+    again = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
+    np.testing.assert_array_equal(again.components_, full.components_)
+    with pytest.raises(ValueError, match=r"different run: lam 1.0 there, 2.0 here"):
+        ONMFO(**{**kw, "lam": 2.0}, checkpoint=ckpt).fit(X, resume=True)
+    with pytest.raises(ValueError, match="needs the 'checkpoint' parameter"):
+        ONMFO(**kw).fit(X, resume=True)
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    import zarr
+
+    path = tmp_path / "c"
+    _checkpoint.save(path, {"W": np.ones((2, 3))}, {"pass": 0})
+    real = zarr.Group.create_array
+    calls = []
+
+    def dying(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed while writing")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(zarr.Group, "create_array", dying)
+    with pytest.raises(KeyboardInterrupt):
+        _checkpoint.save(path, {"W": np.full((2, 3), 2.0), "A": np.zeros(2)}, {"pass": 1})
+    arrays, attrs = _checkpoint.load(path)
+    assert attrs["pass"] == 0 and np.all(arrays["W"] == 1) and set(arrays) == {"W"}
+    monkeypatch.setattr(zarr.Group, "create_array", real)
+    (path / "unrelated.txt").write_text("not ours")
+    _checkpoint.save(path, {"W": np.full((2, 3), 3.0)}, {"pass": 2})
+    assert sorted(os.listdir(path)) == ["LATEST", "gen-00000001", "unrelated.txt"]
+    assert _checkpoint.load(path)[1]["pass"] == 2
+
+
+def test_killed_process_resumes_to_the_uninterrupted_result(tmp_path):
+    """SIGKILL the fitting process mid-stream, then resume in this one."""
+    X = np.random.default_rng(0).gamma(2.0, 1.0, size=(2000, 30))
+    np.save(tmp_path / "X.npy", X)
+    ckpt = tmp_path / "ckpt"
+    kw = dict(n_components=5, n_passes=2, batch_size=20, max_inner_iter=20, random_state=11)
+    script = textwrap.dedent(f"""
+        import time, numpy as np
+        from daskrnmf import ONMFO
+        X = np.load({str(tmp_path / 'X.npy')!r})
+        ONMFO(**{kw!r}, checkpoint={str(ckpt)!r}, checkpoint_every=2,
+              callback=lambda info: time.sleep(0.03)).fit(X)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            state = _checkpoint.load(ckpt) if (ckpt / "LATEST").exists() else None
+            if state and state[1]["n_steps"] >= 30:
+                break
+            assert proc.poll() is None, "the fit ended before it could be killed"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        proc.kill()
+    _, attrs = _checkpoint.load(ckpt)
+    assert 30 <= attrs["n_steps"] < 200, attrs     # killed mid-stream, not after it
+    resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
+    full = ONMFO(**kw).fit(X)
+    np.testing.assert_array_equal(resumed.components_, full.components_)
+
+
+# ---------------------------------------------------------------- input
+def test_bad_input_is_refused_and_changes_nothing(data, tmp_path):
+    X = data[0].copy()
+    X[5, 3] = -1.0
+    model = ONMFO(4, checkpoint=tmp_path / "ck")
+    with pytest.raises(ValueError, match=r"Negative values in data passed to X of ONMFO \(min -1"):
+        model.fit(X)
+    assert not hasattr(model, "components_") and not (tmp_path / "ck").exists()
+    with pytest.raises(ValueError, match=r"Negative values .* rows 0\.\.49"):
+        ONMFO(4, max_inner_iter=5).fit(da.from_array(X, chunks=(50, -1)))
+    Xn = data[0].copy()
+    Xn[7, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        ONMFO(4).fit(da.from_array(Xn, chunks=(50, -1)))
+    with pytest.raises(ValueError, match=r"The 'lam' parameter of ONMFO must be a float in the "
+                                         r"range \(0, inf\)\. Got -1 instead\."):
+        ONMFO(4, lam=-1).fit(data[0])
+    with pytest.raises(ValueError, match="The 'n_passes' parameter of ONMFO"):
+        ONMFO(4, n_passes=0).fit(data[0])
+    with pytest.raises(ValueError, match="Negative values"):
+        RobustNMF(4).fit(X)
+    fitted = ONMFO(4, max_inner_iter=5, random_state=0).fit(data[0])
+    with pytest.raises(ValueError, match="X has 3 features, but ONMFO was fitted with 40"):
+        fitted.transform(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="Negative values"):
+        fitted.decompose(X)
+    before = fitted.components_.copy()
+    with pytest.raises(ValueError, match="Negative values"):
+        fitted.partial_fit(X)
+    np.testing.assert_array_equal(fitted.components_, before)
+
+
+def test_corrupt_images_follows_the_protocol():
+    X = np.random.default_rng(0).uniform(0, 255, size=(50, 100))
+    clean, noisy, mask = corrupt_images(X, 0.3, random_state=1)
+    assert clean.max() == pytest.approx(50.0) and noisy.max() <= 50.0
+    assert abs(mask.mean() - 0.3) < 0.02
+    np.testing.assert_array_equal(noisy[~mask], clean[~mask])
+    assert np.all(noisy[mask] >= np.minimum(clean[mask] + 30, 50) - 1e-12)
+    _, replaced, m2 = corrupt_images(X, 0.3, mode="replace", random_state=1)
+    assert np.all((replaced[m2] >= 30) & (replaced[m2] <= 50))
+    with pytest.raises(ValueError, match="mode"):
+        corrupt_images(X, 0.3, mode="swap")
