@@ -62,11 +62,20 @@ def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None):
     r = np.array(r, dtype=np.float64)
     WWt = W @ W.T if WWt is None else WWt
     xWt = x @ W.T
+    Wt = np.ascontiguousarray(W.T)
+    rx = np.empty_like(r)
     for _ in range(n_iter):
-        den = h @ WWt + r @ W.T
+        den = h @ WWt
+        den += r @ Wt
         h = _ratio(h * xWt, den)
-        den = h @ W + r + lam
-        r = _ratio(r * x, den)
+        den = h @ W                 # (m, d): updated in place to spare temporaries
+        den += r
+        if lam > 0:                 # den >= lam > 0: no 0/0 to guard
+            den += lam
+            np.multiply(r, x, out=rx)
+            np.divide(rx, den, out=r)
+        else:
+            r = _ratio(r * x, den)
     return h, r
 
 

@@ -1,0 +1,138 @@
+"""ONMFO streaming a Zarr array larger than the cluster's memory: throughput and peak memory.
+
+    python benchmarks/bench_onmfo_scale.py [--rows 10000000] [--features 256]
+                                           [--workdir DIR] [--out benchmarks/results/onmfo_scale.md]
+
+A float32 Zarr array of ``rows x features`` (default 10.24 GB; ``make_zarr_blobs``: 10
+non-negative clusters, 1 % of rows grossly corrupted) is written first (threaded scheduler),
+then a LocalCluster of 2 worker processes x 1 thread, each capped at 2 GiB, runs:
+
+* one plain read pass ``X.sum()`` (the speed of reading the data);
+* ONMFO(k=10) for one full pass at ``max_inner_iter`` 10 (batches of 200 000 rows, two
+  100 000-row pieces solved in parallel, two batches read ahead);
+* ONMFO at the default 300 inner iterations over its first 2 batches of 100 000 rows
+  (each two 50 000-row pieces; stopped by the callback).
+
+Reported: samples per second, its ratio to the read pass, and each worker's peak RSS (a
+sampling thread in every worker).  Numbers, not assertions.
+"""
+
+import argparse
+import os
+import platform
+import tempfile
+import threading
+import time
+import warnings
+
+import dask
+import dask.array as da
+import numpy as np
+import psutil
+from _report import Report
+
+LIMIT = 2 * 2**30
+
+
+def _start_sampler(dask_worker):
+    proc = psutil.Process()
+    dask_worker._bench_peak = proc.memory_info().rss
+
+    def sample():
+        while True:
+            dask_worker._bench_peak = max(dask_worker._bench_peak, proc.memory_info().rss)
+            time.sleep(0.02)
+
+    threading.Thread(target=sample, daemon=True).start()
+
+
+def _reset_peak(dask_worker):
+    dask_worker._bench_peak = psutil.Process().memory_info().rss
+
+
+def _peak(dask_worker):
+    return dask_worker._bench_peak
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--features", type=int, default=256)
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the store afterwards")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
+                                                      "onmfo_scale.md"))
+    args = parser.parse_args()
+
+    from distributed import Client, LocalCluster
+
+    from daskrnmf import ONMFO
+    from daskrnmf.datasets import make_zarr_blobs
+
+    warnings.simplefilter("ignore")
+    emit = Report()
+    workdir = args.workdir or tempfile.mkdtemp(prefix="daskrnmf-scale-")
+    store = os.path.join(workdir, "scale.zarr")
+    n, d = args.rows, args.features
+    if not os.path.exists(store):
+        tic = time.perf_counter()
+        with dask.config.set(scheduler="threads"):
+            make_zarr_blobs(store, n_samples=n, n_features=d, n_clusters=10, dtype="float32",
+                            outlier_fraction=0.01, chunk_rows=50_000, random_state=0)
+        print(f"wrote {store} in {time.perf_counter() - tic:.0f} s", flush=True)
+    X = da.from_zarr(store, component="X")
+    gb = X.nbytes / 1e9
+
+    rows = []
+    with dask.config.set({"distributed.worker.memory.pause": False,
+                          "distributed.worker.memory.target": False,
+                          "distributed.worker.memory.spill": False}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=LIMIT,
+                         dashboard_address=None) as cluster, Client(cluster) as client:
+        client.run(_start_sampler)
+
+        def measure(label, fn, samples):
+            client.run(_reset_peak)
+            tic = time.perf_counter()
+            fn()
+            sec = time.perf_counter() - tic
+            peak = max(client.run(_peak).values()) / 2**20
+            rows.append((label, samples, sec, samples / sec, peak))
+            print(rows[-1], flush=True)
+
+        measure("plain read pass `X.sum()`", lambda: X.sum().compute(), n)
+        fast = ONMFO(10, n_passes=1, batch_size=200_000, max_inner_iter=10, random_state=0)
+        measure("ONMFO, 1 pass, max_inner_iter=10", lambda: fast.fit(store + "/X"), n)
+        stop = ONMFO(10, n_passes=1, batch_size=100_000, random_state=0,
+                     callback=lambda info: info["n_steps"] == 2)
+        native = da.from_zarr(store, component="X", chunks=(50_000, d))
+        measure("ONMFO, max_inner_iter=300 (default; first 2 batches of 100 000)",
+                lambda: stop.fit(native), 2 * 100_000)
+        workers = len(client.scheduler_info()["workers"])
+
+    read_rate = rows[0][3]
+    emit("# ONMFO streaming a Zarr array larger than the cluster's memory")
+    emit()
+    emit(f"X: {n:,} x {d} float32 = {gb:.2f} GB in Zarr (chunks of 50 000 rows); "
+         f"LocalCluster {workers} workers x 1 thread, {LIMIT / 2**30:.0f} GiB each "
+         f"(together {2 * LIMIT / 1e9:.1f} GB, {gb / (2 * LIMIT / 1e9):.1f}x less than X). "
+         f"k = 10, lam = 1, batches of 200 000 rows (2 pieces), prefetch 2. "
+         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores.")
+    emit()
+    emit("| run | samples | seconds | samples / s | vs read pass | peak worker RSS (MiB) |")
+    emit("|---|---:|---:|---:|---:|---:|")
+    for label, samples, sec, rate, peak in rows:
+        emit(f"| {label} | {samples:,} | {sec:.1f} | {rate:,.0f} | {rate / read_rate:.3f} | "
+             f"{peak:.0f} |")
+    emit()
+    emit(f"Final objective per sample of the full pass: {fast.objective_history_[-1]:.4g}; "
+         f"{fast.n_steps_} W updates.")
+    emit.write(args.out)
+    if not args.keep and args.workdir is None:
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
