@@ -91,11 +91,13 @@ def test_block_statistics_and_w_update_match_numpy(data):
 
 
 # ---------------------------------------------------------------- ONMFO equivalences
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_batches_of_one_sample_are_the_papers_per_sample_algorithm(data, shuffle):
+@pytest.mark.parametrize("shuffle, one_row_chunks", [(False, False), (True, False), (True, True)])
+def test_batches_of_one_sample_are_the_papers_per_sample_algorithm(data, shuffle, one_row_chunks):
     X = data[0][:60]
-    model = ONMFO(4, lam=2.0, n_passes=1, batch_size=1, shuffle=shuffle, max_inner_iter=40,
-                  max_w_iter=5, random_state=3).fit(X)
+    # batch_size=1, or (default batches) a Dask array whose chunks hold one sample each
+    Xin, size = (da.from_array(X, chunks=(1, -1)), None) if one_row_chunks else (X, 1)
+    model = ONMFO(4, lam=2.0, n_passes=1, batch_size=size, shuffle=shuffle, max_inner_iter=40,
+                  max_w_iter=5, random_state=3).fit(Xin)
     order = batch_order(3, 0, 60, shuffle)
     W0 = _initial_components(3, 4, X.shape[1], X[order[0]].mean())
     W = onmfo_reference(X.T, W0.T, 2.0, 40, 5, _h0(2.0), order)

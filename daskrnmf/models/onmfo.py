@@ -343,7 +343,8 @@ class ONMFO(_OutlierFactorization):
         Batches read ahead of the one being solved.
     checkpoint : str or os.PathLike, optional
         Directory receiving W, A, B, C, the position in the stream and the seed, atomically,
-        every ``checkpoint_every`` batches and at the end of every pass.
+        every ``checkpoint_every`` batches and at the end of every pass (a fit without
+        ``resume=True`` replaces what an earlier run left there).
     checkpoint_every : int, default=10
     random_state : int, RandomState, Generator or None
         Seeds W's start and the batch orders.
