@@ -53,7 +53,9 @@ def _parser():
     fit.add_argument("--output", required=True, help="Zarr store to write")
     fit.add_argument("--overwrite", action="store_true", help="replace an existing output")
     fit.add_argument("--labels", help="Zarr array of class labels (MNMF)")
-    fit.add_argument("--progress", action="store_true", help="log each iteration / pass")
+    fit.add_argument("--progress", action="store_true",
+                     help="log one line per iteration (per batch for ONMFO), also when not on "
+                          "a terminal")
     where(fit)
 
     ev = sub.add_parser("evaluate", help="ACC, NMI and purity of labels against true ones")
@@ -217,8 +219,18 @@ def cmd_fit(args, extra):
     _check_output(args.output, args.overwrite)
     z = _open_input(args.input, args.component)
     model = cls(**params)
-    if args.progress and "verbose" in model.get_params():
-        model.set_params(verbose=max(1, model.verbose))
+    # a redrawn line on a terminal; one log line per iteration / batch with --progress
+    bar = None
+    if "callback" in model.get_params():
+        from .progress import ProgressBar
+
+        bar = ProgressBar(cls.__name__, log=args.progress)
+        model.set_params(callback=bar)
+    if args.progress:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # parameters and the array's shape and dtype are checked before a cluster is started
     v.validate_params(model, model._parameter_constraints)
     v.check_array(z, estimator_name=cls.__name__)
@@ -232,6 +244,9 @@ def cmd_fit(args, extra):
         else:
             model.fit(z)
         fit_seconds = time.perf_counter() - tic
+        if bar is not None:
+            bar.close()
+            model.set_params(callback=None)
         arrays = _results(model, z)
         tic = time.perf_counter()
         attrs = {"model": cls.__name__, "params": _plain_params(model), "input": os.path.abspath(args.input),
@@ -396,10 +411,16 @@ COMMANDS = {"fit": cmd_fit, "evaluate": cmd_evaluate, "make-data": cmd_make_data
 
 def main(argv=None):
     """Entry point of the ``daskrnmf`` console script; returns the exit status."""
+    import warnings
+
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "fit":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    shown = warnings.showwarning
+    if not args.debug:   # warnings in batch logs: one line each, like errors
+        warnings.showwarning = lambda message, category, *rest, **kw: print(
+            f"daskrnmf: warning: {message}", file=sys.stderr)
     try:
         return COMMANDS[args.command](args, extra)
     except KeyboardInterrupt:
@@ -414,6 +435,8 @@ def main(argv=None):
             message = f"{type(exc).__name__}: {message}"
         print(f"daskrnmf: error: {message}", file=sys.stderr)
         return 1
+    finally:
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":  # pragma: no cover

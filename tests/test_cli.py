@@ -146,7 +146,8 @@ def test_python_dash_m_reports_usage_errors_with_exit_2_and_no_traceback(workdir
                           text=True)
     assert proc.returncode == 2 and "required" in proc.stderr and "Traceback" not in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "daskrnmf", "fit", "NMF", bad_stores["negative"],
-                           "--output", str(workdir / "y.zarr")], capture_output=True, text=True)
+                           "--output", str(workdir / "y.zarr"), "--n-components", "2"],
+                          capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("daskrnmf: error: Negative values")
 
@@ -226,7 +227,7 @@ def test_tls_cluster_serves_a_client_with_credentials_and_refuses_one_without(tm
     """Certificates made in the test (distributed's temporary security); the client
     connects through daskrnmf.cluster.connect from files, as tls.yaml describes."""
     pytest.importorskip("cryptography")
-    from distributed import Client, LocalCluster
+    from distributed import LocalCluster
     from distributed.security import Security
 
     sec = Security.temporary()
@@ -243,9 +244,42 @@ def test_tls_cluster_serves_a_client_with_credentials_and_refuses_one_without(tm
             X = np.abs(np.random.default_rng(0).normal(size=(400, 5)))
             m = RFNMF(3, n_init=1, random_state=0).fit(da.from_array(X, chunks=(100, -1)))
             assert client.run(lambda: 1) and m.labels_.shape == (400,)
+        # the handshake alone (a full Client that fails to connect trips over distributed's
+        # own event-loop bookkeeping now and then)
+        import asyncio
+
+        from distributed.comm import connect as comm_connect
+
+        def handshake(addr, security):
+            async def attempt():
+                kwargs = security.get_connection_args("client") if security else {}
+                comm = await comm_connect(addr, timeout=3, **kwargs)
+                await comm.close()
+            asyncio.run(attempt())
+
+        handshake(address, sec)                               # the credentials work
         with pytest.raises(TypeError, match="TLS expects"):   # no credentials at all
-            Client(address, timeout="3s")
+            handshake(address, None)
         with pytest.raises(OSError):                          # plain TCP: handshake fails
-            Client(address.replace("tls://", "tcp://"), timeout="3s")
+            handshake(address.replace("tls://", "tcp://"), None)
         with pytest.raises(OSError):                          # a certificate of another CA
-            Client(address, security=Security.temporary(), timeout="3s")
+            handshake(address, Security.temporary())
+
+
+def test_progress_logs_one_line_per_iteration_in_a_batch_log(workdir):
+    proc = subprocess.run(
+        [sys.executable, "-m", "daskrnmf", "fit", "NMF", str(workdir / "b.zarr" / "X"),
+         "--output", str(workdir / "p.zarr"), "--n-components", "2", "--max-iter", "3",
+         "--progress", "--cluster", str(workdir / "threads.yaml")],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if "daskrnmf INFO NMF: iteration" in l]
+    assert len(lines) == 3 and "objective" in lines[-1] and "\r" not in proc.stderr
+    quiet = subprocess.run(
+        [sys.executable, "-m", "daskrnmf", "fit", "NMF", str(workdir / "b.zarr" / "X"),
+         "--output", str(workdir / "q.zarr"), "--n-components", "2", "--max-iter", "3",
+         "--cluster", str(workdir / "threads.yaml")], capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and "NMF: iteration" not in quiet.stderr
+    # warnings are one line each, as errors are
+    assert "daskrnmf: warning: NMF did not converge within max_iter=3" in quiet.stderr
+    assert "data_to_wrap" not in quiet.stderr

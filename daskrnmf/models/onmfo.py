@@ -504,7 +504,7 @@ class ONMFO(_OutlierFactorization):
                                 time.perf_counter() - tic)
                 info = {"pass": p, "batch": j, "n_batches": len(batches),
                         "loss": st["loss"] / max(st["n"], 1), "n_samples_seen": run.n_seen,
-                        "n_steps": run.n_steps}
+                        "n_steps": run.n_steps, "total_steps": self.n_passes * len(batches)}
                 stopped = bool(self.callback is not None and self.callback(info))
                 if run.pos == len(batches):
                     run.history.append(run.loss_sum / max(run.pass_n, 1))
