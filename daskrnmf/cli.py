@@ -53,6 +53,8 @@ def _parser():
     fit.add_argument("--output", required=True, help="Zarr store to write")
     fit.add_argument("--overwrite", action="store_true", help="replace an existing output")
     fit.add_argument("--labels", help="Zarr array of class labels (MNMF)")
+    fit.add_argument("--resume", action="store_true",
+                     help="ONMFO: continue from --checkpoint after a killed job")
     fit.add_argument("--progress", action="store_true",
                      help="log one line per iteration (per batch for ONMFO), also when not on "
                           "a terminal")
@@ -216,6 +218,9 @@ def cmd_fit(args, extra):
         raise CommandError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}.")
     cls = getattr(daskrnmf, names[args.model.lower()])
     params = model_params(cls, extra)
+    if args.resume and "checkpoint" not in params:
+        raise CommandError("--resume continues a checkpointed ONMFO fit: give --checkpoint "
+                           "DIR with the model ONMFO.")
     _check_output(args.output, args.overwrite)
     z = _open_input(args.input, args.component)
     model = cls(**params)
@@ -241,6 +246,8 @@ def cmd_fit(args, extra):
                 raise CommandError("MNMF is a classifier: give its class labels with --labels.")
             y = da.from_zarr(_open_input(args.labels, what="labels"))
             model.fit(z, y)
+        elif args.resume:
+            model.fit(z, resume=True)
         else:
             model.fit(z)
         fit_seconds = time.perf_counter() - tic

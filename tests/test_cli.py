@@ -70,6 +70,17 @@ def test_factorizations_write_h_and_outliers_r(workdir):
     g = zarr.open_group(str(out), mode="r")
     assert g["H"].shape == (6000, 3) and g["R"].shape == (6000, 6)
     assert g["components"].shape == (3, 6) and g.attrs["scalars"]["n_passes_"] == 2
+    ckpt = workdir / "onmfo.ckpt"
+    again = workdir / "onmfo2.zarr"
+    assert run(workdir, "fit", "ONMFO", str(workdir / "b.zarr" / "X"), "--output", str(again),
+               "--n-components", "3", "--max-inner-iter", "20", "--random-state", "1",
+               "--checkpoint", str(ckpt)) == 0
+    resumed = workdir / "onmfo3.zarr"          # a finished checkpoint resumes to its end
+    assert run(workdir, "fit", "ONMFO", str(workdir / "b.zarr" / "X"), "--output", str(resumed),
+               "--n-components", "3", "--max-inner-iter", "20", "--random-state", "1",
+               "--checkpoint", str(ckpt), "--resume") == 0
+    np.testing.assert_array_equal(zarr.open_group(str(resumed), mode="r")["components"][:],
+                                  zarr.open_group(str(again), mode="r")["components"][:])
     out = workdir / "nmf.zarr"
     assert run(workdir, "fit", "NMF", str(workdir / "b.zarr" / "X"), "--output", str(out),
                "--n-components", "3", "--max-iter", "5") == 0
@@ -129,6 +140,7 @@ def bad_stores(workdir):
      "The 'max_iter' parameter of RFNMF must be an int in the range [1, inf). Got -3 instead."),
     (["fit", "MNMF", "{negative}", "--output", "{out}"], "give its class labels with --labels"),
     (["info", "{missing}"], "store {missing} does not exist."),
+    (["fit", "RFNMF", "{nan}", "--output", "{out}", "--resume"], "--resume continues a checkpointed"),
 ])
 def test_bad_input_is_one_line_and_exit_1(workdir, bad_stores, capsys, argv, message):
     names = {**bad_stores, "missing": str(workdir / "nowhere.zarr"), "out": str(workdir / "x.zarr")}

@@ -23,3 +23,14 @@ def test_example_notebook_executes(tmp_path, monkeypatch):
            if line.startswith(("| l21 |", "| l1 |"))]
     assert min(acc) > 0.7   # 6 clusters, 5 % gross outliers, 4 restarts (chance: 0.17)
     assert (tmp_path / "objective.png").stat().st_size > 1000
+
+
+def test_plot_example_saves_its_figures(tmp_path):
+    pytest.importorskip("matplotlib")
+    import runpy
+
+    script = os.path.join(os.path.dirname(NOTEBOOK), "plots.py")
+    runpy.run_path(script, run_name="plots")["main"](["--out", str(tmp_path),
+                                                      "--n-components", "9"])
+    for name in ("onmfo_bases.png", "objective.png", "ornmf_codes.png"):
+        assert (tmp_path / name).stat().st_size > 2000
