@@ -24,6 +24,9 @@ _LAZY = {
     "datasets": ("daskrnmf.datasets", None),
     "io": ("daskrnmf.io", None),
     "metrics": ("daskrnmf.metrics", None),
+    "ProgressBar": ("daskrnmf.progress", "ProgressBar"),
+    "cluster": ("daskrnmf.cluster", None),
+    "plotting": ("daskrnmf.plotting", None),
 }
 
 __all__ = list(_LAZY)

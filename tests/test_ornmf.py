@@ -171,3 +171,11 @@ def test_bad_input(seq):
         ORNMF(4, alpha=-1.0).fit(X)
     with pytest.raises(ValueError, match="The 'init' parameter of NMF"):
         NMF(4, init="svd").fit(X)
+
+
+def test_nndsvda_with_more_components_than_features_is_a_clear_error():
+    X = np.abs(np.random.default_rng(0).normal(size=(50, 3)))
+    with pytest.raises(ValueError, match=r"init='nndsvda' needs n_components <= min\(n_samples, "
+                                         r"n_features\) = 3; got n_components=4"):
+        NMF(4).fit(X)
+    assert NMF(4, init="random", max_iter=5, tol=0).fit(X).components_.shape == (4, 3)

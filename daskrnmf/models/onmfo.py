@@ -38,8 +38,7 @@ from .._blocks import tree_reduce
 from .._driver import iterate, warn_if_not_converged
 from ..kernels.assign import as_float_block
 from ..kernels.median import sum_arrays
-from ..kernels.outliers import (block_statistics, initial_codes, solve_codes,
-                                update_components)
+from ..kernels.outliers import block_statistics, initial_codes, solve_codes, update_components
 from ..reductions import checked_blocks
 
 logger = logging.getLogger("daskrnmf")
@@ -76,11 +75,10 @@ def solve_batch_piece(block, start, W, spec):
     """
     x = as_float_block(block)
     _check_rows(x, start, spec["where"], spec["name"])
-    WWt = W @ W.T
     parts = []
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs = x[s:s + SOLVE_ROWS]
-        h, r = solve_codes(xs, W, spec["lam"], spec["n_iter"], WWt=WWt)
+        h, r = solve_codes(xs, W, spec["lam"], spec["n_iter"])
         parts.append(block_statistics(xs, h, r, W, spec["lam"]))
     return add_statistics(parts)
 
@@ -94,10 +92,9 @@ def codes_block(block, W, lam, n_iter, what, where, name):
     """``what="h"``: H (m, k); ``"hr"``: [H | R] (m, k + d) for one block of X."""
     x = as_float_block(block)
     _check_rows(x, 0, where, name)
-    WWt = W @ W.T
     out = np.empty((x.shape[0], W.shape[0] + (x.shape[1] if what == "hr" else 0)))
     for s in range(0, x.shape[0], SOLVE_ROWS):
-        h, r = solve_codes(x[s:s + SOLVE_ROWS], W, lam, n_iter, WWt=WWt)
+        h, r = solve_codes(x[s:s + SOLVE_ROWS], W, lam, n_iter)
         out[s:s + SOLVE_ROWS, :W.shape[0]] = h
         if what == "hr":
             out[s:s + SOLVE_ROWS, W.shape[0]:] = r
@@ -507,7 +504,7 @@ class ONMFO(_OutlierFactorization):
                                 time.perf_counter() - tic)
                 info = {"pass": p, "batch": j, "n_batches": len(batches),
                         "loss": st["loss"] / max(st["n"], 1), "n_samples_seen": run.n_seen,
-                        "n_steps": run.n_steps}
+                        "n_steps": run.n_steps, "total_steps": self.n_passes * len(batches)}
                 stopped = bool(self.callback is not None and self.callback(info))
                 if run.pos == len(batches):
                     run.history.append(run.loss_sum / max(run.pass_n, 1))

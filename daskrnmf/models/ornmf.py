@@ -76,6 +76,10 @@ class _FactorizationBase(TransformerMixin, BaseEstimator):
         name = type(self).__name__
         X = v.check_array(X, estimator_name=name)
         n, d = X.shape
+        if self.init == "nndsvda" and self.n_components > min(n, d):
+            raise ValueError(f"init='nndsvda' needs n_components <= min(n_samples, n_features) "
+                             f"= {min(n, d)}; got n_components={self.n_components}. Use "
+                             "init='random' or fewer components.")
         blocks, stats = checked_blocks(X, f"X passed to {name}")
         _check_non_negative(stats, name)
         seed = v.seed_from(self.random_state)

@@ -1,0 +1,147 @@
+"""Where a fit runs: a cluster configuration (YAML or dict) turned into a running Client.
+
+One key, ``cluster``, names the kind; the other keys go to its constructor:
+
+``local``
+    :class:`distributed.LocalCluster` (``n_workers``, ``threads_per_worker``,
+    ``memory_limit``, ...).  With no configuration at all, :func:`connect` starts one
+    sized to the machine: one single-threaded worker per core, the memory shared evenly.
+``slurm`` / ``pbs``
+    ``dask_jobqueue.SLURMCluster`` / ``PBSCluster`` (the ``[hpc]`` extra): ``cores``,
+    ``memory``, ``walltime``, ``queue``, ``account``, ``job_extra_directives``, ...; plus
+    ``jobs`` (how many batch jobs of workers to submit, default 1).
+``scheduler-file``
+    Connect to a running scheduler through the file it wrote (``scheduler_file``), as
+    batch scripts that start ``dask scheduler --scheduler-file`` and ``dask worker``
+    do; the file is waited for up to ``wait`` seconds (default 60).
+``address``
+    Connect to a running scheduler at ``address``; with ``tls_ca_file``,
+    ``tls_client_cert`` and ``tls_client_key`` (paths) over mutually authenticated TLS
+    (``distributed.security.Security``, ``require_encryption=True``).
+"""
+
+import contextlib
+import os
+import time
+
+KINDS = ("local", "slurm", "pbs", "scheduler-file", "address")
+_TLS_KEYS = ("tls_ca_file", "tls_client_cert", "tls_client_key")
+
+
+def load_config(path):
+    """Read a YAML cluster configuration; a clear ValueError for anything malformed."""
+    import yaml
+
+    path = os.fspath(path)
+    try:
+        with open(path) as fh:
+            config = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"cluster configuration {path} does not exist.") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"cluster configuration {path} is not valid YAML: "
+                         f"{str(exc).splitlines()[0]}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"cluster configuration {path} must be a mapping with a 'cluster' key.")
+    return config
+
+
+def security_from(config):
+    """``distributed.security.Security`` for the TLS keys of ``config``, or None."""
+    given = [k for k in _TLS_KEYS if config.get(k)]
+    if not given:
+        return None
+    if len(given) != len(_TLS_KEYS):
+        missing = sorted(set(_TLS_KEYS) - set(given))
+        raise ValueError(f"TLS needs all of {list(_TLS_KEYS)}; missing {missing}.")
+    from distributed.security import Security
+
+    for key in _TLS_KEYS:
+        if not os.path.exists(config[key]):
+            raise ValueError(f"{key} {config[key]} does not exist.")
+    return Security(tls_ca_file=config["tls_ca_file"], tls_client_cert=config["tls_client_cert"],
+                    tls_client_key=config["tls_client_key"], require_encryption=True)
+
+
+def make_cluster(config):
+    """The cluster object for a ``local``, ``slurm`` or ``pbs`` configuration (jobqueue
+    clusters are created without submitting anything; see ``job_script()``)."""
+    config = dict(config)
+    kind = config.pop("cluster", None)
+    if kind == "local":
+        from distributed import LocalCluster
+
+        config.setdefault("dashboard_address", ":0")  # any free port: no clash, no warning
+        return LocalCluster(**config)
+    if kind in ("slurm", "pbs"):
+        config.pop("jobs", None)
+        try:
+            import dask_jobqueue
+        except ImportError:
+            raise ValueError(f"a {kind!r} cluster needs dask-jobqueue: pip install "
+                             "'daskrnmf[hpc]'.") from None
+        cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
+        return cls(**config)
+    raise ValueError(f"make_cluster builds 'local', 'slurm' or 'pbs' clusters; got {kind!r}.")
+
+
+def local_default():
+    """LocalCluster sized to the machine: one single-threaded worker per core (at most 8)."""
+    import psutil
+
+    n = max(1, min(os.cpu_count() or 1, 8))
+    memory = int(psutil.virtual_memory().total * 0.8 / n)
+    return {"cluster": "local", "n_workers": n, "threads_per_worker": 1, "memory_limit": memory}
+
+
+@contextlib.contextmanager
+def connect(config=None, *, scheduler_file=None, scheduler_address=None, timeout="30s"):
+    """A running ``distributed.Client`` for a configuration (path, dict or None).
+
+    Exactly one of ``config``, ``scheduler_file`` and ``scheduler_address`` may be given;
+    with none, a LocalCluster sized to the machine.  Clusters started here are closed on
+    exit; existing schedulers are only disconnected from.
+
+    Yields
+    ------
+    distributed.Client
+    """
+    from distributed import Client
+
+    given = [x is not None for x in (config, scheduler_file, scheduler_address)]
+    if sum(given) > 1:
+        raise ValueError("give at most one of a cluster configuration, a scheduler file and a "
+                         "scheduler address.")
+    if scheduler_file is not None:
+        config = {"cluster": "scheduler-file", "scheduler_file": scheduler_file}
+    elif scheduler_address is not None:
+        config = {"cluster": "address", "address": scheduler_address}
+    elif config is None:
+        config = local_default()
+    elif not isinstance(config, dict):
+        config = load_config(config)
+    kind = config.get("cluster")
+    if kind not in KINDS:
+        raise ValueError(f"'cluster' must be one of {list(KINDS)}; got {kind!r}.")
+    if kind == "scheduler-file":
+        path = config.get("scheduler_file")
+        deadline = time.monotonic() + float(config.get("wait", 60))
+        while path and not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.2)   # a batch script starts the scheduler just before the command
+        if not path or not os.path.exists(path):
+            raise ValueError(f"scheduler file {path} does not exist (is the scheduler running?).")
+        with Client(scheduler_file=path, timeout=timeout) as client:
+            yield client
+        return
+    if kind == "address":
+        if not config.get("address"):
+            raise ValueError("an 'address' cluster needs the scheduler's address.")
+        with Client(config["address"], security=security_from(config), timeout=timeout) as client:
+            yield client
+        return
+    jobs = int(config.get("jobs", 1))
+    with make_cluster(config) as cluster:
+        if kind in ("slurm", "pbs"):
+            cluster.scale(jobs=jobs)
+        with Client(cluster, timeout=timeout) as client:
+            yield client

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One PBS job: a Dask scheduler and workers on the job's nodes, connected through a
+# scheduler file on the shared file system, then the fit as a batch command.
+#
+#   qsub -v INPUT=/shared/data.zarr/X,OUTPUT=/shared/results/onmfo.zarr examples/pbs_job.sh
+#
+#PBS -N daskrnmf
+#PBS -l select=4:ncpus=8:mem=32gb
+#PBS -l walltime=02:00:00
+#PBS -j oe
+set -euo pipefail
+cd "${PBS_O_WORKDIR:-$PWD}"
+: "${INPUT:?qsub -v INPUT=...,OUTPUT=...}" "${OUTPUT:?qsub -v INPUT=...,OUTPUT=...}"
+SCHEDULER_FILE=$PWD/scheduler-${PBS_JOBID:-local}.json
+rm -f "$SCHEDULER_FILE"
+
+dask scheduler --scheduler-file "$SCHEDULER_FILE" --dashboard-address :0 &
+SCHEDULER=$!
+# four workers of two threads on every node of the allocation
+for node in $(sort -u "${PBS_NODEFILE:-/dev/null}"); do
+    ssh "$node" "cd $PWD && dask worker --scheduler-file $SCHEDULER_FILE --nworkers 4 \
+        --nthreads 2 --memory-limit 7GiB --local-directory \${TMPDIR:-/tmp}" &
+done
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+
+daskrnmf fit ONMFO "$INPUT" --output "$OUTPUT" --scheduler-file "$SCHEDULER_FILE" \
+    --n-components 49 --n-passes 2 --random-state 0 --checkpoint "$OUTPUT.ckpt" --progress

@@ -1,0 +1,297 @@
+"""The ``daskrnmf`` command end to end: real stores, a real scheduler and workers started
+from a scheduler file, jobqueue job scripts, and one-line errors with non-zero exits."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import dask.array as da
+import numpy as np
+import pytest
+import yaml
+import zarr
+
+from daskrnmf import RFNMF, cli
+from daskrnmf.cluster import connect, load_config, make_cluster
+from daskrnmf.metrics import clustering_accuracy
+
+CONFIGS = os.path.join(os.path.dirname(__file__), os.pardir, "cluster_configs")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    # an in-process cluster: the CLI's own code paths, without process start-up costs
+    (d / "threads.yaml").write_text(yaml.safe_dump(
+        {"cluster": "local", "n_workers": 1, "threads_per_worker": 2, "processes": False}))
+    assert cli.main(["make-data", "blobs", str(d / "b.zarr"), "--n-samples", "6000",
+                     "--n-features", "6", "--n-clusters", "3", "--chunk-rows", "1000",
+                     "--cluster", str(d / "threads.yaml")]) == 0
+    return d
+
+
+def run(workdir, *argv):
+    return cli.main([*argv[:1], *argv[1:], "--cluster", str(workdir / "threads.yaml")]
+                    if argv[0] in ("fit", "evaluate", "make-data") else list(argv))
+
+
+def test_fit_writes_a_complete_store_and_evaluate_reads_it(workdir, capsys):
+    out = workdir / "rfnmf.zarr"
+    assert run(workdir, "fit", "RFNMF", str(workdir / "b.zarr"), "--component", "X",
+               "--output", str(out), "--n-clusters", "3", "--n-init", "2",
+               "--random-state", "0") == 0
+    g = zarr.open_group(str(out), mode="r")
+    labels = g["labels"]
+    assert labels.shape == (6000,) and g["cluster_centers"].shape == (3, 6)
+    attrs = dict(g.attrs)
+    assert attrs["model"] == "RFNMF" and attrs["params"]["n_clusters"] == 3
+    assert attrs["scalars"]["n_iter_"] >= 1 and "dask" in attrs["versions"]
+    assert attrs["fit_seconds"] > 0 and len(g["objective_history"][:]) == attrs["scalars"]["n_iter_"]
+    # the same fit in Python gives the same labels
+    m = RFNMF(3, n_init=2, random_state=0).fit(str(workdir / "b.zarr" / "X"))
+    np.testing.assert_array_equal(labels[:], np.asarray(m.labels_))
+    assert not [p for p in os.listdir(workdir) if ".partial-" in p]
+    capsys.readouterr()
+    assert run(workdir, "evaluate", str(out / "labels"), str(workdir / "b.zarr" / "y"),
+               "--json") == 0
+    scores = json.loads(capsys.readouterr().out)
+    acc = clustering_accuracy(da.from_zarr(str(workdir / "b.zarr" / "y")), labels[:])
+    assert scores["ACC"] == pytest.approx(acc) and scores["n_samples"] == 6000
+    assert run(workdir, "info", str(out)) == 0
+    assert "labels: shape (6000,)" in capsys.readouterr().out
+
+
+def test_factorizations_write_h_and_outliers_r(workdir):
+    out = workdir / "onmfo.zarr"
+    assert run(workdir, "fit", "onmfo", str(workdir / "b.zarr" / "X"), "--output", str(out),
+               "--n-components", "3", "--max-inner-iter", "20", "--random-state", "1") == 0
+    g = zarr.open_group(str(out), mode="r")
+    assert g["H"].shape == (6000, 3) and g["R"].shape == (6000, 6)
+    assert g["components"].shape == (3, 6) and g.attrs["scalars"]["n_passes_"] == 2
+    ckpt = workdir / "onmfo.ckpt"
+    again = workdir / "onmfo2.zarr"
+    assert run(workdir, "fit", "ONMFO", str(workdir / "b.zarr" / "X"), "--output", str(again),
+               "--n-components", "3", "--max-inner-iter", "20", "--random-state", "1",
+               "--checkpoint", str(ckpt)) == 0
+    resumed = workdir / "onmfo3.zarr"          # a finished checkpoint resumes to its end
+    assert run(workdir, "fit", "ONMFO", str(workdir / "b.zarr" / "X"), "--output", str(resumed),
+               "--n-components", "3", "--max-inner-iter", "20", "--random-state", "1",
+               "--checkpoint", str(ckpt), "--resume") == 0
+    np.testing.assert_array_equal(zarr.open_group(str(resumed), mode="r")["components"][:],
+                                  zarr.open_group(str(again), mode="r")["components"][:])
+    out = workdir / "nmf.zarr"
+    assert run(workdir, "fit", "NMF", str(workdir / "b.zarr" / "X"), "--output", str(out),
+               "--n-components", "3", "--max-iter", "5") == 0
+    assert zarr.open_group(str(out), mode="r")["H"].shape == (6000, 3)
+
+
+def test_existing_output_is_kept_unless_overwrite(workdir, capsys):
+    out = workdir / "keep.zarr"
+    args = ["fit", "RFNMF", str(workdir / "b.zarr" / "X"), "--output", str(out),
+            "--n-clusters", "2", "--n-init", "1", "--max-iter", "2"]
+    assert run(workdir, *args) == 0
+    before = zarr.open_group(str(out), mode="r").attrs["fit_seconds"]
+    capsys.readouterr()
+    assert run(workdir, *args) == 1
+    assert capsys.readouterr().err.strip() == \
+        f"daskrnmf: error: output {out} exists; pass --overwrite to replace it."
+    assert zarr.open_group(str(out), mode="r").attrs["fit_seconds"] == before
+    assert run(workdir, *args, "--overwrite") == 0
+    assert zarr.open_group(str(out), mode="r").attrs["fit_seconds"] != before
+
+
+def test_a_failed_write_leaves_no_output(workdir, monkeypatch):
+    def dying(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(da, "store", dying)
+    out = workdir / "dead.zarr"
+    assert run(workdir, "fit", "RFNMF", str(workdir / "b.zarr" / "X"), "--output", str(out),
+               "--n-clusters", "2", "--n-init", "1", "--max-iter", "2") == 1
+    assert not out.exists() and not [p for p in os.listdir(workdir) if ".partial-" in p]
+
+
+@pytest.fixture(scope="module")
+def bad_stores(workdir):
+    paths = {}
+    for name, arr in {"one_d": np.arange(10.0), "nan": np.where(np.eye(20) > 0, np.nan, 1.0),
+                      "negative": -np.ones((20, 3))}.items():
+        z = zarr.create_array(str(workdir / f"{name}.zarr"), shape=arr.shape, dtype=arr.dtype,
+                              chunks=arr.shape)
+        z[...] = arr
+        paths[name] = str(workdir / f"{name}.zarr")
+    return paths
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["fit", "RFNMF", "{missing}", "--output", "{out}"], "input {missing} does not exist."),
+    (["fit", "RFNMF", "{one_d}", "--output", "{out}"], "must be 2-D (n_samples, n_features)"),
+    (["fit", "RFNMF", "{nan}", "--output", "{out}", "--n-clusters", "2"], "NaN or infinite"),
+    (["fit", "NMF", "{negative}", "--output", "{out}", "--n-components", "2"],
+     "Negative values in data passed to X of NMF"),
+    (["fit", "ONMFO", "{negative}", "--output", "{out}", "--n-components", "2"],
+     "Negative values in data passed to X of ONMFO"),
+    (["fit", "KMeans", "{nan}", "--output", "{out}"], "unknown model 'KMeans'; choose one of"),
+    (["fit", "RFNMF", "{nan}", "--output", "{out}", "--n-clusterz", "2"],
+     "unknown parameter --n-clusterz for RFNMF; its parameters are"),
+    (["fit", "RFNMF", "{nan}", "--output", "{out}", "--max-iter", "-3"],
+     "The 'max_iter' parameter of RFNMF must be an int in the range [1, inf). Got -3 instead."),
+    (["fit", "MNMF", "{negative}", "--output", "{out}"], "give its class labels with --labels"),
+    (["info", "{missing}"], "store {missing} does not exist."),
+    (["fit", "RFNMF", "{nan}", "--output", "{out}", "--resume"], "--resume continues a checkpointed"),
+])
+def test_bad_input_is_one_line_and_exit_1(workdir, bad_stores, capsys, argv, message):
+    names = {**bad_stores, "missing": str(workdir / "nowhere.zarr"), "out": str(workdir / "x.zarr")}
+    argv = [a.format(**names) for a in argv]
+    capsys.readouterr()
+    assert run(workdir, *argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("daskrnmf: error: ")
+    assert message.format(**names) in err
+    assert not (workdir / "x.zarr").exists()
+
+
+def test_python_dash_m_reports_usage_errors_with_exit_2_and_no_traceback(workdir, bad_stores):
+    proc = subprocess.run([sys.executable, "-m", "daskrnmf", "fit", "RFNMF"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 2 and "required" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "daskrnmf", "fit", "NMF", bad_stores["negative"],
+                           "--output", str(workdir / "y.zarr"), "--n-components", "2"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("daskrnmf: error: Negative values")
+
+
+def test_fit_against_a_real_scheduler_and_workers_from_a_scheduler_file(workdir, tmp_path):
+    sfile = tmp_path / "scheduler.json"
+    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler",
+                               "--scheduler-file", str(sfile), "--host", "127.0.0.1",
+                               "--port", "0", "--dashboard-address", ":0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
+    try:
+        for _ in range(2):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
+                 str(sfile), "--nthreads", "1", "--memory-limit", "1GiB", "--no-dashboard"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+        with connect(scheduler_file=str(sfile)) as client:
+            client.wait_for_workers(2, timeout=60)
+        out = tmp_path / "out.zarr"
+        proc = subprocess.run(
+            [sys.executable, "-m", "daskrnmf", "fit", "RFNMF", str(workdir / "b.zarr" / "X"),
+             "--output", str(out), "--scheduler-file", str(sfile), "--n-clusters", "3",
+             "--n-init", "2", "--random-state", "0", "--loss", "l1"],
+            capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        labels = zarr.open_group(str(out), mode="r")["labels"][:]
+        # the cluster does not change the result: the same fit in this process
+        here = RFNMF(3, n_init=2, random_state=0, loss="l1").fit(str(workdir / "b.zarr" / "X"))
+        np.testing.assert_array_equal(labels, np.asarray(here.labels_))
+    finally:
+        for p in procs[::-1]:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.mark.parametrize("kind, directive", [("slurm", "#SBATCH"), ("pbs", "#PBS")])
+def test_jobqueue_configs_build_the_expected_job_script(kind, directive):
+    pytest.importorskip("dask_jobqueue")
+    config = load_config(os.path.join(CONFIGS, f"{kind}.yaml"))
+    with make_cluster(config) as cluster:   # nothing is submitted
+        script = cluster.job_script()
+    assert directive in script
+    assert "02:00:00" in script                                   # walltime
+    assert "distributed.cli.dask_worker" in script or "dask worker" in script
+    assert "--nthreads 2" in script and "--nworkers 4" in script  # 8 cores, 4 processes
+    assert "--memory-limit 8.00GiB" in script                     # 32 GiB / 4 processes
+    if kind == "slurm":
+        assert "#SBATCH -p compute" in script and "#SBATCH --exclusive" in script
+    else:
+        assert "#PBS -q workq" in script and "select=1:ncpus=8:mem=32GB" in script
+
+
+def test_cluster_configs_are_valid(tmp_path):
+    for name in os.listdir(CONFIGS):
+        config = load_config(os.path.join(CONFIGS, name))
+        assert config["cluster"] in ("local", "slurm", "pbs", "scheduler-file", "address")
+    (tmp_path / "bad.yaml").write_text("cluster: moon\n")
+    with pytest.raises(ValueError, match=r"'cluster' must be one of"):
+        with connect(str(tmp_path / "bad.yaml")):
+            pass
+    with pytest.raises(ValueError, match="does not exist"):
+        with connect({"cluster": "scheduler-file", "scheduler_file": str(tmp_path / "no"),
+                      "wait": 0}):
+            pass
+    with pytest.raises(ValueError, match="TLS needs all of"):
+        with connect({"cluster": "address", "address": "tls://127.0.0.1:1",
+                      "tls_ca_file": "ca.pem"}):
+            pass
+
+
+def test_tls_cluster_serves_a_client_with_credentials_and_refuses_one_without(tmp_path):
+    """Certificates made in the test (distributed's temporary security); the client
+    connects through daskrnmf.cluster.connect from files, as tls.yaml describes."""
+    pytest.importorskip("cryptography")
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    sec = Security.temporary()
+    files = {}
+    for key in ("tls_ca_file", "tls_client_cert", "tls_client_key"):
+        files[key] = str(tmp_path / f"{key}.pem")
+        with open(files[key], "w") as fh:
+            fh.write(getattr(sec, key))
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tls://",
+                      security=sec, dashboard_address=":0") as cluster:
+        address = cluster.scheduler_address
+        assert address.startswith("tls://")
+        with connect({"cluster": "address", "address": address, **files}) as client:
+            X = np.abs(np.random.default_rng(0).normal(size=(400, 5)))
+            m = RFNMF(3, n_init=1, random_state=0).fit(da.from_array(X, chunks=(100, -1)))
+            assert client.run(lambda: 1) and m.labels_.shape == (400,)
+        # the handshake alone (a full Client that fails to connect trips over distributed's
+        # own event-loop bookkeeping now and then)
+        import asyncio
+
+        from distributed.comm import connect as comm_connect
+
+        def handshake(addr, security):
+            async def attempt():
+                kwargs = security.get_connection_args("client") if security else {}
+                comm = await comm_connect(addr, timeout=3, **kwargs)
+                await comm.close()
+            asyncio.run(attempt())
+
+        handshake(address, sec)                               # the credentials work
+        with pytest.raises(TypeError, match="TLS expects"):   # no credentials at all
+            handshake(address, None)
+        with pytest.raises(OSError):                          # plain TCP: handshake fails
+            handshake(address.replace("tls://", "tcp://"), None)
+        with pytest.raises(OSError):                          # a certificate of another CA
+            handshake(address, Security.temporary())
+
+
+def test_progress_logs_one_line_per_iteration_in_a_batch_log(workdir):
+    proc = subprocess.run(
+        [sys.executable, "-m", "daskrnmf", "fit", "NMF", str(workdir / "b.zarr" / "X"),
+         "--output", str(workdir / "p.zarr"), "--n-components", "2", "--max-iter", "3",
+         "--progress", "--cluster", str(workdir / "threads.yaml")],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if "daskrnmf INFO NMF: iteration" in l]
+    assert len(lines) == 3 and "objective" in lines[-1] and "\r" not in proc.stderr
+    quiet = subprocess.run(
+        [sys.executable, "-m", "daskrnmf", "fit", "NMF", str(workdir / "b.zarr" / "X"),
+         "--output", str(workdir / "q.zarr"), "--n-components", "2", "--max-iter", "3",
+         "--cluster", str(workdir / "threads.yaml")], capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and "NMF: iteration" not in quiet.stderr
+    # warnings are one line each, as errors are
+    assert "daskrnmf: warning: NMF did not converge within max_iter=3" in quiet.stderr
+    assert "data_to_wrap" not in quiet.stderr
