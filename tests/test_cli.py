@@ -295,3 +295,20 @@ def test_progress_logs_one_line_per_iteration_in_a_batch_log(workdir):
     # warnings are one line each, as errors are
     assert "daskrnmf: warning: NMF did not converge within max_iter=3" in quiet.stderr
     assert "data_to_wrap" not in quiet.stderr
+
+
+@pytest.mark.parametrize("generator, arrays", [
+    ("coclusters", {"X": (300, 24), "y": (300,), "column_labels": (24,)}),
+    ("segments", {"X": (160, 24), "y": (160,)}),
+    ("faces", {"X": (400, 1024), "y": (400,), "clean": (400, 1024), "outlier": (400, 1024)}),
+])
+def test_make_data_writes_each_generator(workdir, generator, arrays):
+    out = workdir / f"{generator}.zarr"
+    assert run(workdir, "make-data", generator, str(out), "--n-samples", "300",
+               "--n-features", "24", "--chunk-rows", "100", "--rho", "0.2") == 0
+    g = zarr.open_group(str(out), mode="r")
+    assert {name: a.shape for name, a in g.arrays()} == arrays
+    assert g.attrs["generator"] == generator
+    if generator == "faces":
+        mask = g["outlier"][:]
+        assert abs(mask.mean() - 0.2) < 0.01 and g["X"][:].max() <= 50.0
