@@ -17,8 +17,15 @@ import time
 logger = logging.getLogger("daskrnmf")
 
 
+def _in_notebook():
+    """True inside a Jupyter kernel (not merely when ipykernel has been imported)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
 def _interactive(stream):
-    if "ipykernel" in sys.modules:
+    if _in_notebook():
         return True
     try:
         return stream.isatty()
