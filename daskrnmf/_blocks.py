@@ -7,10 +7,29 @@ kernels, tree and aggregation in-process, without a scheduler round-trip, so the
 paths give bit-identical results for the same row blocks.
 
 Every pass increments :attr:`RowBlocks.n_passes`: passes over X are the cost model.
+
+Per-block state that a pass computes from the previous pass's state (H of the
+multiplicative-update models, the outliers R, ...) forms a chain as long as the fit.  On a
+distributed cluster such a chain cannot be rebuilt once a worker holding one of its links
+dies: its earlier links were released.  So, on a distributed cluster, chained state is
+written to a scratch directory (one file per block, written atomically) and the next pass
+reads it from there: a block lost with its worker is recomputed from the file, exactly.
+The scratch directory is ``dask.config`` ``"daskrnmf.scratch-directory"`` (it must be
+visible to every worker), else the system temporary directory when every worker runs on
+this host; a generation of files is deleted as soon as the next one is complete, the last
+one when nothing refers to it any more.
 """
 
 import logging
+import os
+import pickle
+import shutil
+import socket
+import tempfile
 import time
+import uuid
+import warnings
+import weakref
 
 import dask
 import numpy as np
@@ -74,6 +93,7 @@ class RowBlocks:
         self.sizes = tuple(int(s) for s in sizes)
         self.starts = tuple(int(s) for s in np.cumsum((0,) + self.sizes[:-1]))
         self.n_passes = 0
+        self._scratch = False   # False: not decided yet; None: state stays in memory
 
     @property
     def n_blocks(self):
@@ -146,8 +166,118 @@ class RowBlocks:
             root = delayed(finalize, pure=True)(root)
         if not keep_state:
             return dask.compute(root)[0]
-        persisted = dask.persist(root, *states)
-        return persisted[0].compute(), list(persisted[1:])
+        scratch = self._scratch_directory() if state is not None else None
+        if scratch is None:
+            persisted = dask.persist(root, *states)
+            return persisted[0].compute(), list(persisted[1:])
+        return scratch.spill(root, states, consumed=state)
+
+    def _scratch_directory(self):
+        """The :class:`_Scratch` chained state is spilled to, or None (kept in memory)."""
+        if self._scratch is False:
+            self._scratch = _choose_scratch()
+        return self._scratch
+
+
+def active_client():
+    """The distributed Client that Dask computations go to, or None."""
+    try:
+        from distributed import default_client
+    except ImportError:  # pragma: no cover - distributed is a core dependency
+        return None
+    try:
+        client = default_client()
+    except ValueError:
+        return None
+    scheduler = dask.config.get("scheduler", None)
+    if scheduler is not None and scheduler not in ("dask.distributed", "distributed"):
+        return None          # a local scheduler was asked for explicitly
+    return client
+
+
+def _choose_scratch():
+    client = active_client()
+    if client is None:
+        return None          # threads / processes / sync: no worker can be lost
+    root = dask.config.get("daskrnmf.scratch-directory", None)
+    if root is None:
+        here = socket.gethostname()
+        hosts = set(client.run(socket.gethostname).values())
+        if hosts - {here}:
+            warnings.warn("daskrnmf keeps per-block state in worker memory, so a lost "
+                          "worker ends the fit: set dask config 'daskrnmf.scratch-directory' "
+                          "to a directory every worker can read and write to survive worker "
+                          "loss.", RuntimeWarning, stacklevel=4)
+            return None
+        root = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+    os.makedirs(root, exist_ok=True)
+    return _Scratch(root)
+
+
+class _Scratch:
+    """A directory of spilled per-block state, one subdirectory per generation."""
+
+    def __init__(self, root):
+        self.path = tempfile.mkdtemp(prefix="daskrnmf-state-", dir=root)
+        self._remove = weakref.finalize(self, shutil.rmtree, self.path, ignore_errors=True)
+        self._generation = 0
+
+    def spill(self, root, states, consumed):
+        """Compute ``root`` and write every state block; return the root's value and the
+        state as tasks that read the files."""
+        self._generation += 1
+        directory = os.path.join(self.path, f"g{self._generation:06d}")
+        os.makedirs(directory)
+        paths = [os.path.join(directory, f"b{b:06d}.pkl") for b in range(len(states))]
+        writes = [delayed(write_state, pure=True)(st, p) for st, p in zip(states, paths)]
+        value = dask.compute(root, *writes)[0]
+        if isinstance(consumed, SpilledState):
+            consumed.discard()
+        keep = _KeepAlive(self)
+        return value, SpilledState((delayed(read_state, pure=True)(p, keep) for p in paths),
+                                   directory)
+
+
+class SpilledState(list):
+    """Per-block state as tasks that read it from a scratch generation."""
+
+    def __init__(self, blocks, directory):
+        super().__init__(blocks)
+        self.directory = directory
+
+    def discard(self):
+        """Delete this generation's files (after a later pass consumed them)."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class _KeepAlive:
+    """Holds the scratch directory alive (on the client) while a graph refers to it; on a
+    worker it is an empty token."""
+
+    def __init__(self, scratch):
+        self.scratch = scratch
+
+    def __reduce__(self):
+        return _KeepAlive, (None,)
+
+    def __dask_tokenize__(self):
+        return "daskrnmf-scratch"
+
+
+def write_state(state, path):
+    """Write one block's state to ``path`` atomically (a unique temporary name, then
+    ``os.replace``), so a reader never sees a partial file."""
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "wb") as fh:
+        pickle.dump(state, fh, protocol=5)
+    os.replace(tmp, path)
+    return path
+
+
+def read_state(path, keep_alive=None):
+    """Read one block's state written by :func:`write_state`."""
+    with open(path, "rb") as fh:
+        return pickle.load(fh)
 
 
 def _pure_delayed(fn):

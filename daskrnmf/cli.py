@@ -53,6 +53,10 @@ def _parser():
     fit.add_argument("--output", required=True, help="Zarr store to write")
     fit.add_argument("--overwrite", action="store_true", help="replace an existing output")
     fit.add_argument("--labels", help="Zarr array of class labels (MNMF)")
+    fit.add_argument("--scratch", help="directory every worker can read and write, for the "
+                                       "per-block state that lets a fit survive a lost worker "
+                                       "(default: dask config 'daskrnmf.scratch-directory', "
+                                       "else the output's directory)")
     fit.add_argument("--resume", action="store_true",
                      help="ONMFO: continue from --checkpoint after a killed job")
     fit.add_argument("--progress", action="store_true",
@@ -239,7 +243,11 @@ def cmd_fit(args, extra):
     # parameters and the array's shape and dtype are checked before a cluster is started
     v.validate_params(model, model._parameter_constraints)
     v.check_array(z, estimator_name=cls.__name__)
-    with _where(args):
+    import dask
+
+    scratch = args.scratch or dask.config.get("daskrnmf.scratch-directory", None) \
+        or os.path.dirname(os.path.abspath(args.output))
+    with _where(args), dask.config.set({"daskrnmf.scratch-directory": scratch}):
         tic = time.perf_counter()
         if cls.__name__ == "MNMF":
             if not args.labels:

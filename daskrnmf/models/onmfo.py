@@ -34,7 +34,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 
 from .. import _checkpoint
 from .. import _validation as v
-from .._blocks import tree_reduce
+from .._blocks import active_client, tree_reduce
 from .._driver import iterate, warn_if_not_converged
 from ..kernels.assign import as_float_block
 from ..kernels.median import sum_arrays
@@ -131,17 +131,6 @@ def batch_order(seed, pass_index, n_batches, shuffle=True):
     return np.random.default_rng([seed, pass_index]).permutation(n_batches)
 
 
-def _active_client():
-    try:
-        from distributed import default_client
-    except ImportError:  # pragma: no cover - distributed is a core dependency
-        return None
-    try:
-        return default_client()
-    except ValueError:
-        return None
-
-
 class _Feed:
     """Reads batches ahead of their use and solves them where their data is.
 
@@ -156,7 +145,7 @@ class _Feed:
     def __init__(self, X, pieces, spec):
         self.X, self.pieces, self.spec = X, pieces, spec
         self.is_dask = not isinstance(X, np.ndarray)
-        self.client = _active_client() if self.is_dask else None
+        self.client = active_client() if self.is_dask else None
         self.pending = {}
         self._pool = None
         if self.is_dask and self.client is None:

@@ -1,0 +1,103 @@
+"""Chained per-block state on a distributed cluster is written to a scratch directory and
+read back by the next pass, so a lost worker's blocks can be recomputed from files."""
+
+import gc
+import os
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from daskrnmf import _blocks
+from daskrnmf._blocks import RowBlocks, SpilledState
+
+
+def _step(block, start, state, c):
+    """A chained state: every pass adds ``c`` times the block to the previous state."""
+    prev = np.zeros_like(block) if state is None else state
+    new = prev + c * block
+    return float(new.sum()), new
+
+
+def _add(parts):
+    return sum(parts)
+
+
+def _run(X, scratch_root=None):
+    blocks = RowBlocks(X)
+    state = [None] * blocks.n_blocks
+    totals, dirs = [], []
+    for c in (1.0, 2.0, 3.0):
+        total, state = blocks.map_reduce(_step, _add, args=(c,), state=state, keep_state=True)
+        totals.append(total)
+        if isinstance(state, SpilledState):
+            dirs.append(state.directory)
+    return blocks, state, totals, dirs
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        yield c
+
+
+@pytest.mark.parametrize("chunk_rows", [40, 7])
+def test_spilled_state_equals_in_memory_state(client, tmp_path, chunk_rows):
+    rng = np.random.default_rng(0)
+    x = rng.random((40, 3))
+    X = da.from_array(x, chunks=(chunk_rows, 3))
+    expected_blocks, expected, expected_totals, _ = _run(x)   # NumPy path, in memory
+    with dask.config.set({"daskrnmf.scratch-directory": str(tmp_path)}):
+        blocks, state, totals, dirs = _run(X)
+    assert isinstance(state, SpilledState) and len(state) == X.numblocks[0]
+    np.testing.assert_allclose(totals, expected_totals, rtol=1e-14)
+    got = np.concatenate(dask.compute(*state))
+    np.testing.assert_array_equal(got, 6.0 * x)
+    # one generation per chained pass; the consumed ones are gone, the last is on disk
+    assert len(dirs) == 3
+    assert not os.path.exists(dirs[0]) and not os.path.exists(dirs[1])
+    assert sorted(os.listdir(dirs[2])) == [f"b{b:06d}.pkl" for b in range(X.numblocks[0])]
+    scratch = os.path.dirname(dirs[2])
+    assert os.path.dirname(scratch) == str(tmp_path)
+    # the last generation lives while a graph refers to it, and goes with it
+    H = da.concatenate([da.from_delayed(s, (n, 3), dtype=float)
+                        for s, n in zip(state, blocks.sizes)])
+    del state, blocks
+    gc.collect()
+    np.testing.assert_array_equal(H.compute(), 6.0 * x)
+    del H
+    gc.collect()
+    assert not os.path.exists(scratch)
+
+
+def test_local_schedulers_keep_state_in_memory(tmp_path):
+    """No client: no worker can be lost, nothing is written."""
+    X = da.from_array(np.ones((10, 2)), chunks=(5, 2))
+    with dask.config.set({"daskrnmf.scratch-directory": str(tmp_path), "scheduler": "threads"}):
+        _, state, totals, dirs = _run(X)
+    assert not isinstance(state, SpilledState) and dirs == []
+    assert totals == [20.0, 60.0, 120.0]
+    assert os.listdir(tmp_path) == []
+
+
+def test_remote_workers_without_a_shared_scratch_directory_warn(monkeypatch):
+    class FarClient:
+        def run(self, fn):
+            return {"tcp://10.0.0.2:1": "node-17", "tcp://10.0.0.3:1": "node-18"}
+
+    monkeypatch.setattr(_blocks, "active_client", lambda: FarClient())
+    with dask.config.set({"daskrnmf.scratch-directory": None}):
+        with pytest.warns(RuntimeWarning, match="daskrnmf.scratch-directory"):
+            assert _blocks._choose_scratch() is None
+
+
+def test_state_files_are_written_atomically(tmp_path):
+    path = str(tmp_path / "b.pkl")
+    state = {"H": np.arange(6.0).reshape(3, 2), "y": np.ones(3)}
+    assert _blocks.write_state(state, path) == path
+    assert os.listdir(tmp_path) == ["b.pkl"]          # no temporary left behind
+    back = _blocks.read_state(path)
+    np.testing.assert_array_equal(back["H"], state["H"])
