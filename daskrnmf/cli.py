@@ -211,6 +211,7 @@ def _open_input(path, component=None, what="input"):
 
 
 def cmd_fit(args, extra):
+    import dask
     import dask.array as da
 
     import daskrnmf
@@ -243,8 +244,6 @@ def cmd_fit(args, extra):
     # parameters and the array's shape and dtype are checked before a cluster is started
     v.validate_params(model, model._parameter_constraints)
     v.check_array(z, estimator_name=cls.__name__)
-    import dask
-
     scratch = args.scratch or dask.config.get("daskrnmf.scratch-directory", None) \
         or os.path.dirname(os.path.abspath(args.output))
     with _where(args), dask.config.set({"daskrnmf.scratch-directory": scratch}):

@@ -25,7 +25,7 @@ def _add(parts):
     return sum(parts)
 
 
-def _run(X, scratch_root=None):
+def _run(X):
     blocks = RowBlocks(X)
     state = [None] * blocks.n_blocks
     totals, dirs = [], []
@@ -49,7 +49,7 @@ def test_spilled_state_equals_in_memory_state(client, tmp_path, chunk_rows):
     rng = np.random.default_rng(0)
     x = rng.random((40, 3))
     X = da.from_array(x, chunks=(chunk_rows, 3))
-    expected_blocks, expected, expected_totals, _ = _run(x)   # NumPy path, in memory
+    _, _, expected_totals, _ = _run(x)   # NumPy path, in memory
     with dask.config.set({"daskrnmf.scratch-directory": str(tmp_path)}):
         blocks, state, totals, dirs = _run(X)
     assert isinstance(state, SpilledState) and len(state) == X.numblocks[0]
