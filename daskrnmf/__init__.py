@@ -11,16 +11,11 @@ import importlib
 
 __version__ = "0.1.0"
 
+from .models import REGISTRY
+
 _LAZY = {
-    "RFNMF": ("daskrnmf.models.rfnmf", "RFNMF"),
-    "RFNMTF": ("daskrnmf.models.rfnmtf", "RFNMTF"),
-    "ORNMF": ("daskrnmf.models.ornmf", "ORNMF"),
-    "RNMF": ("daskrnmf.models.ornmf", "RNMF"),
-    "NMF": ("daskrnmf.models.ornmf", "NMF"),
-    "MNMF": ("daskrnmf.models.mnmf", "MNMF"),
-    "SemiNMF": ("daskrnmf.models.mnmf", "SemiNMF"),
-    "ONMFO": ("daskrnmf.models.onmfo", "ONMFO"),
-    "RobustNMF": ("daskrnmf.models.onmfo", "RobustNMF"),
+    **{name: (spec.module, name) for name, spec in REGISTRY.items()},
+    "REGISTRY": ("daskrnmf.models", "REGISTRY"),
     "datasets": ("daskrnmf.datasets", None),
     "io": ("daskrnmf.io", None),
     "metrics": ("daskrnmf.metrics", None),

@@ -73,8 +73,22 @@ class Kind:
         return self.description
 
 
-RANDOM_STATE = Kind((type(None), numbers.Integral, np.random.RandomState, np.random.Generator),
-                    "None, an int, a numpy.random.RandomState or a numpy.random.Generator")
+@dataclass(frozen=True)
+class RandomState:
+    """scikit-learn's ``random_state`` policy: None, a seed in [0, 2**32 - 1], a
+    ``numpy.random.RandomState`` or a ``numpy.random.Generator``."""
+
+    def accepts(self, value):
+        if value is None or isinstance(value, (np.random.RandomState, np.random.Generator)):
+            return True
+        return Interval(int, 0, 2**32 - 1).accepts(value)
+
+    def describe(self):
+        return ("an int in the range [0, 4294967295], an instance of 'numpy.random.RandomState', "
+                "an instance of 'numpy.random.Generator' or None")
+
+
+RANDOM_STATE = RandomState()
 
 
 @dataclass(frozen=True)

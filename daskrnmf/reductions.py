@@ -18,8 +18,9 @@ import functools
 import numpy as np
 
 from .kernels import rng
-from .kernels.assign import as_float_block, nearest
-from .kernels.median import median_round, merge_median_round, select_collected, sum_arrays
+from .kernels.assign import nearest
+from .kernels.blocks import as_float_block, sum_arrays
+from .kernels.median import median_round, merge_median_round, select_collected
 from .kernels.sums import cluster_sums, merge_worst_fit, worst_fit
 
 # Memory of the median summaries per partial result (and so per tree node).

@@ -7,6 +7,8 @@ on the other rows in its block: labels are identical for every chunking.
 import numpy as np
 from numba import njit
 
+from .blocks import as_float_block
+
 
 @njit(cache=True, nogil=True)
 def _nearest(X, C, l1, labels, dist):
@@ -45,11 +47,6 @@ def _all(X, C, l1, out):
                 t = X[i, j] - C[c, j]
                 s += abs(t) if l1 else t * t
             out[i, c] = s if l1 else np.sqrt(s)
-
-
-def as_float_block(block):
-    """A C-contiguous float64 view/copy of one row block (kernels work in float64)."""
-    return np.ascontiguousarray(block, dtype=np.float64)
 
 
 def nearest(X, centers, metric):

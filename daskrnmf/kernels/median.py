@@ -17,6 +17,8 @@ All outputs are sums, minima, maxima or concatenations, so they merge in any ord
 import numpy as np
 from numba import njit
 
+from .blocks import sum_arrays
+
 
 @njit(cache=True, nogil=True)
 def _median_round(X, labels, n_clusters, columns, n_groups, hist_slot, hlo, hhi, n_bins,
@@ -135,14 +137,6 @@ def merge_median_round(parts):
            "cbelow": sum_arrays([p["cbelow"] for p in parts]),
            "keys": np.concatenate([p["keys"] for p in parts]),
            "vals": np.concatenate([p["vals"] for p in parts])}
-    return out
-
-
-def sum_arrays(arrays, dtype=None):
-    """Sum a list of equally shaped arrays, left to right (in ``dtype`` if given)."""
-    out = arrays[0].astype(dtype if dtype is not None else arrays[0].dtype, copy=True)
-    for a in arrays[1:]:
-        out += a
     return out
 
 

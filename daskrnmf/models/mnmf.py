@@ -55,8 +55,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 from .. import _validation as v
 from .._driver import iterate, warn_if_not_converged
 from ..kernels import hinge, rng
-from ..kernels.assign import as_float_block
-from ..kernels.median import sum_arrays
+from ..kernels.blocks import as_float_block, sum_arrays
 from ..kernels.nnls import nnls_rows
 from ..reductions import checked_blocks
 

@@ -36,8 +36,7 @@ from .. import _checkpoint
 from .. import _validation as v
 from .._blocks import active_client, tree_reduce
 from .._driver import iterate, warn_if_not_converged
-from ..kernels.assign import as_float_block
-from ..kernels.median import sum_arrays
+from ..kernels.blocks import as_float_block, sum_arrays
 from ..kernels.outliers import block_statistics, initial_codes, solve_codes, update_components
 from ..reductions import checked_blocks
 

@@ -38,8 +38,7 @@ from .. import _validation as v
 from .._blocks import tree_reduce
 from .._driver import iterate, warn_if_not_converged
 from ..kernels import rng
-from ..kernels.assign import as_float_block
-from ..kernels.median import sum_arrays
+from ..kernels.blocks import as_float_block, sum_arrays
 from ..kernels.mu import pair_floor, residual_norms, update_h
 from ..reductions import checked_blocks
 

@@ -29,7 +29,8 @@ from .. import _validation as v
 from .._blocks import RowBlocks
 from .._driver import iterate, warn_if_not_converged
 from ..kernels.assign import distances, nearest
-from ..kernels.median import merge_median_round, sum_arrays
+from ..kernels.blocks import sum_arrays
+from ..kernels.median import merge_median_round
 from ..reductions import (MedianSearch, assign_chunk, assign_combine, checked_blocks, feature_stats,
                           median_refine_chunk, seeding_choice, seeding_chunk, seeding_combine)
 

@@ -29,9 +29,10 @@ from .. import _validation as v
 from .._blocks import RowBlocks
 from .._driver import iterate, warn_if_not_converged
 from ..kernels import rng
-from ..kernels.assign import as_float_block, nearest
+from ..kernels.assign import nearest
+from ..kernels.blocks import as_float_block, sum_arrays
 from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
-from ..kernels.median import median_round, merge_median_round, sum_arrays
+from ..kernels.median import median_round, merge_median_round
 from ..kernels.sums import merge_worst_fit, worst_fit
 from ..reductions import (MedianSearch, checked_blocks, feature_stats, median_refine_chunk, random_labels,
                           sample_rows)

@@ -1,0 +1,249 @@
+"""The estimator base every daskrnmf model stands on.
+
+It owns, once, what every ``fit`` / ``predict`` / ``transform`` does before and after the
+model's own maths:
+
+* parameters: one constraint table per estimator (``_parameter_constraints``, extended
+  by subclasses), one error form, renamed parameters that keep working with a
+  :class:`FutureWarning`;
+* input: NumPy arrays, lists and other array-likes, pandas DataFrames (through
+  scikit-learn's ``validate_data``: the standard messages, ``n_features_in_`` and
+  ``feature_names_in_``), and Dask arrays, ``zarr.Array`` and Zarr paths (kept lazy and
+  checked on the workers, never gathered); the same NaN/inf, non-negativity and
+  feature-count checks on both paths;
+* the fit template: validate → first pass (finiteness, per-feature range) → seed →
+  the model's problem → the one iteration driver (:mod:`daskrnmf._driver`) → fitted
+  attributes, cast to X's float dtype;
+* tags (non-negative input, no NaN, no sparse input, float32 preserved).
+
+A model supplies its constraint additions, ``_fit_blocks`` (its initial state and
+``step``, run through :meth:`BaseModel._run`) and its fitted attributes.
+"""
+
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from . import _validation as v
+from ._driver import iterate, warn_if_not_converged
+
+FLOAT_DTYPES = (np.float64, np.float32)
+
+
+class BaseModel(BaseEstimator):
+    """Parameters, input checks, seeding, the fit template and tags shared by all models.
+
+    Class attributes a model sets
+    -----------------------------
+    _parameter_constraints : dict
+        name -> list of constraints (:mod:`daskrnmf._validation`); extend the base's.
+    _renamed_params : dict
+        old name -> new name; the old name is accepted (with a FutureWarning) for one
+        release, in ``__init__`` and ``set_params``.
+    _non_negative : bool
+        The model factorizes non-negative data only (scikit-learn's ``positive_only`` tag).
+    _fitted_attribute : str
+        An attribute that exists once fitted (for ``check_is_fitted``).
+    """
+
+    _parameter_constraints = {
+        "random_state": [v.RANDOM_STATE],
+        "verbose": [v.Interval(int, 0, None)],
+        "callback": [v.CallableOrNone()],
+    }
+    _renamed_params = {}
+    _non_negative = False
+    _fitted_attribute = "components_"
+
+    # ------------------------------------------------------------ parameters
+    def _take_renamed(self, renamed):
+        """Apply parameters passed under their old names (``__init__``'s ``**renamed``)."""
+        for old, value in renamed.items():
+            new = self._renamed_params.get(old)
+            if new is None:
+                raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword "
+                                f"argument {old!r}")
+            warnings.warn(f"The parameter {old!r} of {type(self).__name__} was renamed to "
+                          f"{new!r}; {old!r} will be removed in daskrnmf 0.3.",
+                          FutureWarning, stacklevel=3)
+            setattr(self, new, value)
+
+    def set_params(self, **params):
+        renamed = {old: params.pop(old) for old in list(params) if old in self._renamed_params}
+        self._take_renamed(renamed)
+        return super().set_params(**params)
+
+    def _validate_params(self):
+        v.validate_params(self, self._parameter_constraints)
+
+    @property
+    def _name(self):
+        return type(self).__name__
+
+    # ------------------------------------------------------------ input
+    def _validate_data(self, X, *, reset, method="fit"):
+        """X as a float NumPy array or a row-chunked Dask array, checked and counted.
+
+        NumPy and array-likes go through scikit-learn's ``validate_data`` (lists,
+        DataFrames, memmaps; the standard messages; float32 kept, integers to float64);
+        NaN/inf and negative values are refused here.  Dask, Zarr and paths stay lazy:
+        their values are checked on the workers during the first pass (``fit``) or in
+        every block (``predict``/``transform``).  ``reset`` sets ``n_features_in_`` (and
+        ``feature_names_in_``); otherwise the feature count must match the fit's.
+        """
+        if _is_lazy(X):
+            X = v.check_array(X, estimator_name=self._name)
+            if reset:
+                self.n_features_in_ = int(X.shape[1])
+                if hasattr(self, "feature_names_in_"):
+                    del self.feature_names_in_
+            elif X.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {X.shape[1]} features, but {self._name} is expecting "
+                                 f"{self.n_features_in_} features as input.")
+            return X
+        X = validate_data(self, X, reset=reset, dtype=list(FLOAT_DTYPES), accept_sparse=False,
+                          ensure_all_finite=True)
+        if self._non_negative:
+            low = float(X.min(initial=0.0))
+            if low < 0:
+                raise ValueError(f"Negative values in data passed to {self._name} (input X, "
+                                 f"min {low:g}); it factorizes non-negative data only.")
+        return X
+
+    def _check_blocks(self, X):
+        """Row blocks of X and its first-pass statistics, with the value checks that Dask
+        input could not have before (NaN/inf; negatives for non-negative models)."""
+        from .reductions import checked_blocks
+
+        blocks, stats = checked_blocks(X, f"X passed to {self._name}")
+        low = float(np.min(stats["min"]))
+        if self._non_negative and low < 0:
+            raise ValueError(f"Negative values in data passed to {self._name} (input X, min "
+                             f"{low:g}); it factorizes non-negative data only.")
+        return blocks, stats
+
+    def _checked_input(self, X, method):
+        """``predict``/``transform`` input: fitted, validated, feature count matching."""
+        check_is_fitted(self, self._fitted_attribute)
+        return self._validate_data(X, reset=False, method=method)
+
+    def _map_rows(self, X, fn, width, dtype, *args, **kwargs):
+        """``fn(block, *args, **kwargs)`` on every row block: NumPy in, NumPy out (in
+        blocks of 65536 rows); Dask in, a lazy Dask array chunked like X's rows (``width``
+        columns, or 1-D when ``width`` is None).  Every Dask block is checked as NumPy
+        input is (NaN/inf, negatives) before ``fn`` sees it."""
+        if isinstance(X, np.ndarray):
+            out = [fn(X[s:s + 65536], *args, **kwargs) for s in range(0, X.shape[0], 65536)]
+            return np.concatenate(out).astype(dtype, copy=False)
+        check = (f"X passed to {self._name}", self._non_negative)
+        if width is None:
+            return X.map_blocks(_checked_apply, fn, check, dtype, *args, drop_axis=1,
+                                dtype=dtype, meta=np.empty((0,), dtype), **kwargs)
+        return X.map_blocks(_checked_apply, fn, check, dtype, *args,
+                            chunks=(X.chunks[0], (width,)), dtype=dtype,
+                            meta=np.empty((0, 0), dtype), **kwargs)
+
+    def _output_dtype(self, X):
+        """The float dtype results take: X's own when it is float32/float64."""
+        dt = np.dtype(X.dtype)
+        return dt if dt in (np.dtype(np.float32), np.dtype(np.float64)) else np.dtype(np.float64)
+
+    # ------------------------------------------------------------ the fit template
+    def _seed(self):
+        return v.seed_from(self.random_state)
+
+    def _fit(self, X, y=None, **fit_params):
+        """validate → first pass → seed → the model's ``_fit_blocks`` → cast results."""
+        self._validate_params()
+        X = self._validate_data(X, reset=True)
+        y = self._validate_target(X, y)
+        blocks, stats = self._check_blocks(X)
+        self._fit_dtype = self._output_dtype(X)
+        out = self._fit_blocks(X, blocks, stats, self._seed(), y, **fit_params)
+        self.n_passes_ = blocks.n_passes
+        self._cast_fitted()
+        return out
+
+    def _validate_target(self, X, y):
+        return None
+
+    def _fit_blocks(self, X, blocks, stats, seed, y, **fit_params):  # pragma: no cover
+        raise NotImplementedError
+
+    def _run(self, step, state, *, n_restarts=1, max_iter=None, tol=None, blocks=None,
+             rule="decrease", name=None, quiet=False, **driver):
+        """The one iteration loop (:func:`daskrnmf._driver.iterate`) with this model's
+        ``max_iter``, ``tol``, callback and verbosity.  ``quiet`` runs an inner loop (no
+        callback, no logs).  :meth:`_set_iterations` then records the kept restart.
+
+        Returns ``state, log``.
+        """
+        max_iter = self.max_iter if max_iter is None else max_iter
+        tol = self.tol if tol is None else tol
+        name = name or self._name
+        state, log = iterate(step, state, n_restarts=n_restarts, max_iter=max_iter, tol=tol,
+                             callback=None if quiet else self.callback,
+                             verbose=0 if quiet else self.verbose, name=name,
+                             passes=(lambda: blocks.n_passes) if blocks is not None else None,
+                             rule=rule, **driver)
+        return state, log
+
+    def _set_iterations(self, log, restart=0, *, max_iter=None, name=None, warn=True):
+        """``n_iter_`` and ``objective_history_`` of the kept restart, and the
+        ConvergenceWarning when it used all ``max_iter`` iterations without converging."""
+        self.objective_history_ = log.restart_history(restart)
+        self.n_iter_ = int(log.n_iter[restart])
+        if warn and not log.stopped_by_callback and log.rule != "none":
+            warn_if_not_converged(name or self._name, log.converged[restart],
+                                  self.max_iter if max_iter is None else max_iter)
+
+    _cast_attributes = ("components_", "cluster_centers_", "block_medians_")
+
+    def _cast_fitted(self):
+        """Fitted arrays in X's float dtype (float32 in, float32 out)."""
+        dt = getattr(self, "_fit_dtype", np.dtype(np.float64))
+        for key in self._cast_attributes:
+            value = getattr(self, key, None)
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+                setattr(self, key, value.astype(dt, copy=False))
+
+    # ------------------------------------------------------------ results for the CLI
+    def _outputs(self, X):
+        """Per-sample results for X, named as the registry's ``ModelSpec.outputs``
+        (``"labels"``, ``"H"``, ``"R"``, ``"predictions"``): lazy Dask arrays chunked like
+        X's rows for Dask/Zarr input, NumPy for NumPy input."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ tags
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = self._non_negative
+        tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = False
+        if tags.transformer_tags is not None:
+            tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+
+def _is_lazy(X):
+    """Dask arrays, zarr arrays and paths/URLs take the out-of-core path."""
+    if v.is_path(X):
+        return True
+    module = type(X).__module__ or ""
+    return module.startswith("dask.") or module.startswith("zarr.")
+
+
+def _checked_apply(block, fn, check, dtype, *args, **kwargs):
+    """Run on a worker: the NumPy path's value checks on one block, then ``fn``."""
+    where, non_negative = check
+    x = np.asarray(block)
+    bad = x.size - int(np.count_nonzero(np.isfinite(x)))
+    if bad:
+        raise ValueError(f"Input X contains NaN or infinity: {where} has {bad} NaN or infinite "
+                         "value(s) in one of its blocks; remove or impute them.")
+    if non_negative and x.size and float(x.min()) < 0:
+        raise ValueError(f"Negative values in data passed to {where} (min {float(x.min()):g}); "
+                         "the model factorizes non-negative data only.")
+    return np.asarray(fn(x, *args, **kwargs)).astype(dtype, copy=False)
