@@ -23,13 +23,14 @@ A model supplies its constraint additions, ``_fit_blocks`` (its initial state an
 import warnings
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _validation as v
 from ._driver import iterate, warn_if_not_converged
 
 FLOAT_DTYPES = (np.float64, np.float32)
+MAX_ABS = 1e150   # squares of larger values overflow float64
 
 
 class BaseModel(BaseEstimator):
@@ -104,7 +105,9 @@ class BaseModel(BaseEstimator):
                                  f"{self.n_features_in_} features as input.")
             return X
         X = validate_data(self, X, reset=reset, dtype=list(FLOAT_DTYPES), accept_sparse=False,
-                          ensure_all_finite=True)
+                          ensure_all_finite=False)
+        where = f"X passed to {self._name}" + ("" if method == "fit" else f".{method}")
+        v.check_finite_count(X.size - int(np.count_nonzero(np.isfinite(X))), where)
         if self._non_negative:
             low = float(X.min(initial=0.0))
             if low < 0:
@@ -119,6 +122,11 @@ class BaseModel(BaseEstimator):
 
         blocks, stats = checked_blocks(X, f"X passed to {self._name}")
         low = float(np.min(stats["min"]))
+        top = max(abs(low), abs(float(np.max(stats["max"]))))
+        if top > MAX_ABS:
+            raise ValueError(f"X passed to {self._name} has values up to {top:.3g} in magnitude; "
+                             f"above {MAX_ABS:g} the squared distances and products the models "
+                             "form overflow float64. Rescale X (e.g. X / X.max()).")
         if self._non_negative and low < 0:
             raise ValueError(f"Negative values in data passed to {self._name} (input X, min "
                              f"{low:g}); it factorizes non-negative data only.")
@@ -225,6 +233,15 @@ class BaseModel(BaseEstimator):
         if tags.transformer_tags is not None:
             tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
+
+
+class FactorizationMixin(ClassNamePrefixFeaturesOutMixin, TransformerMixin):
+    """``get_feature_names_out`` (``nmf0, nmf1, ...`` style: ``<classname>0, ...``) and with
+    it ``set_output``, for models whose ``transform`` gives ``n_components_`` columns."""
+
+    @property
+    def _n_features_out(self):
+        return self.n_components_
 
 
 def _is_lazy(X):

@@ -140,6 +140,16 @@ def test_ornmf_invariant_to_scaling_x(seq):
     np.testing.assert_array_equal(b.labels_, a.labels_)
 
 
+@pytest.mark.parametrize("Est", [NMF, RNMF])
+def test_fit_transform_equals_fit_then_transform(seq, Est):
+    X, _ = seq
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        H = Est(4, random_state=0).fit_transform(X)
+        H2 = Est(4, random_state=0).fit(X).transform(X)
+    np.testing.assert_allclose(H, H2, rtol=1e-12, atol=1e-14)
+
+
 def test_transform_inverse_transform_and_outputs(seq):
     X, _ = seq
     with warnings.catch_warnings():
@@ -159,8 +169,12 @@ def test_bad_input(seq):
     X, _ = seq
     neg = X.copy()
     neg[2, 3] = -0.5
-    with pytest.raises(ValueError, match=r"Negative values in data passed to X of ORNMF \(min -0.5\)"):
+    with pytest.raises(ValueError, match=r"Negative values in data passed to ORNMF \(input X, min -0.5\)"):
         ORNMF(4).fit(neg)
+    fitted = NMF(4, random_state=0).fit(X)
+    for data in (neg, da.from_array(neg, chunks=(10, 30))):   # transform: both paths check
+        with pytest.raises(ValueError, match="Negative values"):
+            np.asarray(fitted.transform(data))
     with pytest.raises(ValueError, match="Negative values"):
         NMF(4).fit(da.from_array(neg, chunks=(10, 30)))
     bad = X.copy()

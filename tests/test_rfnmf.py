@@ -235,3 +235,24 @@ def test_l2_loss_is_kmeans(blobs):
     km = KMeans(4, n_init=10, random_state=0).fit(X)
     np.testing.assert_allclose(m.objective_, km.inertia_, rtol=1e-9)
     assert clustering_accuracy(km.labels_, m.labels_) == 1.0
+
+
+@pytest.mark.parametrize("loss", ["l21", "l1", "l2"])
+@pytest.mark.parametrize("X", [np.full((30, 4), 3.0), np.zeros((30, 4)), np.ones((1, 4)),
+                               np.full((30, 4), 1e-310), np.full((30, 4), 1e140)],
+                         ids=["constant", "zeros", "one-row", "subnormal", "large"])
+def test_degenerate_data_gives_finite_centres(X, loss):
+    """Constant, all-zero, one-row, near-subnormal and huge data: the centre is the data's
+    value and the objective finite, with no RuntimeWarning (the weight floor underflowed)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        m = RFNMF(1, loss=loss, n_init=2, random_state=0).fit(X)
+    np.testing.assert_allclose(m.cluster_centers_[0], X[0], rtol=1e-12)
+    assert np.isfinite(m.objective_)
+
+
+def test_huge_scale_is_a_clear_error():
+    with pytest.raises(ValueError, match="values up to 1e.300 in magnitude.*Rescale X"):
+        RFNMF(2).fit(np.full((10, 3), 1e300))

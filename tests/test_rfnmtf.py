@@ -206,7 +206,7 @@ def test_bad_input(small):
         RFNMTF(4, 3).fit(bad)
     with pytest.raises(ValueError, match="1 NaN or infinite"):
         RFNMTF(4, 3).fit(da.from_array(bad, chunks=(50, 40)))
-    with pytest.raises(ValueError, match="2-D"):
+    with pytest.raises(ValueError, match="2D"):
         RFNMTF(4, 3).fit(X[:, 0])
     with pytest.raises(ValueError, match="chunked along its columns"):
         RFNMTF(4, 3).fit(da.from_array(X, chunks=(50, 20)))

@@ -20,7 +20,10 @@ from daskrnmf.io import open_array
     ("tol", -1.0, "The 'tol' parameter of RFNMF must be a float in the range [0, inf). Got -1.0 instead."),
     ("median_tol", 2.0, "The 'median_tol' parameter of RFNMF must be a float in the range [0, 1]. Got 2.0 instead."),
     ("n_init", True, "The 'n_init' parameter of RFNMF must be an int in the range [1, inf). Got True instead."),
-    ("random_state", "seed", "The 'random_state' parameter of RFNMF must be None, an int"),
+    ("random_state", "seed", "The 'random_state' parameter of RFNMF must be an int in the range [0, 4294967295]"),
+    ("random_state", -1, "The 'random_state' parameter of RFNMF must be an int in the range [0, 4294967295], "
+                         "an instance of 'numpy.random.RandomState', an instance of 'numpy.random.Generator' or None. "
+                         "Got -1 instead."),
     ("callback", 3, "The 'callback' parameter of RFNMF must be a callable or None. Got 3 instead."),
     ("init", "kmeans", "The 'init' parameter of RFNMF must be a str among {'k-medians++', 'random'} or an array"),
 ])
@@ -37,20 +40,51 @@ def test_bad_init_array():
         RFNMF(2, init=np.ones((3, 3))).fit(np.ones((5, 3)))
 
 
+# In-memory input gets scikit-learn's own messages (validate_data); Dask/Zarr input ours.
 @pytest.mark.parametrize("X, error, message", [
-    (np.ones(5), ValueError, "must be 2-D .* got 1-D .* X.reshape\\(-1, 1\\)"),
-    (np.ones((2, 2, 2)), ValueError, "must be 2-D"),
-    (np.ones((0, 3)), ValueError, "is empty"),
-    (np.ones((3, 0)), ValueError, "is empty"),
-    (np.array([["a", "b"], ["c", "d"]]), TypeError, "real numeric dtype"),
-    (np.ones((3, 2), dtype=complex), TypeError, "real numeric dtype"),
-    (np.ones((3, 2), dtype=bool), TypeError, "real numeric dtype"),
-    ([[1.0, 2.0], [3.0, 4.0]], TypeError, "must be a NumPy array, a dask array, a zarr.Array, or a path"),
+    (np.ones(5), ValueError, "Expected 2D array, got 1D array instead"),
+    (da.ones(5, chunks=2), ValueError, "must be 2-D .* got 1-D .* X.reshape\\(-1, 1\\)"),
+    (np.ones((2, 2, 2)), ValueError, "Found array with dim 3"),
+    (np.ones((0, 3)), ValueError, "Found array with 0 sample"),
+    (np.ones((3, 0)), ValueError, "Found array with 0 feature"),
+    (da.ones((0, 3), chunks=(1, 3)), ValueError, "is empty"),
+    (np.array([["a", "b"], ["c", "d"]]), ValueError, "could not convert string to float"),
+    (np.ones((3, 2), dtype=complex), ValueError, "Complex data not supported"),
+    (da.ones((3, 2), dtype=complex, chunks=(1, 2)), TypeError, "real numeric dtype"),
+    ({"a": 1}, (TypeError, ValueError), ""),
     (da.ones((10, 4), chunks=(5, 2)), ValueError, r"chunked along its columns.*rechunk\(\{1: 4\}\)"),
 ])
 def test_bad_input(X, error, message):
     with pytest.raises(error, match=message):
         RFNMF(1).fit(X)
+
+
+def test_array_likes_accepted():
+    """Lists, DataFrames and bool/int arrays are data, as in scikit-learn."""
+    pd = pytest.importorskip("pandas")
+    X = [[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]]
+    a = RFNMF(2, random_state=0).fit(X)
+    b = RFNMF(2, random_state=0).fit(pd.DataFrame(X, columns=["u", "v"]))
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert list(b.feature_names_in_) == ["u", "v"]
+    assert RFNMF(2, random_state=0).fit(np.array(X) > 1).n_features_in_ == 2
+
+
+def test_feature_count_checked_on_both_paths():
+    m = RFNMF(2, random_state=0).fit(np.ones((6, 3)))
+    for X in (np.ones((4, 2)), da.ones((4, 2), chunks=(2, 2))):
+        with pytest.raises(ValueError, match="X has 2 features, but RFNMF is expecting 3 features"):
+            m.predict(X)
+
+
+def test_dask_predict_checks_values_like_numpy():
+    m = RFNMF(2, random_state=0).fit(np.random.default_rng(0).random((20, 3)))
+    bad = np.ones((6, 3))
+    bad[4, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        m.predict(bad)
+    with pytest.raises(ValueError, match="NaN"):
+        m.predict(da.from_array(bad, chunks=(3, 3))).compute()
 
 
 def test_unknown_chunks():

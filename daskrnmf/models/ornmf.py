@@ -32,124 +32,121 @@ Updates (one pass over X per iteration, all of it on the workers except W):
 import functools
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
 
 from .. import _validation as v
+from .._base import BaseModel, FactorizationMixin
 from .._blocks import tree_reduce
-from .._driver import iterate, warn_if_not_converged
 from ..kernels import rng
-from ..kernels.blocks import as_float_block, sum_arrays
+from ..kernels.blocks import as_float_block, sum_arrays, sum_dicts
 from ..kernels.mu import pair_floor, residual_norms, update_h
-from ..reductions import checked_blocks
+from ..kernels.nnls import nnls_rows
 
 _EPS = 1e-10
 
 
-class _FactorizationBase(TransformerMixin, BaseEstimator):
-    """Shared fit / transform of the multiplicative-update factorizations."""
+class _FactorizationBase(FactorizationMixin, BaseModel):
+    """What NMF, RNMF and ORNMF share: the multiplicative-update fit, transform, outputs."""
 
     _loss = "l21"
+    _non_negative = True
+    _parameter_constraints = {
+        **BaseModel._parameter_constraints,
+        "n_components": [v.Interval(int, 1, None)],
+        "init": [v.Options(("random", "nndsvda"))],
+        "max_iter": [v.Interval(int, 1, None)],
+        "tol": [v.Interval(float, 0, None)],
+    }
 
     def _alpha(self):
         return 0.0
 
     def fit(self, X, y=None):
-        """Factorize X; see :meth:`fit_transform`."""
-        self.fit_transform(X)
-        return self
-
-    def fit_transform(self, X, y=None):
-        """Factorize X and return H.
+        """Factorize X.
 
         Parameters
         ----------
-        X : array-like (n_samples, n_features), non-negative
-            NumPy array, Dask array chunked along rows, ``zarr.Array`` or Zarr path.
+        X : array-like of shape (n_samples, n_features), non-negative
+            NumPy array, list, DataFrame, Dask array chunked along rows, ``zarr.Array`` or
+            Zarr path.
+        y : ignored
 
         Returns
         -------
-        H : ndarray or dask.array.Array (n_samples, n_components)
+        self
+        """
+        self._fit(X)
+        return self
+
+    def fit_transform(self, X, y=None):
+        """Factorize X and return its codes under the fitted components.
+
+        The codes are what :meth:`transform` gives for X (so ``fit_transform(X)`` equals
+        ``fit(X).transform(X)``): for NMF and RNMF the exact non-negative least squares
+        codes of every sample (one more pass over X), for ORNMF the codes of the ordered
+        problem with W fixed.
+
+        Returns
+        -------
+        H : ndarray or dask.array.Array of shape (n_samples, n_components)
             Dask (chunked like X) for Dask/Zarr input.
         """
-        v.validate_params(self, self._parameter_constraints)
-        name = type(self).__name__
-        X = v.check_array(X, estimator_name=name)
+        X = self._fit(X)
+        return self.transform(X)
+
+    def _fit_blocks(self, X, blocks, stats, seed, y):
         n, d = X.shape
         if self.init == "nndsvda" and self.n_components > min(n, d):
             raise ValueError(f"init='nndsvda' needs n_components <= min(n_samples, n_features) "
                              f"= {min(n, d)}; got n_components={self.n_components}. Use "
                              "init='random' or fewer components.")
-        blocks, stats = checked_blocks(X, f"X passed to {name}")
-        _check_non_negative(stats, name)
-        seed = v.seed_from(self.random_state)
         fit = _MUFit(blocks, stats, k=self.n_components, loss=self._loss, alpha=self._alpha())
-        W = fit.init(self.init, seed)
-        W, log = iterate(fit.step, W[None], n_restarts=1, max_iter=self.max_iter, tol=self.tol,
-                         callback=self.callback, verbose=self.verbose, name=name,
-                         passes=lambda: blocks.n_passes)
+        W, log = self._run(fit.step, fit.init(self.init, seed)[None], blocks=blocks)
         W = W[0]
         err = fit.final(W)
-        if not log.stopped_by_callback:
-            warn_if_not_converged(name, log.converged[0], self.max_iter)
+        self._set_iterations(log)
         self.components_ = W
         self.reconstruction_err_ = err["error"]
         self.objective_ = err["objective"]
-        self.objective_history_ = log.restart_history(0)
-        self.n_iter_ = int(log.n_iter[0])
-        self.n_passes_ = blocks.n_passes
-        self.n_features_in_ = d
         self.n_components_ = self.n_components
-        H = fit.codes(X)
-        self._after_fit(fit, H, seed)
-        return H
+        self._after_fit(fit, fit.codes(X), seed)
+        return X
 
     def _after_fit(self, fit, H, seed):
         pass
 
     def transform(self, X):
-        """Codes H of samples X for the fitted components (W fixed), ``max_iter`` updates.
+        """Codes H of samples X for the fitted components (W fixed).
 
-        The samples are taken as one ordered sequence (ORNMF's penalty applies to them).
+        NMF and RNMF: ``min_{h >= 0} ||x - h W||`` for every sample, solved exactly
+        (non-negative least squares by coordinate descent; the L2,1 and the squared loss
+        have the same minimiser per sample).  ORNMF: the samples are one ordered sequence
+        (its penalty ties neighbours), ``max_iter`` multiplicative updates with W fixed.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), non-negative
+
+        Returns
+        -------
+        H : ndarray of shape (n_samples, n_components), in X's float dtype; lazy and
+            chunked like X's rows for Dask input
         """
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self, "components_")
-        name = type(self).__name__
-        X = v.check_array(X, estimator_name=name)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {name} was fitted with "
-                             f"{self.n_features_in_}.")
-        blocks, stats = checked_blocks(X, f"X passed to {name}.transform")
-        _check_non_negative(stats, name)
-        fit = _MUFit(blocks, stats, k=self.n_components, loss=self._loss, alpha=self._alpha(),
-                     update_w=False)
-        W = fit.init("constant", 0, W=self.components_)
-        iterate(fit.step, W[None], n_restarts=1, max_iter=self.max_iter, tol=self.tol,
-                name=name + ".transform")
-        fit.final(W)
-        return fit.codes(X)
+        X = self._checked_input(X, "transform")
+        W = np.asarray(self.components_, dtype=np.float64)
+        return self._map_rows(X, _nnls_codes, self.n_components_, self._output_dtype(X),
+                              W @ W.T, W)
 
     def inverse_transform(self, H):
         """``H W``: the reconstruction, shape (n_samples, n_features)."""
         return H @ self.components_
 
-
-def _check_non_negative(stats, name):
-    low = float(np.min(stats["min"]))
-    if low < 0:
-        raise ValueError(f"Negative values in data passed to X of {name} (min {low:g}); "
-                         "it factorizes non-negative data only.")
+    def _outputs(self, X):
+        return {"H": self.transform(X)}
 
 
-_COMMON = {
-    "n_components": [v.Interval(int, 1, None)],
-    "init": [v.Options(("random", "nndsvda"))],
-    "max_iter": [v.Interval(int, 1, None)],
-    "tol": [v.Interval(float, 0, None)],
-    "random_state": [v.RANDOM_STATE],
-    "verbose": [v.Interval(int, 0, None)],
-    "callback": [v.CallableOrNone()],
-}
+def _nnls_codes(block, WWt, W):
+    """Exact non-negative least-squares codes of one block's rows for fixed W."""
+    return nnls_rows(WWt, as_float_block(block) @ W.T)
 
 
 class NMF(_FactorizationBase):
@@ -181,7 +178,6 @@ class NMF(_FactorizationBase):
     """
 
     _loss = "fro"
-    _parameter_constraints = dict(_COMMON)
 
     def __init__(self, n_components=8, *, init="nndsvda", max_iter=200, tol=1e-4,
                  random_state=None, verbose=0, callback=None):
@@ -238,7 +234,7 @@ class ORNMF(NMF):
 
     _loss = "l21"
     _parameter_constraints = {
-        **_COMMON,
+        **NMF._parameter_constraints,
         "alpha": [v.Interval(float, 0, None)],
         "n_clusters": [v.Interval(int, 1, None), v.Kind((type(None),), "None")],
         "boundary_threshold": [v.Interval(float, 0, 1)],
@@ -255,6 +251,32 @@ class ORNMF(NMF):
 
     def _alpha(self):
         return float(self.alpha)
+
+    def transform(self, X):
+        """Codes H of the ordered samples X for the fitted components (W fixed).
+
+        The samples are taken as one ordered sequence (the penalty ties neighbours), so a
+        sample's code depends on its neighbours: ``max_iter`` multiplicative updates of
+        eq. (13) with W fixed, from a constant start.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), non-negative
+
+        Returns
+        -------
+        H : ndarray or dask.array.Array of shape (n_samples, n_components)
+        """
+        X = self._checked_input(X, "transform")
+        blocks, stats = self._check_blocks(X)
+        fit = _MUFit(blocks, stats, k=self.n_components, loss=self._loss, alpha=self._alpha(),
+                     update_w=False)
+        W = np.asarray(self.components_, dtype=np.float64)
+        fit.init("constant", 0, W=W)
+        self._run(fit.step, W[None], blocks=blocks, name=self._name + ".transform", quiet=True)
+        fit.final(W)
+        H = fit.codes(X)
+        return H.astype(self._output_dtype(X), copy=False)
 
     def _after_fit(self, fit, H, seed):
         from .rfnmf import RFNMF

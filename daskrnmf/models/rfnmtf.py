@@ -1,4 +1,5 @@
-"""RFNMTF: robust tri-factorization co-clustering of rows and columns (paper 000, eq. 7).
+"""RFNMTF: robust tri-factorization co-clustering of rows and columns (Wang, Nie & Huang,
+IJCAI 2016, eq. 7).
 
 Samples are rows here (the paper has them as columns).  With a row indicator F
 (n_samples x n_row_clusters), a column indicator G (n_features x n_column_clusters) and
@@ -23,11 +24,12 @@ S step, speculatively for the old column labels) plus the S step's remaining rou
 """
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 
 from .. import _validation as v
 from .._blocks import RowBlocks
-from .._driver import iterate, warn_if_not_converged
+from .._base import BaseModel
+from .._driver import iterate
 from ..kernels import rng
 from ..kernels.assign import nearest
 from ..kernels.blocks import as_float_block, sum_arrays
@@ -36,13 +38,13 @@ from ..kernels.median import median_round, merge_median_round
 from ..kernels.sums import merge_worst_fit, worst_fit
 from ..reductions import (MedianSearch, checked_blocks, feature_stats, median_refine_chunk, random_labels,
                           sample_rows)
-from .rfnmf import (apply_centers, kmedians_labels, objective_chunk, objective_combine,
-                    predict_block, transform_block)
+from ._clustering import (kmedians_labels, objective_chunk, objective_combine, predict_block,
+                          transform_block)
 
 _SAMPLE_VALUES = 2**24  # cap on init_size * n_features (128 MiB of float64 on the client)
 
 
-class RFNMTF(ClusterMixin, TransformerMixin, BaseEstimator):
+class RFNMTF(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseModel):
     """Robust fast NMTF: L1 co-clustering of samples and features, out of core.
 
     Parameters
@@ -100,7 +102,26 @@ class RFNMTF(ClusterMixin, TransformerMixin, BaseEstimator):
     median_rounds_ : list of int
         Passes per iteration spent on the S step (a speculative round in the fused pass
         counted when it was used).
+    labels_ : ndarray (n_samples,) or dask.array.Array
+        ``row_labels_`` (scikit-learn's name for a clusterer's labels).
     n_features_in_ : int
+    feature_names_in_ : ndarray of str (n_features_in_,)
+        Only when X had string column names (a DataFrame).
+
+    References
+    ----------
+    D. Wang, F. Nie and H. Huang, "Fast Robust Non-Negative Matrix Factorization for
+    Large-Scale Human Action Data Clustering", Proceedings of the 25th International
+    Joint Conference on Artificial Intelligence (IJCAI), 2016.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskrnmf import RFNMTF
+    >>> X = np.kron(np.array([[1.0, 9.0], [9.0, 1.0]]), np.ones((20, 3)))
+    >>> model = RFNMTF(n_row_clusters=2, n_column_clusters=2, random_state=0).fit(X)
+    >>> model.block_medians_.shape
+    (2, 2)
 
     Notes
     -----
@@ -109,7 +130,9 @@ class RFNMTF(ClusterMixin, TransformerMixin, BaseEstimator):
     does not build.  ``get_indices``/``get_submatrix`` are not offered for the same reason.
     """
 
+    _fitted_attribute = "block_medians_"
     _parameter_constraints = {
+        **BaseModel._parameter_constraints,
         "n_row_clusters": [v.Interval(int, 1, None)],
         "n_column_clusters": [v.Interval(int, 1, None)],
         "n_init": [v.Interval(int, 1, None)],
@@ -120,9 +143,6 @@ class RFNMTF(ClusterMixin, TransformerMixin, BaseEstimator):
         "max_iter": [v.Interval(int, 1, None)],
         "tol": [v.Interval(float, 0, None)],
         "median_tol": [v.Interval(float, 0, 1)],
-        "random_state": [v.RANDOM_STATE],
-        "verbose": [v.Interval(int, 0, None)],
-        "callback": [v.CallableOrNone()],
     }
 
     def __init__(self, n_row_clusters=8, n_column_clusters=8, *, n_init=10, init="k-medians++",
@@ -140,60 +160,54 @@ class RFNMTF(ClusterMixin, TransformerMixin, BaseEstimator):
         self.verbose = verbose
         self.callback = callback
 
+    @property
+    def _n_features_out(self):
+        return self.n_row_clusters
+
     def fit(self, X, y=None):
         """Co-cluster the rows and columns of X.
 
         Parameters
         ----------
-        X : array-like (n_samples, n_features)
-            NumPy array, Dask array chunked along rows, ``zarr.Array`` or Zarr path.
+        X : array-like of shape (n_samples, n_features)
+            NumPy array, list, DataFrame, Dask array chunked along rows, ``zarr.Array`` or
+            Zarr path.
         y : ignored
 
         Returns
         -------
-        self
+        self : RFNMTF
         """
-        v.validate_params(self, self._parameter_constraints)
-        name = type(self).__name__
-        X = v.check_array(X, estimator_name=name)
+        self._fit(X)
+        return self
+
+    def _fit_blocks(self, X, blocks, stats, seed, y):
         n, d = X.shape
         K, L = self.n_row_clusters, self.n_column_clusters
         if K > n:
             raise ValueError(f"n_row_clusters={K} must be <= n_samples={n}.")
         if L > d:
             raise ValueError(f"n_column_clusters={L} must be <= n_features={d}.")
-        n_init = self.n_init
-        if isinstance(self.init, tuple):
-            init = _check_init_tuple(self.init, K, L, d, name)
+        n_init, init = self.n_init, self.init
+        if isinstance(init, tuple):
+            init = _check_init_tuple(init, K, L, d, self._name)
             n_init = 1
-        else:
-            init = self.init
-        seed = v.seed_from(self.random_state)
-        blocks, stats = checked_blocks(X, f"X passed to {name}")
         fit = _CoFit(blocks, stats, K=K, L=L, R=n_init, seed=seed, median_tol=self.median_tol)
-        state = fit.init_state(init, self.init_size)
-        state, log = iterate(fit.step, state, n_restarts=n_init, max_iter=self.max_iter,
-                             tol=self.tol, callback=self.callback, verbose=self.verbose,
-                             name=name, passes=lambda: blocks.n_passes)
+        state, log = self._run(fit.step, fit.init_state(init, self.init_size),
+                               n_restarts=n_init, blocks=blocks)
         objective, labels = fit.final(state)
         best = int(np.argmin(objective))
-        if not log.stopped_by_callback:
-            warn_if_not_converged(name, log.converged[best], self.max_iter)
-
+        self._set_iterations(log, best)
         self.block_medians_ = state["S"][best].copy()
         self.column_labels_ = state["columns"][best].astype(np.int64)
         self.objective_ = float(objective[best])
-        self.objective_history_ = log.restart_history(best)
-        self.n_iter_ = int(log.n_iter[best])
-        self.n_passes_ = blocks.n_passes
         self.median_rounds_ = fit.median_rounds
-        self.n_features_in_ = d
         self.row_labels_ = labels[:, best] if labels is not None else self.predict(X)
-        return self
 
-    def fit_predict(self, X, y=None):
-        """Fit and return ``row_labels_``."""
-        return self.fit(X).row_labels_
+    @property
+    def labels_(self):
+        """``row_labels_``: the row clusters, scikit-learn's clusterer attribute."""
+        return self.row_labels_
 
     @property
     def row_prototypes_(self):
@@ -201,19 +215,36 @@ class RFNMTF(ClusterMixin, TransformerMixin, BaseEstimator):
         return self.block_medians_[:, self.column_labels_]
 
     def predict(self, X):
-        """Row cluster of every sample (L1-nearest row prototype), shape (n_samples,)."""
-        return self._apply(X, predict_block, drop_features=True, dtype=np.int32)
+        """Row cluster of every sample (L1-nearest row prototype).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,), or a lazy Dask array chunked like X's rows
+        """
+        X = self._checked_input(X, "predict")
+        return self._map_rows(X, predict_block, None, np.int32, self.row_prototypes_, "l1")
 
     def transform(self, X):
-        """L1 distances to the row prototypes, shape (n_samples, n_row_clusters)."""
-        return self._apply(X, transform_block, drop_features=False, dtype=np.float64)
+        """L1 distances to the row prototypes.
 
-    def _apply(self, X, fn, drop_features, dtype):
-        from sklearn.utils.validation import check_is_fitted
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
 
-        check_is_fitted(self, "block_medians_")
-        return apply_centers(X, self.row_prototypes_, "l1", fn, drop_features, dtype,
-                             type(self).__name__, self.n_features_in_)
+        Returns
+        -------
+        distances : ndarray of shape (n_samples, n_row_clusters), in X's float dtype
+        """
+        X = self._checked_input(X, "transform")
+        return self._map_rows(X, transform_block, self.n_row_clusters, self._output_dtype(X),
+                              self.row_prototypes_, "l1")
+
+    def _outputs(self, X):
+        return {"labels": self.predict(X)}
 
 
 def _check_init_tuple(init, K, L, d, name):

@@ -1,0 +1,214 @@
+"""What the hard-indicator models share: the centroid problem of RFNMF (L1 medians,
+L2,1 reweighted means, L2 means) with its passes, greedy k-medians++ seeds, the final
+assignment, and the per-block predict/transform kernels.
+
+RFNMF runs :class:`CentroidFit` on X; RFNMTF runs it in memory on a small sample of X
+(its initialisation) and shares the assignment and objective kernels.
+"""
+
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from .._blocks import RowBlocks
+from .._driver import iterate
+from ..kernels.assign import distances, nearest
+from ..kernels.blocks import sum_arrays
+from ..kernels.median import merge_median_round
+from ..reductions import (MedianSearch, assign_chunk, assign_combine, feature_stats,
+                          median_refine_chunk, seeding_choice, seeding_chunk, seeding_combine)
+
+
+def predict_block(block, centers, metric):
+    return nearest(block, centers[None], metric)[0][:, 0]
+
+
+def transform_block(block, centers, metric):
+    return distances(block, centers, metric)
+
+
+class CentroidFit:
+    """The state and passes of one RFNMF fit (all restarts stacked)."""
+
+    def __init__(self, blocks, stats, *, k, R, metric, loss, seed, median_tol):
+        self.blocks, self.k, self.R = blocks, k, R
+        self.metric, self.loss, self.seed, self.median_tol = metric, loss, seed, median_tol
+        self.lo, self.hi = stats["min"], stats["max"]
+        self.d = self.lo.shape[0]
+        # residual floor of the L2,1 weights 1 / ||x - f||: relative to the data's scale
+        # (its range, else its magnitude, else 1 for all-zero data), never so small that
+        # the weight overflows (constant or near-subnormal data gave inf/NaN centres)
+        scale = max(float(np.max(self.hi - self.lo)), float(np.max(np.abs(self.hi))),
+                    float(np.max(np.abs(self.lo))))
+        self.eps = max(1e-10 * scale, 1e-280) if scale > 0 else 1.0
+        self.warm = None  # previous iteration's final median windows, per restart
+        self.median_rounds = []
+        # k-medians++ seeds are data points: their own residual is 0 and the L2,1 weight
+        # 1/||x - f|| would pin every centre to its seed, so the first F step after
+        # seeding uses unit weights (a plain mean); the reweighting starts from there.
+        self.unit_weights_next = False
+
+    # -- initialisation
+    def init_centers(self, init):
+        if isinstance(init, np.ndarray):
+            return np.asarray(init, dtype=np.float64)[None].copy()
+        if init == "random":
+            F, _ = self._f_step(None, np.ones(self.R, dtype=bool))
+            return F
+        self.unit_weights_next = True
+        return self._seed_kmedians_pp()
+
+    def _seed_kmedians_pp(self):
+        spec = {"restarts": self.R, "metric": self.metric, "seed": self.seed}
+        F = np.empty((self.R, self.k, self.d))
+        mindist, newest = None, None
+        for t in range(self.k):
+            spec = dict(spec, step=t)
+            state = mindist if mindist is not None else [None] * self.blocks.n_blocks
+            res, mindist = self.blocks.map_reduce(seeding_chunk, seeding_combine, args=(newest, spec),
+                                                  state=state, keep_state=True, name="k-medians++")
+            F[:, t] = newest = seeding_choice(res)
+        return F
+
+    # -- one iteration
+    def step(self, F, active):
+        newF, objective = self._f_step(F[active], active)
+        F = F.copy()
+        F[active] = newF
+        return F, objective
+
+    def _f_step(self, Fa, active):
+        """Fused pass (+ median rounds): new centres of the active restarts, J(F_old, G_new)."""
+        Ra = int(active.sum())
+        spec = {"metric": self.metric, "n_clusters": self.k, "eps": self.eps, "n_worst": self.k,
+                "seed": self.seed, "restarts": Ra,
+                "stats": "median" if self.loss == "l1" else "sums",
+                "weights": "ones" if Fa is None or self.unit_weights_next or self.loss == "l2"
+                else "l21", "squared": self.loss == "l2"}
+        self.unit_weights_next = False
+        if self.loss == "l1":
+            search = self._median_search(Ra, active)
+            plan = spec["median_plan"] = search.first_plan()
+            res, labels = self.blocks.map_reduce(assign_chunk, assign_combine, args=(Fa, spec),
+                                                 keep_state=True, name="assign + median round 1")
+            search.update(plan, res["median"], n_values=np.repeat(res["counts"].ravel(), self.d))
+            rounds = 1
+            while (plan := search.next_plan()) is not None:
+                part = self.blocks.map_reduce(median_refine_chunk, merge_median_round, args=(self.k, plan),
+                                              state=labels, name="median round")
+                search.update(plan, part)
+                rounds += 1
+            del labels
+            self.median_rounds.append(rounds)
+            newF = search.value.reshape(Ra, self.k, self.d)
+            self._keep_warm(search, active)
+        else:
+            res = self.blocks.map_reduce(_assign_sums_chunk, assign_combine, args=(Fa, spec),
+                                         name="assign + reweighted sums")
+            with np.errstate(invalid="ignore", divide="ignore"):
+                newF = res["sums"] / res["wsum"][:, :, None]
+        newF = reseed_empty(newF, res["counts"], res["worst"])
+        return newF, res["objective"]
+
+    def _median_search(self, Ra, active):
+        lo = np.tile(self.lo, Ra * self.k)
+        hi = np.tile(self.hi, Ra * self.k)
+        warm = None
+        if self.warm is not None:
+            warm = tuple(w[active].ravel() for w in self.warm)
+        n_total = self.blocks.shape[0] * self.d * Ra
+        return MedianSearch(lo, hi, tol=self.median_tol, warm=warm, n_total=n_total)
+
+    def _keep_warm(self, search, active):
+        if self.warm is None:
+            shape = (self.R, self.k, self.d)
+            self.warm = (np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, dtype=np.int64))
+        for w, new in zip(self.warm, search.final_window):
+            w[active] = new.reshape(-1, self.k, self.d)
+
+    # -- the end
+    def final(self, F):
+        """Objective of every restart at its final centres (1 pass); labels for NumPy input."""
+        keep = not self.blocks.is_dask
+        out = self.blocks.map_reduce(objective_chunk, objective_combine,
+                                     args=(F, self.metric, keep, self.loss == "l2"),
+                                     keep_state=keep, name="final assignment")
+        if keep:
+            objective, labels = out
+            return objective, np.concatenate(labels)
+        return out, None
+
+
+def kmedians_labels(X, k, n_restarts, seed, max_iter=30):
+    """In-memory RFNMF_L1 from greedy k-medians++ seeds, ``n_restarts`` independent restarts.
+
+    A helper for initialisations that cluster a small in-memory sample (never X itself).
+
+    Returns
+    -------
+    labels : ndarray of int32 (n_samples, n_restarts), one clustering per restart.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    F0 = np.stack([greedy_kmedians_pp(X, k, np.random.default_rng([seed, r]))
+                   for r in range(n_restarts)])
+    blocks = RowBlocks(X)
+    fit = CentroidFit(blocks, feature_stats(blocks), k=k, R=n_restarts, metric="l1", loss="l1",
+               seed=seed, median_tol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        F, _ = iterate(fit.step, F0, n_restarts=n_restarts, max_iter=max_iter, tol=1e-4)
+    return nearest(X, F, "l1")[0]
+
+
+def greedy_kmedians_pp(X, k, gen, n_trials=None):
+    """Greedy k-medians++ seeds of an in-memory array (D^1 sampling with local trials).
+
+    As scikit-learn's greedy k-means++ (``2 + log k`` candidates per centre, the one that
+    lowers the total L1 distance most is kept), with D^1 instead of D^2 weights.
+
+    Returns
+    -------
+    centers : ndarray (k, n_features), rows of X.
+    """
+    n = X.shape[0]
+    n_trials = n_trials or 2 + int(np.log(k))
+    first = int(gen.integers(n))
+    centers = [X[first]]
+    mind = distances(X, X[first][None], "l1")[:, 0]
+    for _ in range(1, k):
+        total = mind.sum()
+        p = mind / total if total > 0 else None
+        cand = gen.choice(n, size=n_trials, p=p)
+        trial = np.minimum(mind[:, None], distances(X, X[cand], "l1"))
+        best = int(np.argmin(trial.sum(axis=0)))
+        centers.append(X[cand[best]])
+        mind = trial[:, best]
+    return np.stack(centers)
+
+
+def _assign_sums_chunk(block, start, centers, spec):
+    return assign_chunk(block, start, centers, spec)[0]
+
+
+def objective_chunk(block, start, F, metric, keep_labels, squared=False):
+    labels, dist = nearest(block, F, metric)
+    if squared:
+        dist = dist ** 2
+    if keep_labels:
+        return dist.sum(axis=0), labels
+    return dist.sum(axis=0)
+
+
+def objective_combine(parts):
+    return sum_arrays(parts)
+
+
+def reseed_empty(F, counts, worst):
+    """Empty clusters take the worst-fit samples as centres (worst first; ties: lowest index)."""
+    F = F.copy()
+    for r in range(F.shape[0]):
+        empty = np.flatnonzero(counts[r] == 0)
+        for slot, c in enumerate(empty):
+            F[r, c] = worst["rows"][r, slot]
+    return F

@@ -1,0 +1,77 @@
+"""scikit-learn's own estimator checks over every registered model.
+
+Each model is checked at small settings (few components, few restarts) so that the ~50
+checks per model stay fast; the checks themselves are scikit-learn's, unchanged.  A check
+that cannot apply to a model is listed in ``EXPECTED_FAILED`` with the reason; nothing
+else may fail.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from daskrnmf import REGISTRY
+
+SMALL = {
+    "RFNMF": dict(n_clusters=2, n_init=2),
+    "RFNMTF": dict(n_row_clusters=2, n_column_clusters=2, n_init=2),
+    "NMF": dict(n_components=2),
+    "RNMF": dict(n_components=2),
+    "ORNMF": dict(n_components=2),
+    "SemiNMF": dict(n_components=2),
+    "MNMF": dict(n_components=2),
+    "ONMFO": dict(n_components=2),
+    "RobustNMF": dict(n_components=2),
+}
+
+# ORNMF's penalty ties each sample to its neighbours in the stored order (it is a model of
+# sequences: video frames, motion capture), so transforming a subset, or the samples in
+# another order, changes the codes by design.
+_ORDERED = "ORNMF's codes depend on the order of the samples (its penalty ties neighbours)"
+EXPECTED_FAILED = {
+    "ORNMF": {
+        "check_methods_sample_order_invariance": _ORDERED,
+        "check_methods_subset_invariance": _ORDERED,
+    },
+}
+
+
+def _estimators():
+    return [REGISTRY[name].cls(**SMALL[name]) for name in REGISTRY]
+
+
+def _expected_failed(estimator):
+    return EXPECTED_FAILED.get(type(estimator).__name__, {})
+
+
+def test_every_registered_model_is_checked():
+    assert set(SMALL) == set(REGISTRY)
+
+
+@parametrize_with_checks(_estimators(), expected_failed_checks=_expected_failed)
+def test_sklearn_compatible_estimator(estimator, check):
+    with warnings.catch_warnings():
+        # tiny data and max_iter=1 in some checks: convergence is not what they test
+        warnings.simplefilter("ignore", category=UserWarning)
+        check(estimator)
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_float32_preserved_and_reproducible(name):
+    """float32 in, float32 fitted arrays and outputs; the same seed, the same result."""
+    X = np.random.default_rng(0).random((40, 6)).astype(np.float32)
+    est = REGISTRY[name].cls(**SMALL[name], random_state=0)
+    y = (np.arange(40) % 2) if REGISTRY[name].needs_y else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = clone(est).fit(X, y)
+        b = clone(est).fit(X, y)
+    for key in ("components_", "cluster_centers_", "block_medians_"):
+        if hasattr(a, key):
+            assert getattr(a, key).dtype == np.float32, key
+            np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+    if hasattr(a, "transform"):
+        assert np.asarray(a.transform(X)).dtype == np.float32
