@@ -162,6 +162,27 @@ class BaseModel(BaseEstimator):
     def _seed(self):
         return v.seed_from(self.random_state)
 
+    def fit(self, X, y=None, **fit_params):
+        """Fit the model to X.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            NumPy array, list, DataFrame, Dask array chunked along rows, ``zarr.Array`` or
+            Zarr path (opened read-only).
+        y : array-like of shape (n_samples,), optional
+            Class labels for classifiers; ignored by the other models.
+        **fit_params
+            Model-specific options of the fit (e.g. ONMFO's ``resume``).
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        self._fit(X, y, **fit_params)
+        return self
+
     def _fit(self, X, y=None, **fit_params):
         """validate → first pass → seed → the model's ``_fit_blocks`` → cast results."""
         self._validate_params()
@@ -204,8 +225,9 @@ class BaseModel(BaseEstimator):
         self.objective_history_ = log.restart_history(restart)
         self.n_iter_ = int(log.n_iter[restart])
         if warn and not log.stopped_by_callback and log.rule != "none":
+            # user code -> fit -> _fit -> _fit_blocks -> here -> warn: point at the user
             warn_if_not_converged(name or self._name, log.converged[restart],
-                                  self.max_iter if max_iter is None else max_iter)
+                                  self.max_iter if max_iter is None else max_iter, stacklevel=6)
 
     _cast_attributes = ("components_", "cluster_centers_", "block_medians_")
 

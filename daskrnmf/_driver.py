@@ -126,7 +126,8 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     return state, log
 
 
-def warn_if_not_converged(name, converged, max_iter):
+def warn_if_not_converged(name, converged, max_iter, stacklevel=3):
+    """A :class:`~sklearn.exceptions.ConvergenceWarning` unless ``converged``."""
     if not converged:
         warnings.warn(f"{name} did not converge within max_iter={max_iter} iterations; "
-                      "increase max_iter or tol.", ConvergenceWarning, stacklevel=3)
+                      "increase max_iter or tol.", ConvergenceWarning, stacklevel=stacklevel)

@@ -9,7 +9,11 @@ RFNMF runs :class:`CentroidFit` on X; RFNMTF runs it in memory on a small sample
 import warnings
 
 import numpy as np
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
+
+from .. import _validation as v
+from .._base import BaseModel
 
 from .._blocks import RowBlocks
 from .._driver import iterate
@@ -20,11 +24,68 @@ from ..reductions import (MedianSearch, assign_chunk, assign_combine, feature_st
                           median_refine_chunk, seeding_choice, seeding_chunk, seeding_combine)
 
 
+class ClusterBase(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseModel):
+    """predict / transform / outputs of a model whose clusters have prototypes.
+
+    A subclass sets ``_fitted_attribute`` and implements ``_prototypes()`` ->
+    ``(centres (n_clusters, n_features), metric)``.
+    """
+
+    _parameter_constraints = {
+        **BaseModel._parameter_constraints,
+        "n_init": [v.Interval(int, 1, None)],
+        "max_iter": [v.Interval(int, 1, None)],
+        "tol": [v.Interval(float, 0, None)],
+        "median_tol": [v.Interval(float, 0, 1)],
+    }
+
+    @property
+    def _n_features_out(self):
+        return self._prototypes()[0].shape[0]
+
+    def predict(self, X):
+        """Index of the nearest prototype (L1 or L2) for every sample.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,), or a lazy Dask array chunked like X's rows
+        """
+        X = self._checked_input(X, "predict")
+        centers, metric = self._prototypes()
+        return self._map_rows(X, predict_block, None, np.int32, centers, metric)
+
+    def transform(self, X):
+        """Distances of every sample to the prototypes (L1 or L2).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        distances : ndarray of shape (n_samples, n_clusters), in X's float dtype; lazy
+            and chunked like X's rows for Dask input
+        """
+        X = self._checked_input(X, "transform")
+        centers, metric = self._prototypes()
+        return self._map_rows(X, transform_block, centers.shape[0], self._output_dtype(X),
+                              centers, metric)
+
+    def _outputs(self, X):
+        return {"labels": self.predict(X)}
+
+
 def predict_block(block, centers, metric):
+    """Nearest-centre labels of one block's rows."""
     return nearest(block, centers[None], metric)[0][:, 0]
 
 
 def transform_block(block, centers, metric):
+    """Distances of one block's rows to the centres (n_rows, n_centres)."""
     return distances(block, centers, metric)
 
 

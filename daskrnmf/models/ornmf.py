@@ -1,4 +1,5 @@
-"""ORNMF (paper 002) and its baselines RNMF (Kong et al.) and NMF (Lee-Seung), out of core.
+"""ORNMF (Wang et al., IJCNN 2017) and its baselines RNMF (Kong, Ding & Huang) and NMF
+(Lee & Seung), out of core.
 
 Samples are rows: X (n_samples, n_features) ~ H W with H >= 0 (n_samples, n_components)
 the codes and W >= 0 (n_components, n_features) the components (``components_``).
@@ -59,23 +60,6 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
 
     def _alpha(self):
         return 0.0
-
-    def fit(self, X, y=None):
-        """Factorize X.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features), non-negative
-            NumPy array, list, DataFrame, Dask array chunked along rows, ``zarr.Array`` or
-            Zarr path.
-        y : ignored
-
-        Returns
-        -------
-        self
-        """
-        self._fit(X)
-        return self
 
     def fit_transform(self, X, y=None):
         """Factorize X and return its codes under the fitted components.
@@ -175,6 +159,22 @@ class NMF(_FactorizationBase):
         The model's objective at the end.
     objective_history_ : ndarray (n_iter_,)
     n_iter_, n_passes_, n_features_in_, n_components_
+    feature_names_in_ : ndarray of str (n_features_in_,)
+        Only when X had string column names (a DataFrame).
+
+    References
+    ----------
+    D. D. Lee and H. S. Seung, "Algorithms for Non-negative Matrix Factorization",
+    Advances in Neural Information Processing Systems 13 (NIPS), 2001.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskrnmf import NMF
+    >>> X = np.random.default_rng(0).random((30, 6))
+    >>> model = NMF(n_components=2, max_iter=500, random_state=0).fit(X)
+    >>> model.components_.shape
+    (2, 6)
     """
 
     _loss = "fro"
@@ -195,13 +195,19 @@ class RNMF(NMF):
 
     Parameters and attributes as :class:`NMF`; ``reconstruction_err_`` is the Frobenius
     error and ``objective_`` the L2,1 error.
+
+    References
+    ----------
+    D. Kong, C. Ding and H. Huang, "Robust Nonnegative Matrix Factorization using
+    L21-norm", Proceedings of the 20th ACM International Conference on Information and
+    Knowledge Management (CIKM), 2011.
     """
 
     _loss = "l21"
 
 
 class ORNMF(NMF):
-    """Ordered robust NMF (paper 002, eq. 4), out of core.
+    """Ordered robust NMF (Wang et al., eq. 4), out of core.
 
     min_{W, H >= 0} sum_i ||x_i - h_i W|| + alpha sum_{i=1}^{n-1} ||h_{i+1} - h_i||
 
@@ -230,6 +236,22 @@ class ORNMF(NMF):
         i-1 and i), ascending: the paper's Figure 1 reading of the column norms of H R.
     jumps_ : ndarray or dask.array.Array (n_samples - 1,)
         ``||h_{i+1} - h_i||``.
+
+    References
+    ----------
+    J. Wang, F. Tian, C. H. Liu, H. Yu, X. Wang and X. Tang, "Robust Nonnegative Matrix
+    Factorization with Ordered Structure Constraints", International Joint Conference on
+    Neural Networks (IJCNN), 2017.
+
+    Examples
+    --------
+    >>> from daskrnmf import ORNMF
+    >>> from daskrnmf.datasets import make_ordered_segments
+    >>> X, y = make_ordered_segments(n_features=20, n_segments=3, segment_length=10,
+    ...                              random_state=0)
+    >>> model = ORNMF(n_components=3, n_clusters=3, random_state=0).fit(X)
+    >>> model.boundaries_.shape
+    (2,)
     """
 
     _loss = "l21"
@@ -333,7 +355,7 @@ class _MUFit:
         norms of their positive and negative parts are tree-reduced (a second pass) and
         each block builds its rows of H from them in the first iteration.
         """
-        g = self.blocks.map_reduce(_gram_chunk, sum_arrays_dict, name="Gram matrix")
+        g = self.blocks.map_reduce(_gram_chunk, sum_dicts, name="Gram matrix")
         evals, evecs = np.linalg.eigh(g["gram"])
         order = np.argsort(evals)[::-1][:self.k]
         s = np.sqrt(np.maximum(evals[order], 0.0))
@@ -449,10 +471,6 @@ class _MUFit:
 
 
 # ---------------------------------------------------------------- per-block functions
-def sum_arrays_dict(parts):
-    return {key: sum_arrays([p[key] for p in parts]) for key in parts[0]}
-
-
 def _gram_chunk(block, start):
     x = as_float_block(block)
     return {"gram": x.T @ x}

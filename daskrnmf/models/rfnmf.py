@@ -20,14 +20,12 @@ refinement rounds that remain (usually zero or one).
 """
 
 import numpy as np
-from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 
 from .. import _validation as v
-from .._base import BaseModel
-from ._clustering import CentroidFit, predict_block, transform_block
+from ._clustering import CentroidFit, ClusterBase
 
 
-class RFNMF(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseModel):
+class RFNMF(ClusterBase):
     """Robust and fast NMF clustering with an L1 or L2,1 loss, out of core.
 
     Parameters
@@ -98,20 +96,16 @@ class RFNMF(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Bas
     >>> from daskrnmf import RFNMF
     >>> X = np.vstack([np.zeros((20, 3)), np.full((20, 3), 5.0)])
     >>> model = RFNMF(n_clusters=2, loss="l1", random_state=0).fit(X)
-    >>> sorted(np.bincount(model.labels_))
+    >>> np.bincount(model.labels_).tolist()
     [20, 20]
     """
 
     _fitted_attribute = "cluster_centers_"
     _parameter_constraints = {
-        **BaseModel._parameter_constraints,
+        **ClusterBase._parameter_constraints,
         "n_clusters": [v.Interval(int, 1, None)],
         "loss": [v.Options(("l21", "l1", "l2"))],
-        "n_init": [v.Interval(int, 1, None)],
         "init": [v.Options(("k-medians++", "random")), v.Kind((np.ndarray,), "an array of shape (n_clusters, n_features)")],
-        "max_iter": [v.Interval(int, 1, None)],
-        "tol": [v.Interval(float, 0, None)],
-        "median_tol": [v.Interval(float, 0, 1)],
     }
 
     def __init__(self, n_clusters=8, *, loss="l21", n_init=10, init="k-medians++", max_iter=100,
@@ -131,26 +125,8 @@ class RFNMF(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Bas
     def _metric(self):
         return "l1" if self.loss == "l1" else "l2"
 
-    @property
-    def _n_features_out(self):
-        return self.n_clusters
-
-    def fit(self, X, y=None):
-        """Cluster X.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            NumPy array, list, DataFrame, Dask array chunked along rows, ``zarr.Array`` or
-            Zarr path.
-        y : ignored
-
-        Returns
-        -------
-        self : RFNMF
-        """
-        self._fit(X)
-        return self
+    def _prototypes(self):
+        return self.cluster_centers_, self._metric
 
     def _fit_blocks(self, X, blocks, stats, seed, y):
         n, d = X.shape
@@ -173,37 +149,3 @@ class RFNMF(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Bas
         self.objective_ = float(objective[best])
         self.median_rounds_ = fit.median_rounds
         self.labels_ = labels[:, best] if labels is not None else self.predict(X)
-
-    def predict(self, X):
-        """Index of the nearest centre (L1 or L2).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,), or a lazy Dask array chunked like X's rows
-        """
-        X = self._checked_input(X, "predict")
-        return self._map_rows(X, predict_block, None, np.int32, self.cluster_centers_,
-                              self._metric)
-
-    def transform(self, X):
-        """Distances to the centres (L1 or L2).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        distances : ndarray of shape (n_samples, n_clusters), in X's float dtype; lazy and
-            chunked like X's rows for Dask input
-        """
-        X = self._checked_input(X, "transform")
-        return self._map_rows(X, transform_block, self.n_clusters, self._output_dtype(X),
-                              self.cluster_centers_, self._metric)
-
-    def _outputs(self, X):
-        return {"labels": self.predict(X)}

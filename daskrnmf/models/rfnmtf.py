@@ -24,11 +24,9 @@ S step, speculatively for the old column labels) plus the S step's remaining rou
 """
 
 import numpy as np
-from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 
 from .. import _validation as v
 from .._blocks import RowBlocks
-from .._base import BaseModel
 from .._driver import iterate
 from ..kernels import rng
 from ..kernels.assign import nearest
@@ -38,13 +36,12 @@ from ..kernels.median import median_round, merge_median_round
 from ..kernels.sums import merge_worst_fit, worst_fit
 from ..reductions import (MedianSearch, checked_blocks, feature_stats, median_refine_chunk, random_labels,
                           sample_rows)
-from ._clustering import (kmedians_labels, objective_chunk, objective_combine, predict_block,
-                          transform_block)
+from ._clustering import ClusterBase, kmedians_labels, objective_chunk, objective_combine
 
 _SAMPLE_VALUES = 2**24  # cap on init_size * n_features (128 MiB of float64 on the client)
 
 
-class RFNMTF(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseModel):
+class RFNMTF(ClusterBase):
     """Robust fast NMTF: L1 co-clustering of samples and features, out of core.
 
     Parameters
@@ -132,17 +129,13 @@ class RFNMTF(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
 
     _fitted_attribute = "block_medians_"
     _parameter_constraints = {
-        **BaseModel._parameter_constraints,
+        **ClusterBase._parameter_constraints,
         "n_row_clusters": [v.Interval(int, 1, None)],
         "n_column_clusters": [v.Interval(int, 1, None)],
-        "n_init": [v.Interval(int, 1, None)],
         "init": [v.Options(("k-medians++", "random")),
                  v.Kind((tuple,), "a tuple (block values (n_row_clusters, n_column_clusters), "
                                   "column labels (n_features,))")],
         "init_size": [v.Interval(int, 1, None), v.Kind((type(None),), "None")],
-        "max_iter": [v.Interval(int, 1, None)],
-        "tol": [v.Interval(float, 0, None)],
-        "median_tol": [v.Interval(float, 0, 1)],
     }
 
     def __init__(self, n_row_clusters=8, n_column_clusters=8, *, n_init=10, init="k-medians++",
@@ -160,26 +153,8 @@ class RFNMTF(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         self.verbose = verbose
         self.callback = callback
 
-    @property
-    def _n_features_out(self):
-        return self.n_row_clusters
-
-    def fit(self, X, y=None):
-        """Co-cluster the rows and columns of X.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            NumPy array, list, DataFrame, Dask array chunked along rows, ``zarr.Array`` or
-            Zarr path.
-        y : ignored
-
-        Returns
-        -------
-        self : RFNMTF
-        """
-        self._fit(X)
-        return self
+    def _prototypes(self):
+        return self.row_prototypes_, "l1"
 
     def _fit_blocks(self, X, blocks, stats, seed, y):
         n, d = X.shape
@@ -213,38 +188,6 @@ class RFNMTF(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     def row_prototypes_(self):
         """``block_medians_[:, column_labels_]``, shape (n_row_clusters, n_features)."""
         return self.block_medians_[:, self.column_labels_]
-
-    def predict(self, X):
-        """Row cluster of every sample (L1-nearest row prototype).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,), or a lazy Dask array chunked like X's rows
-        """
-        X = self._checked_input(X, "predict")
-        return self._map_rows(X, predict_block, None, np.int32, self.row_prototypes_, "l1")
-
-    def transform(self, X):
-        """L1 distances to the row prototypes.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        distances : ndarray of shape (n_samples, n_row_clusters), in X's float dtype
-        """
-        X = self._checked_input(X, "transform")
-        return self._map_rows(X, transform_block, self.n_row_clusters, self._output_dtype(X),
-                              self.row_prototypes_, "l1")
-
-    def _outputs(self, X):
-        return {"labels": self.predict(X)}
 
 
 def _check_init_tuple(init, K, L, d, name):
