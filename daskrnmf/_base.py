@@ -118,8 +118,12 @@ class BaseModel(BaseEstimator):
     def _check_blocks(self, X):
         """Row blocks of X and its first-pass statistics, with the value checks that Dask
         input could not have before (NaN/inf; negatives for non-negative models)."""
+        from ._blocks import check_block_fits
         from .reductions import checked_blocks
 
+        if not isinstance(X, np.ndarray):
+            rows = max(X.chunks[0]) if X.chunks[0] else 0
+            check_block_fits(rows * X.shape[1] * 8, f"X passed to {self._name}")
         blocks, stats = checked_blocks(X, f"X passed to {self._name}")
         low = float(np.min(stats["min"]))
         top = max(abs(low), abs(float(np.max(stats["max"]))))

@@ -192,12 +192,20 @@ def check_finite_count(n_bad, where):
 
 
 def _zarr_to_dask(z, where):
+    """A Zarr array as a Dask array of whole rows: blocks of whole stored chunks, as large
+    as dask's ``array.chunk-size`` allows and no larger than the workers' memory limit
+    allows (see :func:`daskrnmf._blocks.worker_block_budget`)."""
     import dask
     import dask.array as da
+
+    from ._blocks import worker_block_budget
 
     if z.ndim != 2:
         _check_shape_dtype(z, where)
     limit = dask.utils.parse_bytes(dask.config.get("array.chunk-size"))
+    budget = worker_block_budget()
+    if budget is not None:
+        limit = min(limit, max(budget, 1))
     row_bytes = max(1, z.shape[1] * np.dtype(z.dtype).itemsize)
     stored = max(1, z.chunks[0])
     rows = max(stored, (limit // row_bytes) // stored * stored)

@@ -1,0 +1,48 @@
+"""Workers' memory limits are read before any work: blocks sized to fit, or a clear error
+(issue: a 300 MB worker paused forever on a 5 MB fit; Zarr input was cut into ~128 MiB
+blocks whatever the limit)."""
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from distributed import Client, LocalCluster
+
+from daskrnmf import RFNMF
+from daskrnmf._blocks import BLOCK_COPIES, WORKER_BASELINE, worker_block_budget
+from daskrnmf._validation import check_array
+
+
+def test_zarr_blocks_sized_from_the_limit(tmp_path):
+    path = str(tmp_path / "x.zarr")
+    z = zarr.create_array(path, shape=(40_000, 100), chunks=(1000, 100), dtype="f8")
+    z[:] = 1.0
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, memory_limit="1GiB",
+                      dashboard_address=None) as cluster, Client(cluster):
+        budget = worker_block_budget()
+        X = check_array(path, estimator_name="RFNMF")
+    rows = X.chunks[0][0]
+    assert rows % 1000 == 0 and rows * 100 * 8 <= budget
+    assert check_array(path, estimator_name="RFNMF").chunks[0][0] == 40_000  # no cluster: 128 MiB
+    assert np.all(np.asarray(X[:5]) == 1.0)
+
+
+@pytest.fixture(scope="module")
+def small_workers():
+    # threads only: the limit is what matters here, not separate processes
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, memory_limit="300MB",
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        yield client
+
+
+def test_budget_follows_the_limit(small_workers):
+    expected = int((300e6 * 0.8 - WORKER_BASELINE) // BLOCK_COPIES)
+    assert worker_block_budget() == expected < 0
+
+
+def test_too_small_a_limit_is_a_clear_error_before_any_work(small_workers):
+    X = da.random.random((2000, 50), chunks=(500, 50))
+    m = RFNMF(2)
+    with pytest.raises(MemoryError, match=r"memory limit \(286 MiB\) is too small.*at least \d+ MiB"):
+        m.fit(X)
+    assert not hasattr(m, "cluster_centers_")
