@@ -133,7 +133,7 @@ def main():
                 tic = time.perf_counter()
                 model.fit(store + "/X")
                 t = time.perf_counter() - tic
-                lab = model.labels_.compute()
+                lab = np.asarray(model.labels_)
                 row("1M x 64 Zarr" if n == 1_000_000 else f"{n} x 64 Zarr", f"RFNMF {loss} n_init={restarts}",
                     t, model.n_iter_, model.n_passes_, y, lab)
                 if len(stamps) >= 2:

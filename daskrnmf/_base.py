@@ -20,6 +20,7 @@ A model supplies its constraint additions, ``_fit_blocks`` (its initial state an
 ``step``, run through :meth:`BaseModel._run`) and its fitted attributes.
 """
 
+import inspect
 import warnings
 
 import numpy as np
@@ -57,6 +58,11 @@ class BaseModel(BaseEstimator):
     _renamed_params = {}
     _non_negative = False
     _fitted_attribute = "components_"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls._renamed_params:
+            cls.__signature__ = _call_signature(cls)
 
     # ------------------------------------------------------------ parameters
     def _take_renamed(self, renamed):
@@ -256,9 +262,33 @@ class BaseModel(BaseEstimator):
         tags.input_tags.positive_only = self._non_negative
         tags.input_tags.allow_nan = False
         tags.input_tags.sparse = False
-        if tags.transformer_tags is not None:
-            tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        return tags
+        return float_tags(tags)
+
+
+def float_tags(tags):
+    """Transformer tags: float32 and float64 preserved.  A mixin that follows
+    TransformerMixin in a class's bases calls this after ``super().__sklearn_tags__()``
+    (TransformerMixin builds fresh transformer tags)."""
+    if tags.transformer_tags is not None:
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+    return tags
+
+
+def _call_signature(cls):
+    """The signature users call ``cls`` with: ``__init__``'s parameters, then the old names
+    of renamed parameters (``_renamed_params``, taken through ``**renamed``) as
+    keyword-only parameters, instead of ``**renamed`` itself, which is no parameter.
+
+    ``inspect.signature(cls)`` reads it (help(), IDEs and scikit-learn's
+    ``check_do_not_raise_errors_in_init_or_set_params``, which passes every name of the
+    signature); ``get_params`` reads ``__init__`` and lists the current names only.
+    """
+    init = inspect.signature(cls.__init__)
+    params = [p for name, p in init.parameters.items()
+              if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    params += [inspect.Parameter(old, inspect.Parameter.KEYWORD_ONLY, default="deprecated")
+               for old in cls._renamed_params]
+    return init.replace(parameters=params)
 
 
 class FactorizationMixin(ClassNamePrefixFeaturesOutMixin, TransformerMixin):
@@ -268,6 +298,9 @@ class FactorizationMixin(ClassNamePrefixFeaturesOutMixin, TransformerMixin):
     @property
     def _n_features_out(self):
         return self.n_components_
+
+    def __sklearn_tags__(self):
+        return float_tags(super().__sklearn_tags__())
 
 
 def _is_lazy(X):

@@ -172,6 +172,16 @@ class RowBlocks:
             return persisted[0].compute(), list(persisted[1:])
         return scratch.spill(root, states, consumed=state)
 
+    def gather(self, state, fn=None, *args):
+        """Per-block state as one NumPy array, the blocks' rows in order; ``fn(block_state,
+        *args)`` is applied per block first (on the workers for Dask input), e.g. to keep
+        one restart's column of the labels."""
+        if not self.is_dask:
+            parts = [fn(st, *args) if fn is not None else st for st in state]
+        else:
+            parts = dask.compute(*[delayed(fn or _identity, pure=True)(st, *args) for st in state])
+        return np.concatenate([np.asarray(p) for p in parts])
+
     def _scratch_directory(self):
         """The :class:`_Scratch` chained state is spilled to, or None (kept in memory)."""
         if self._scratch is False:
@@ -327,6 +337,10 @@ def read_state(path, keep_alive=None):
     """Read one block's state written by :func:`write_state`."""
     with open(path, "rb") as fh:
         return pickle.load(fh)
+
+
+def _identity(x):
+    return x
 
 
 def _pure_delayed(fn):

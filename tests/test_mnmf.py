@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from scipy.optimize import minimize
+from scipy.optimize import minimize, nnls
 
 from daskrnmf.kernels import hinge
 
@@ -131,8 +131,12 @@ def test_semi_nmf_is_dings_algorithm_and_never_increases(small_toy):
         H = est.fit_transform(X)
     G_ref, H_ref = semi_nmf_reference(X, _initial_h(len(X), 3, 4), 25)
     np.testing.assert_allclose(est.components_.T, G_ref, rtol=1e-7, atol=1e-9)
-    np.testing.assert_allclose(H, H_ref, rtol=1e-7, atol=1e-9)
     assert np.all(np.diff(est.objective_history_) <= 1e-9 * est.objective_history_[:-1])
+    # the codes returned are the exact NNLS codes of the final basis (SciPy's nnls)
+    codes = np.array([nnls(G_ref, x)[0] for x in X])
+    np.testing.assert_allclose(H, codes, rtol=1e-7, atol=1e-9)
+    assert np.sum((X - H @ est.components_) ** 2) <= np.sum((X - H_ref @ G_ref.T) ** 2)
+    assert est.reconstruction_err_ == pytest.approx(np.linalg.norm(X - H @ est.components_))
 
 
 def test_mnmf_is_algorithm_1(small_toy):
@@ -142,8 +146,8 @@ def test_mnmf_is_algorithm_1(small_toy):
     X, y01 = small_toy
     y = np.where(y01 == 1, 1.0, -1.0)
     G, H, w, b, history = mnmf_reference(X, y, _initial_h(len(X), 2, 5), 1.0, 0.1, 20, 2)
-    est = MNMF(2, C=1.0, lam=0.1, semi_max_iter=20, max_iter=2, tol=0, inner_tol=1e-7,
-               inner_max_iter=500, random_state=5)
+    est = MNMF(2, C=1.0, reconstruction_weight=0.1, semi_max_iter=20, max_iter=2, tol=0,
+               inner_tol=1e-7, max_inner_iter=500, random_state=5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est.fit(X, y01)
@@ -155,7 +159,8 @@ def test_mnmf_is_algorithm_1(small_toy):
 
 
 def test_mnmf_separates_the_toy_where_semi_nmf_features_do_not():
-    """Paper 003, Section 4.1 (our harder version, ERRATA): k = 2, C = 100, lam = 0.01."""
+    """Kumar et al., Section 4.1 (a harder version of their toy): k = 2, C = 100,
+    reconstruction_weight = 0.01."""
     for seed in (0, 1):
         X, y = make_margin_gaussians(random_state=seed)
         Xt, yt = make_margin_gaussians(random_state=100 + seed)
@@ -172,8 +177,8 @@ def test_mnmf_separates_the_toy_where_semi_nmf_features_do_not():
 
 def test_mnmf_does_not_depend_on_chunking(small_toy):
     X, y = small_toy
-    kw = dict(C=1.0, lam=0.1, semi_max_iter=20, max_iter=3, tol=0, inner_tol=1e-6,
-              random_state=2)
+    kw = dict(C=1.0, reconstruction_weight=0.1, semi_max_iter=20, max_iter=3, tol=0,
+              inner_tol=1e-6, random_state=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         one = MNMF(2, **kw).fit(X, y)
@@ -217,7 +222,7 @@ def test_mnmf_one_vs_one_for_several_classes():
 @pytest.mark.parametrize("y, message", [
     (None, "requires y"),
     (np.zeros(59), "inconsistent numbers of samples"),
-    (np.zeros((60, 2)), "must be 1-D"),
+    (np.zeros((60, 2)), "1d array"),
     (np.ones(60), "at least 2 classes"),
 ])
 def test_mnmf_label_errors(small_toy, y, message):
@@ -237,3 +242,167 @@ def test_mnmf_parameter_and_input_errors(small_toy):
         MNMF(2).fit(bad, y)
     with pytest.raises(ValueError, match="features"):
         MNMF(2, max_iter=0).fit(X, y).predict(X[:, :5])
+
+
+# ---------------------------------------------------------------- NNLS, transform
+from sklearn.base import clone
+from sklearn.exceptions import DataConversionWarning
+from sklearn.utils.multiclass import _ovr_decision_function
+
+from daskrnmf.models import _semi
+
+
+@pytest.mark.parametrize("spread", [1.0, 1e-3, 1e-5])
+def test_nnls_codes_are_exact_on_ill_conditioned_bases(spread):
+    """Active set against SciPy's NNLS, where coordinate descent stops short."""
+    rs = np.random.default_rng(0)
+    G = rs.normal(size=(30, 6))
+    G[:, 1] = G[:, 0] + spread * rs.normal(size=30)          # cond(G) up to ~1e5
+    G[:, 2] = G[:, 0] - 0.5 * G[:, 1] + spread * rs.normal(size=30)
+    X = rs.normal(size=(80, 30))
+    H = _semi.nnls_codes(G.T @ G, X @ G)
+    ref = np.array([nnls(G, x)[0] for x in X])
+    assert H.min() >= 0
+    np.testing.assert_allclose(H, ref, rtol=1e-7, atol=1e-9)
+
+
+def test_nnls_codes_with_more_components_than_features():
+    G = np.array([[1.0, 2.0]])                                 # rank 1
+    H = _semi.nnls_codes(G.T @ G, np.array([[3.0], [-1.0]]) @ G)
+    np.testing.assert_allclose(H @ G.T, [[3.0], [0.0]], atol=1e-12)
+
+
+def test_semi_nmf_fit_transform_equals_fit_then_transform(small_toy):
+    X, _ = small_toy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        H = SemiNMF(4, max_iter=30, random_state=0).fit_transform(X)
+        est = SemiNMF(4, max_iter=30, random_state=0).fit(X)
+        Hd = SemiNMF(4, max_iter=30, random_state=0).fit_transform(
+            da.from_array(X, chunks=(17, -1)))
+    np.testing.assert_allclose(est.transform(X), H, rtol=1e-6, atol=1e-9 * np.abs(H).max())
+    np.testing.assert_allclose(Hd.compute(), H, rtol=1e-6, atol=1e-9 * np.abs(H).max())
+    lazy = est.transform(da.from_array(X, chunks=(17, -1)))
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_allclose(lazy.compute(), H, rtol=1e-6, atol=1e-9 * np.abs(H).max())
+
+
+# ---------------------------------------------------------------- float32, outputs, NaN
+def test_float32_in_float32_out(small_toy):
+    X, y = small_toy
+    X32 = X.astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        semi = SemiNMF(2, max_iter=10, random_state=0)
+        H = semi.fit_transform(X32)
+        clf = MNMF(2, semi_max_iter=5, max_iter=1, random_state=0).fit(X32, y)
+    assert H.dtype == semi.components_.dtype == semi.transform(X32).dtype == np.float32
+    assert clf.components_.dtype == clf.coef_.dtype == np.float32
+    assert clf.decision_function(X32).dtype == clf.transform(X32).dtype == np.float32
+    assert clf.decision_function(X).dtype == np.float64
+
+
+def test_outputs_are_what_the_cli_writes(small_toy):
+    X, y = small_toy
+    Xd = da.from_array(X, chunks=(13, -1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        semi = SemiNMF(2, max_iter=5, random_state=0).fit(X)
+        clf = MNMF(2, semi_max_iter=5, max_iter=1, random_state=0).fit(X, y)
+    out = semi._outputs(Xd)
+    assert list(out) == ["H"] and isinstance(out["H"], da.Array)
+    np.testing.assert_allclose(out["H"].compute(), semi.transform(X))
+    out = clf._outputs(Xd)
+    assert list(out) == ["predictions"] and isinstance(out["predictions"], da.Array)
+    np.testing.assert_array_equal(out["predictions"].compute(), clf.predict(X))
+    np.testing.assert_array_equal(clf._outputs(X)["predictions"], clf.predict(X))
+
+
+def test_dask_input_with_nan_raises_like_numpy(small_toy):
+    X, y = small_toy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        semi = SemiNMF(2, max_iter=5, random_state=0).fit(X)
+        clf = MNMF(2, semi_max_iter=5, max_iter=1, random_state=0).fit(X, y)
+    bad = X.copy()
+    bad[20, 1] = np.nan
+    for method in (semi.transform, clf.predict, clf.decision_function, clf.transform):
+        with pytest.raises(ValueError, match="NaN"):
+            method(bad)
+        with pytest.raises(ValueError, match="NaN"):
+            method(da.from_array(bad, chunks=(13, -1))).compute()
+
+
+# ---------------------------------------------------------------- the classifier contract
+def test_renamed_parameters_warn_and_still_work(small_toy):
+    with pytest.warns(FutureWarning, match="'lam' of MNMF was renamed to 'reconstruction_weight'"):
+        est = MNMF(2, lam=0.5)
+    with pytest.warns(FutureWarning, match="'inner_max_iter' of MNMF was renamed to "
+                                           "'max_inner_iter'"):
+        est.set_params(inner_max_iter=7)
+    params = est.get_params()
+    assert params["reconstruction_weight"] == 0.5 and params["max_inner_iter"] == 7
+    assert "lam" not in params and "inner_max_iter" not in params
+    assert clone(est).get_params() == params
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lamda'"):
+        MNMF(2, lamda=0.5)
+
+
+@pytest.mark.parametrize("y, error, message", [
+    (np.linspace(0, 1, 60), ValueError, "Unknown label type: continuous"),
+    (np.r_[np.zeros(59), np.nan], ValueError, "Input y contains NaN"),
+    (np.r_[np.zeros(59), np.inf], ValueError, "Input y contains infinity"),
+])
+def test_mnmf_refuses_targets_that_are_not_classes(small_toy, y, error, message):
+    X, _ = small_toy
+    with pytest.raises(error, match=message):
+        MNMF(2).fit(X, y)
+    with pytest.raises(error, match=message):
+        MNMF(2).fit(da.from_array(X, chunks=(13, -1)), da.from_array(y, chunks=7))
+
+
+def test_mnmf_column_vector_y_warns_and_is_raveled(small_toy):
+    X, y = small_toy
+    kw = dict(semi_max_iter=5, max_iter=1, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        flat = MNMF(2, **kw).fit(X, y)
+        with pytest.warns(DataConversionWarning, match="column-vector y"):
+            col = MNMF(2, **kw).fit(X, y[:, None])
+        with pytest.warns(DataConversionWarning, match="column-vector y"):
+            lazy = MNMF(2, **kw).fit(da.from_array(X, chunks=(13, -1)),
+                                     da.from_array(y[:, None], chunks=(7, 1)))
+    np.testing.assert_array_equal(col.coef_, flat.coef_)
+    np.testing.assert_allclose(lazy.coef_, flat.coef_, atol=1e-6)
+
+
+def test_mnmf_multiclass_decision_function_is_svc_ovr_shape():
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(120, n_features=5, centers=4, cluster_std=2.0, random_state=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = MNMF(2, semi_max_iter=20, max_iter=2, random_state=0).fit(X, y)
+    dec = est.decision_function(X)
+    assert dec.shape == (120, 4)
+    np.testing.assert_array_equal(est.classes_[np.argmax(dec, axis=1)], est.predict(X))
+    pairwise = _semi.pair_decisions(X, *est._problems())
+    np.testing.assert_allclose(dec, _ovr_decision_function(pairwise < 0, -pairwise, 4))
+    Xd = da.from_array(X, chunks=(50, -1))
+    np.testing.assert_allclose(est.decision_function(Xd).compute(), dec)
+    np.testing.assert_array_equal(est.predict(Xd).compute(), est.predict(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        assert est.fit_transform(X, y).shape == (120, 6 * 2)
+    assert list(est.get_feature_names_out()) == [f"mnmf{i}" for i in range(12)]
+
+
+def test_mnmf_binary_decision_sign_is_prediction(small_toy):
+    X, y = small_toy
+    names = np.array(["no", "yes"])[y]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = MNMF(2, semi_max_iter=10, max_iter=2, random_state=0).fit(X, names)
+    dec = est.decision_function(X)
+    assert dec.shape == (len(X),)
+    np.testing.assert_array_equal(np.where(dec > 0, "yes", "no"), est.predict(X))

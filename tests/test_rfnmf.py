@@ -96,7 +96,7 @@ def test_same_result_for_any_chunking(blobs, loss):
     ref = RFNMF(4, loss=loss, n_init=3, random_state=7).fit(X)
     for chunks in (600, 100, 33):
         m = RFNMF(4, loss=loss, n_init=3, random_state=7).fit(da.from_array(X, chunks=(chunks, 5)))
-        np.testing.assert_array_equal(m.labels_.compute(), ref.labels_)
+        np.testing.assert_array_equal(m.labels_, ref.labels_)
         np.testing.assert_allclose(m.cluster_centers_, ref.cluster_centers_, rtol=1e-12,
                                    atol=1e-12)
         assert m.n_iter_ == ref.n_iter_
@@ -199,10 +199,10 @@ def test_float32_and_integer_input():
     assert clustering_accuracy(y, m32.labels_) == 1.0
     Xi = np.round(X * 10).astype(np.int64)
     mi = RFNMF(4, loss="l1", random_state=0).fit(da.from_array(Xi, chunks=(50, 5)))
-    assert clustering_accuracy(y, mi.labels_.compute()) == 1.0
+    assert clustering_accuracy(y, mi.labels_) == 1.0
 
 
-def test_lazy_outputs_compute_on_a_distributed_client(blobs):
+def test_outputs_on_a_distributed_client(blobs):
     from distributed import Client, LocalCluster
 
     X, _ = blobs
@@ -212,7 +212,9 @@ def test_lazy_outputs_compute_on_a_distributed_client(blobs):
         seen = []
         m = RFNMF(4, loss="l1", n_init=2, random_state=0,
                   callback=lambda info: seen.append(info["iteration"]) and False).fit(Xd)
-        labels = m.labels_.compute()  # the graph must not carry the estimator itself
+        labels = m.labels_     # computed in the fit's final pass
+        assert isinstance(labels, np.ndarray)
+        # predict's graph must not carry the estimator itself
         np.testing.assert_array_equal(m.predict(Xd).compute(), labels)
         assert m.transform(Xd).compute().shape == (600, 4)
     np.testing.assert_array_equal(labels, RFNMF(4, loss="l1", n_init=2, random_state=0).fit(X).labels_)

@@ -1,4 +1,6 @@
-"""Non-negative least squares for every row of a block (compiled coordinate descent).
+"""Non-negative least squares for every row of a block: the exact active-set solver
+(:func:`nnls_codes`, Lawson-Hanson in Bro & de Jong's normal-equation form) and the
+coordinate-descent one (:func:`nnls_rows`, for warm-started inner loops).
 
 ``min_{h >= 0} ||x - G h||^2`` per row x, from the k x k Gram matrix ``G^T G`` and the
 row's ``G^T x``: exact coordinate minimisation (each step solves one coordinate in closed
@@ -53,3 +55,127 @@ def nnls_rows(GtG, XG, H0=None, max_iter=1000, tol=1e-10):
     H = np.zeros(XG.shape) if H0 is None else np.maximum(np.array(H0, dtype=np.float64), 0.0)
     return _nnls_rows(np.ascontiguousarray(GtG, dtype=np.float64),
                       np.ascontiguousarray(XG, dtype=np.float64), H, int(max_iter), float(tol))
+
+
+@njit(cache=True, nogil=True)
+def _passive_solve(A, b, idx, s, L, z):
+    """Solve ``A[P, P] z = b[P]`` (P = ``idx[:s]``) by Cholesky; a pivot that roundoff
+    made non-positive is floored (a column dependent on the others gets ~0)."""
+    for i in range(s):
+        for j in range(i + 1):
+            acc = A[idx[i], idx[j]]
+            for m in range(j):
+                acc -= L[i, m] * L[j, m]
+            if i == j:
+                floor = 1e-14 * A[idx[i], idx[i]] + 1e-300
+                L[i, i] = np.sqrt(acc if acc > floor else floor)
+            else:
+                L[i, j] = acc / L[j, j]
+    for i in range(s):                      # L y = b
+        acc = b[idx[i]]
+        for m in range(i):
+            acc -= L[i, m] * z[m]
+        z[i] = acc / L[i, i]
+    for i in range(s - 1, -1, -1):          # L^T z = y
+        acc = z[i]
+        for m in range(i + 1, s):
+            acc -= L[m, i] * z[m]
+        z[i] = acc / L[i, i]
+
+
+@njit(cache=True, nogil=True)
+def _nnls_gram_rows(A, B, out, tol):
+    """Lawson-Hanson active set on the normal equations (Bro & de Jong's FNNLS) for every
+    row: ``min_{h >= 0} h^T A h / 2 - b^T h`` with ``A = G^T G``, ``b = G^T x``."""
+    n, k = B.shape
+    idx = np.empty(k, dtype=np.int64)
+    z = np.empty(k)
+    L = np.empty((k, k))
+    amax = 0.0
+    for c in range(k):
+        amax = max(amax, abs(A[c, c]))
+    for i in range(n):
+        b = B[i]
+        x = out[i]
+        x[:] = 0.0
+        passive = np.zeros(k, dtype=np.bool_)
+        bmax = 0.0
+        for c in range(k):
+            bmax = max(bmax, abs(b[c]))
+        if bmax == 0.0:
+            continue
+        for _outer in range(3 * k + 3):
+            xmax = 0.0
+            for c in range(k):
+                xmax = max(xmax, x[c])
+            thresh = tol * (bmax + amax * xmax)
+            best, wbest = -1, thresh
+            for c in range(k):
+                if passive[c] or A[c, c] <= 0.0:
+                    continue
+                w = b[c]
+                for j in range(k):
+                    w -= A[c, j] * x[j]
+                if w > wbest:
+                    best, wbest = c, w
+            if best < 0:
+                break                       # KKT holds: no zero coordinate can descend
+            passive[best] = True
+            stalled = False
+            for inner in range(3 * k + 3):
+                s = 0
+                for c in range(k):
+                    if passive[c]:
+                        idx[s] = c
+                        s += 1
+                _passive_solve(A, b, idx, s, L, z)
+                feasible = True
+                for t in range(s):
+                    if z[t] <= 0.0:
+                        feasible = False
+                if feasible:
+                    for t in range(s):
+                        x[idx[t]] = z[t]
+                    break
+                if inner == 0 and x[best] == 0.0:
+                    for t in range(s):
+                        if idx[t] == best and z[t] <= 0.0:
+                            stalled = True  # roundoff: the entering column cannot move
+                if stalled:
+                    passive[best] = False
+                    break
+                alpha, tmin = 1.0, -1
+                for t in range(s):
+                    if z[t] <= 0.0:
+                        ratio = x[idx[t]] / (x[idx[t]] - z[t])
+                        if ratio < alpha or tmin < 0:
+                            alpha, tmin = ratio, t
+                for t in range(s):
+                    x[idx[t]] += alpha * (z[t] - x[idx[t]])
+                x[idx[tmin]] = 0.0          # the blocking coordinate, exactly on its bound
+                for t in range(s):
+                    if x[idx[t]] <= 0.0:
+                        x[idx[t]] = 0.0
+                        passive[idx[t]] = False
+            if stalled:
+                break
+    return out
+
+
+def nnls_codes(GtG, XG, tol=None):
+    """The exact non-negative least-squares codes ``argmin_{h_i >= 0} ||x_i - G h_i||`` of
+    every row, from ``G^T G`` (k, k) and the rows ``G^T x_i`` (n, k).
+
+    Lawson & Hanson's active-set method in the normal-equation form of Bro & de Jong
+    (finite; each row on its own, so a row's code does not depend on its block), where
+    coordinate descent needs thousands of sweeps on an ill-conditioned G.  ``tol``: a
+    zero coordinate enters when its gradient exceeds ``tol * (max |G^T x| + max diag(G^T
+    G) * max h)`` (default ``32 k`` machine epsilons).
+    """
+    XG = np.ascontiguousarray(XG, dtype=np.float64)
+    k = XG.shape[1]
+    tol = 32 * max(k, 1) * np.finfo(np.float64).eps if tol is None else float(tol)
+    out = np.zeros(XG.shape)
+    if XG.shape[0] == 0 or k == 0:
+        return out
+    return _nnls_gram_rows(np.ascontiguousarray(GtG, dtype=np.float64), XG, out, tol)

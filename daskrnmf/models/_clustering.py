@@ -13,7 +13,7 @@ from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, Transfor
 from sklearn.exceptions import ConvergenceWarning
 
 from .. import _validation as v
-from .._base import BaseModel
+from .._base import BaseModel, float_tags
 
 from .._blocks import RowBlocks
 from .._driver import iterate
@@ -77,6 +77,14 @@ class ClusterBase(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixi
 
     def _outputs(self, X):
         return {"labels": self.predict(X)}
+
+    def __sklearn_tags__(self):
+        return float_tags(super().__sklearn_tags__())
+
+
+def restart_column(labels, r):
+    """One restart's labels of a block (run on the worker that holds them)."""
+    return np.ascontiguousarray(labels[:, r])
 
 
 def predict_block(block, centers, metric):
@@ -190,15 +198,11 @@ class CentroidFit:
 
     # -- the end
     def final(self, F):
-        """Objective of every restart at its final centres (1 pass); labels for NumPy input."""
-        keep = not self.blocks.is_dask
-        out = self.blocks.map_reduce(objective_chunk, objective_combine,
-                                     args=(F, self.metric, keep, self.loss == "l2"),
-                                     keep_state=keep, name="final assignment")
-        if keep:
-            objective, labels = out
-            return objective, np.concatenate(labels)
-        return out, None
+        """Objective of every restart at its final centres and the per-block labels of
+        every restart (1 pass; the labels stay with the blocks until gathered)."""
+        return self.blocks.map_reduce(objective_chunk, objective_combine,
+                                      args=(F, self.metric, True, self.loss == "l2"),
+                                      keep_state=True, name="final assignment")
 
 
 def kmedians_labels(X, k, n_restarts, seed, max_iter=30):

@@ -40,7 +40,7 @@ from .._blocks import tree_reduce
 from ..kernels import rng
 from ..kernels.blocks import as_float_block, sum_arrays, sum_dicts
 from ..kernels.mu import pair_floor, residual_norms, update_h
-from ..kernels.nnls import nnls_rows
+from ..kernels.nnls import nnls_codes
 
 _EPS = 1e-10
 
@@ -102,7 +102,7 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
         """Codes H of samples X for the fitted components (W fixed).
 
         NMF and RNMF: ``min_{h >= 0} ||x - h W||`` for every sample, solved exactly
-        (non-negative least squares by coordinate descent; the L2,1 and the squared loss
+        (non-negative least squares by an active-set method; the L2,1 and the squared loss
         have the same minimiser per sample).  ORNMF: the samples are one ordered sequence
         (its penalty ties neighbours), ``max_iter`` multiplicative updates with W fixed.
 
@@ -130,7 +130,7 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
 
 def _nnls_codes(block, WWt, W):
     """Exact non-negative least-squares codes of one block's rows for fixed W."""
-    return nnls_rows(WWt, as_float_block(block) @ W.T)
+    return nnls_codes(WWt, as_float_block(block) @ W.T)
 
 
 class NMF(_FactorizationBase):
@@ -229,12 +229,12 @@ class ORNMF(NMF):
     ----------
     components_, reconstruction_err_, objective_, objective_history_, n_iter_, n_passes_
         As :class:`NMF`.
-    labels_ : ndarray or dask.array.Array (n_samples,)
+    labels_ : ndarray (n_samples,)
         With ``n_clusters``: k-means labels of the rows of H.
     boundaries_ : ndarray of int
         Indices i of the first sample after a segment boundary (the jump between samples
         i-1 and i), ascending: the paper's Figure 1 reading of the column norms of H R.
-    jumps_ : ndarray or dask.array.Array (n_samples - 1,)
+    jumps_ : ndarray (n_samples - 1,)
         ``||h_{i+1} - h_i||``.
 
     References
@@ -304,7 +304,8 @@ class ORNMF(NMF):
         from .rfnmf import RFNMF
 
         jumps, top = fit.jumps(H)
-        self.jumps_ = jumps
+        # the model owns its per-sample results (computed now, never a graph over X)
+        self.jumps_ = np.asarray(jumps)
         if self.n_clusters is not None:
             self.boundaries_ = np.sort(top["idx"][:self.n_clusters - 1] + 1)
             km = RFNMF(self.n_clusters, loss="l2", n_init=20, random_state=seed).fit(H)

@@ -22,7 +22,7 @@ refinement rounds that remain (usually zero or one).
 import numpy as np
 
 from .. import _validation as v
-from ._clustering import CentroidFit, ClusterBase
+from ._clustering import CentroidFit, ClusterBase, restart_column
 
 
 class RFNMF(ClusterBase):
@@ -62,9 +62,10 @@ class RFNMF(ClusterBase):
     ----------
     cluster_centers_ : ndarray (n_clusters, n_features)
         F (transposed to rows).
-    labels_ : ndarray (n_samples,) or dask.array.Array
-        Nearest-centre labels of the training data for the final centres: NumPy for
-        NumPy input, a lazy Dask array chunked like X's rows for Dask/Zarr input.
+    labels_ : ndarray (n_samples,)
+        Nearest-centre labels of the training data for the final centres, computed in the
+        fit's final pass: the model owns them (they do not depend on X staying where it
+        was).  4 bytes a sample are the one per-sample result brought to the client.
     objective_ : float
         ``||X - G F||_1`` or ``||X - G F||_{2,1}`` at the final centres and labels.
     objective_history_ : ndarray (n_iter_,)
@@ -148,4 +149,5 @@ class RFNMF(ClusterBase):
         self.cluster_centers_ = F[best].copy()
         self.objective_ = float(objective[best])
         self.median_rounds_ = fit.median_rounds
-        self.labels_ = labels[:, best] if labels is not None else self.predict(X)
+        # the model owns its labels: computed in the final pass, never a graph over X
+        self.labels_ = blocks.gather(labels, restart_column, best)

@@ -34,9 +34,10 @@ from ..kernels.blocks import as_float_block, sum_arrays
 from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
 from ..kernels.median import median_round, merge_median_round
 from ..kernels.sums import merge_worst_fit, worst_fit
-from ..reductions import (MedianSearch, checked_blocks, feature_stats, median_refine_chunk, random_labels,
+from ..reductions import (MedianSearch, feature_stats, median_refine_chunk, random_labels,
                           sample_rows)
-from ._clustering import ClusterBase, kmedians_labels, objective_chunk, objective_combine
+from ._clustering import (ClusterBase, kmedians_labels, objective_chunk, objective_combine,
+                          restart_column)
 
 _SAMPLE_VALUES = 2**24  # cap on init_size * n_features (128 MiB of float64 on the client)
 
@@ -81,9 +82,9 @@ class RFNMTF(ClusterBase):
 
     Attributes
     ----------
-    row_labels_ : ndarray (n_samples,) or dask.array.Array
-        Row cluster of every sample for the final S and column labels: NumPy for NumPy
-        input, a lazy Dask array chunked like X's rows for Dask/Zarr input.
+    row_labels_ : ndarray (n_samples,)
+        Row cluster of every sample for the final S and column labels, computed in the
+        fit's final pass (the model owns them; 4 bytes a sample).
     column_labels_ : ndarray (n_features,)
         Column cluster of every feature.
     block_medians_ : ndarray (n_row_clusters, n_column_clusters)
@@ -99,7 +100,7 @@ class RFNMTF(ClusterBase):
     median_rounds_ : list of int
         Passes per iteration spent on the S step (a speculative round in the fused pass
         counted when it was used).
-    labels_ : ndarray (n_samples,) or dask.array.Array
+    labels_ : ndarray (n_samples,)
         ``row_labels_`` (scikit-learn's name for a clusterer's labels).
     n_features_in_ : int
     feature_names_in_ : ndarray of str (n_features_in_,)
@@ -177,7 +178,8 @@ class RFNMTF(ClusterBase):
         self.column_labels_ = state["columns"][best].astype(np.int64)
         self.objective_ = float(objective[best])
         self.median_rounds_ = fit.median_rounds
-        self.row_labels_ = labels[:, best] if labels is not None else self.predict(X)
+        # the model owns its labels: computed in the final pass, never a graph over X
+        self.row_labels_ = blocks.gather(labels, restart_column, best)
 
     @property
     def labels_(self):
@@ -359,15 +361,10 @@ class _CoFit:
     # -- the end
     def final(self, state):
         """Objective of every restart at its final S and column labels, with the row
-        step applied (1 pass); the labels too for NumPy input."""
-        keep = not self.blocks.is_dask
+        step applied, and the per-block labels of every restart (1 pass)."""
         P = prototypes(state["S"], state["columns"])
-        out = self.blocks.map_reduce(objective_chunk, objective_combine, args=(P, "l1", keep),
-                                     keep_state=keep, name="final row step")
-        if keep:
-            objective, labels = out
-            return objective, np.concatenate(labels)
-        return out, None
+        return self.blocks.map_reduce(objective_chunk, objective_combine, args=(P, "l1", True),
+                                      keep_state=True, name="final row step")
 
 
 # ---------------------------------------------------------------- per-block functions

@@ -1,0 +1,235 @@
+"""The passes of (max-margin) semi-NMF: per-block functions, the problem's state, NNLS.
+
+Private helpers of :mod:`daskrnmf.models.mnmf`.  Everything a Dask worker runs lives
+here and needs NumPy and Numba only (no scikit-learn, no dask import), so unpickling a
+task does not import the estimators.
+
+Samples are rows: X (n, d) ~ H G^T, H (n, k) >= 0, G (d, k) of any sign.
+"""
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..kernels import hinge, rng
+from ..kernels.blocks import as_float_block, sum_arrays
+from ..kernels.nnls import nnls_codes
+
+_EPS = 1e-12
+
+
+# ---------------------------------------------------------------- the problem's passes
+@dataclass
+class DingState:
+    """The state of a semi-NMF iteration the driver carries (H stays on the blocks)."""
+
+    G: np.ndarray
+
+
+class SemiProblem:
+    """Passes of a (max-margin) semi-NMF on the rows with a non-zero label.
+
+    Per-block state (persisted next to X's blocks, never gathered): ``y`` (+1 / -1, 0 for
+    rows outside the problem) and the block's rows of ``H``.  Creating the problem is one
+    pass (seeded H and its statistics).
+
+    Parameters
+    ----------
+    blocks : daskrnmf._blocks.RowBlocks
+    labels : list
+        Per block, the rows' labels (NumPy or Delayed): +1 / -1 in the problem, 0 out.
+    k : int
+        Number of components.
+    seed : int
+    """
+
+    def __init__(self, blocks, labels, *, k, seed):
+        self.blocks, self.k = blocks, k
+        self.stats, self.state = blocks.map_reduce(init_chunk, sum_combine, args=(k, seed),
+                                                   state=labels, keep_state=True,
+                                                   name="initial H")
+        # the problem's mean row (its rows do not change; only the first pass sums them)
+        self.xbar = self.stats.pop("xsum") / max(float(self.stats.pop("n")), 1.0)
+        self.scale = np.ones(k)              # pending scale of H (from normalising G)
+
+    def basis(self):
+        """G_0 = X^T H (H^T H)^-1 from the last pass's statistics (semi-NMF, eq. 2), and
+        P = (H^T H)^-1."""
+        S = self.stats["HtH"]
+        ridge = _EPS * max(np.trace(S), 1.0)
+        P = np.linalg.inv(S + ridge * np.eye(self.k))
+        return self.stats["XtH"] @ P, P
+
+    def ding_step(self, state, active):
+        """One iteration of Ding's semi-NMF (one pass): H by eq. 3 for the current G, then
+        G by eq. 2 for the new H.  Objective: ``||X - H G^T||^2`` (new H, previous G),
+        which these updates cannot increase."""
+        loss = self.h_pass(state.G, "semi")
+        return replace(state, G=self.basis()[0]), np.array([loss])
+
+    def h_pass(self, G, kind):
+        """Update every block's H for fixed G — one Ding step (eq. 3, ``kind="semi"``) or
+        the exact NNLS codes per sample (``kind="nnls"``) — and return the loss
+        ``||X - H G^T||^2`` with the new H (the statistics for the next G are kept)."""
+        spec = {"kind": kind, "G": G, "GtG": G.T @ G, "scale": self.scale}
+        self.stats, self.state = self.blocks.map_reduce(h_chunk, sum_combine, args=(spec,),
+                                                        state=self.state, keep_state=True,
+                                                        name=f"H update ({kind})")
+        self.scale = np.ones(self.k)
+        return float(self.stats["loss"])
+
+    def hinge_solve(self, spec, v0, kappa, theta, *, max_passes, tol):
+        """The hinge problem of the G step (``spec["key"] == "G"``) or the SVM step
+        (``"svm"``), solved by :func:`daskrnmf.kernels.hinge.solve`, one pass a step."""
+        def run_pass(v, d, mu):
+            return self.blocks.map_reduce(hinge_chunk, sum_combine,
+                                          args=({**spec, "v": v, "d": d, "mu": mu},),
+                                          state=self.state, name=f"{spec['key']} step")
+
+        return hinge.solve(run_pass, v0, kappa, theta, max_passes=max_passes, tol=tol)
+
+    def unit_columns(self, G):
+        """G's columns scaled to unit norm, the scale moved into H (applied on the blocks
+        at the next pass) and into H's statistics: the reconstruction is unchanged."""
+        norms = np.sqrt((G ** 2).sum(axis=0))
+        norms = np.where(norms > 0, norms, 1.0)
+        self.scale = self.scale * norms
+        self.stats = {**self.stats, "XtH": self.stats["XtH"] * norms,
+                      "HtH": self.stats["HtH"] * np.outer(norms, norms)}
+        return G / norms
+
+    def codes(self, dtype):
+        """H (n_samples, k) in ``dtype``: NumPy, or a Dask array of the persisted blocks."""
+        if not self.blocks.is_dask:
+            return np.concatenate([st["H"] * self.scale for st in self.state]).astype(
+                dtype, copy=False)
+        import dask.array as da
+        from dask import delayed
+
+        parts = [da.from_delayed(delayed(scaled_codes, pure=True)(st, self.scale, dtype),
+                                 (n, self.k), dtype=dtype)
+                 for st, n in zip(self.state, self.blocks.sizes)]
+        return da.concatenate(parts)
+
+
+# ---------------------------------------------------------------- per-block functions
+def init_chunk(block, start, labels, k, seed):
+    """State of a block: labels (+1 / -1 / 0) and a seeded uniform H (keyed on the global
+    row index, so it does not depend on the chunking); the statistics of that H."""
+    x = as_float_block(block)
+    idx = np.arange(start, start + x.shape[0], dtype=np.uint64)
+    H = np.stack([rng.uniform(seed, rng.stream_id(11, j), idx) for j in range(k)], axis=1)
+    y = np.asarray(labels, dtype=np.float64)
+    keep = y != 0
+    out = {**_stats(x, H, keep, 0.0), "n": float(keep.sum()), "xsum": x[keep].sum(axis=0)}
+    return out, {"y": y, "H": H}
+
+
+def _stats(x, H, keep, loss):
+    Hk = H * keep[:, None]
+    return {"XtH": x.T @ Hk, "HtH": Hk.T @ Hk, "loss": loss}
+
+
+def sum_combine(parts):
+    return {key: sum_arrays([np.asarray(p[key], dtype=np.float64) for p in parts])
+            for key in parts[0]}
+
+
+def h_chunk(block, start, st, spec):
+    x = as_float_block(block)
+    H = st["H"] * spec["scale"]
+    G, GtG = spec["G"], spec["GtG"]
+    XG = x @ G
+    if spec["kind"] == "semi":
+        pos, neg = np.maximum(GtG, 0.0), np.maximum(-GtG, 0.0)
+        num = np.maximum(XG, 0.0) + H @ neg
+        den = H @ pos + np.maximum(-XG, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            H = np.where(den > 0, H * np.sqrt(num / den), 0.0)
+    else:
+        H = nnls_codes(GtG, XG)
+    keep = st["y"] != 0
+    loss = float((((x - H @ G.T) ** 2).sum(axis=1))[keep].sum())
+    return _stats(x, H, keep, loss), {**st, "H": H}
+
+
+def hinge_chunk(block, start, st, spec):
+    """The block's share of a Newton pass: z = x, p = 1 - y (x^T G_0 w + b) for the G
+    step; z = [x^T G - mean, intercept_scaling], p = 1 for the SVM step."""
+    x = as_float_block(block)
+    y = st["y"]
+    if spec["key"] == "G":
+        Z, p = x, 1.0 - y * (x @ spec["G0w"] + spec["b"])
+    else:
+        Z = np.hstack([x @ spec["G"] - spec["fmean"],
+                       np.full((x.shape[0], 1), spec["intercept_scaling"])])
+        p = np.ones(x.shape[0])
+    return hinge.block_pass(Z, y, p, (y != 0).astype(np.float64), spec["v"], spec["d"],
+                            spec["mu"])
+
+
+def scaled_codes(st, scale, dtype):
+    return (st["H"] * scale).astype(dtype, copy=False)
+
+
+def ones(n):
+    """Labels of a semi-NMF: every row in the problem."""
+    return np.ones(n)
+
+
+def pair_labels(y, positive, negative):
+    """+1 for ``positive``, -1 for ``negative``, 0 (outside the problem) for other classes."""
+    y = np.asarray(y)
+    return np.where(y == positive, 1.0, np.where(y == negative, -1.0, 0.0))
+
+
+# ---------------------------------------------------------------- predictions (one block)
+def codes_block(x, G, GtG):
+    """Exact NNLS codes of a block's rows for the basis G (SemiNMF.transform)."""
+    x = as_float_block(x)
+    return nnls_codes(GtG, x @ G)
+
+
+def features_block(x, Gs):
+    """``G^T x`` of every binary problem, side by side (MNMF.transform)."""
+    x = as_float_block(x)
+    return np.hstack([x @ G for G in Gs])
+
+
+def pair_decisions(x, Gs, coefs, intercepts):
+    """Decision values of every binary problem, (n_rows, n_pairs)."""
+    x = as_float_block(x)
+    return np.stack([(x @ G) @ w + b for G, w, b in zip(Gs, coefs, intercepts)], axis=1)
+
+
+def ovr_decision(dec, n_classes):
+    """One-vs-one decision values (n_rows, n_pairs), pairs (i, j), i < j, in order,
+    positive for class i, as votes plus confidences (n_rows, n_classes), the way
+    scikit-learn's SVC builds its "ovr" shape (``_ovr_decision_function``): votes, and
+    summed confidences squashed into (-1/3, 1/3) that only break ties."""
+    votes = np.zeros((dec.shape[0], n_classes))
+    conf = np.zeros((dec.shape[0], n_classes))
+    j = 0
+    for a in range(n_classes):
+        for b in range(a + 1, n_classes):
+            votes[:, a] += dec[:, j] >= 0
+            votes[:, b] += dec[:, j] < 0
+            conf[:, a] += dec[:, j]
+            conf[:, b] -= dec[:, j]
+            j += 1
+    return votes + conf / (3 * (np.abs(conf) + 1))
+
+
+def decision_block(x, Gs, coefs, intercepts, n_classes):
+    """MNMF.decision_function of a block: (n_rows,) for two classes, else
+    (n_rows, n_classes)."""
+    dec = pair_decisions(x, Gs, coefs, intercepts)
+    return dec[:, 0] if n_classes == 2 else ovr_decision(dec, n_classes)
+
+
+def predict_block(x, Gs, coefs, intercepts, classes, dtype):
+    """MNMF.predict of a block: the class of the largest decision value (its sign for
+    two classes), decided on the values decision_function returns (in ``dtype``)."""
+    dec = decision_block(x, Gs, coefs, intercepts, len(classes)).astype(dtype, copy=False)
+    idx = (dec > 0).astype(np.intp) if dec.ndim == 1 else np.argmax(dec, axis=1)
+    return np.asarray(classes)[idx]
