@@ -57,6 +57,9 @@ class BaseModel(BaseEstimator):
     }
     _renamed_params = {}
     _non_negative = False
+    # False for a model that checks every block as it streams it (ONMFO): the template's
+    # first pass would read all of X once more before the one pass the user asked for
+    _first_pass = True
     _fitted_attribute = "components_"
 
     def __init_subclass__(cls, **kwargs):
@@ -124,12 +127,8 @@ class BaseModel(BaseEstimator):
     def _check_blocks(self, X):
         """Row blocks of X and its first-pass statistics, with the value checks that Dask
         input could not have before (NaN/inf; negatives for non-negative models)."""
-        from ._blocks import check_block_fits
         from .reductions import checked_blocks
 
-        if not isinstance(X, np.ndarray):
-            rows = max(X.chunks[0]) if X.chunks[0] else 0
-            check_block_fits(rows * X.shape[1] * 8, f"X passed to {self._name}")
         blocks, stats = checked_blocks(X, f"X passed to {self._name}")
         low = float(np.min(stats["min"]))
         top = max(abs(low), abs(float(np.max(stats["max"]))))
@@ -198,10 +197,16 @@ class BaseModel(BaseEstimator):
         self._validate_params()
         X = self._validate_data(X, reset=True)
         y = self._validate_target(X, y)
-        blocks, stats = self._check_blocks(X)
+        if not isinstance(X, np.ndarray):
+            from ._blocks import check_block_fits
+
+            rows = max(X.chunks[0]) if X.chunks[0] else 0
+            check_block_fits(rows * X.shape[1] * 8, f"X passed to {self._name}")
+        blocks, stats = self._check_blocks(X) if self._first_pass else (None, None)
         self._fit_dtype = self._output_dtype(X)
         out = self._fit_blocks(X, blocks, stats, self._seed(), y, **fit_params)
-        self.n_passes_ = blocks.n_passes
+        if blocks is not None:
+            self.n_passes_ = blocks.n_passes
         self._cast_fitted()
         return out
 

@@ -1,90 +1,300 @@
-"""Atomic checkpoints of a streaming fit in a directory of Zarr groups.
+"""Atomic, verified checkpoints of a streaming fit, in a directory the library owns.
 
 Layout of a checkpoint directory::
 
     path/
-      LATEST            name of the newest complete generation (replaced atomically)
-      gen-00000007/     a Zarr group: the state's arrays, its scalars in the attributes
+      .daskrnmf-checkpoint      marker: this directory holds a daskrnmf checkpoint
+      daskrnmf-checkpoint/      the library's own subfolder; nothing else is touched
+        LATEST                  name of the newest complete generation (replaced atomically)
+        gen-00000007/           a Zarr group: the state's arrays, its scalars in the attributes
 
 A generation is written under a temporary name, renamed when complete, and only then
 named in ``LATEST`` (written to a temporary file and ``os.replace``-d), so a process killed
 at any moment leaves either the previous checkpoint or the new one, never a torn one.
-Older generations and abandoned temporaries are removed after the switch.  Local (or
-POSIX-mounted shared) file systems only: the atomicity rests on ``rename``.
+Older generations and abandoned temporaries — only names this module writes, only in its
+subfolder — are removed after the switch.  Every array is stored with its SHA-256, and a
+generation is read back only if its arrays are all there, unchanged and finite; anything
+else (a garbage or missing ``LATEST``, a deleted or corrupt chunk, NaN) is a ValueError
+naming the file, never a silent restart.  Local (or POSIX-mounted shared) file systems
+only: the atomicity rests on ``rename``.
+
+:func:`data_fingerprint` describes the data a run streams (shape, dtype, chunking and
+checksums of a few deterministically sampled row ranges) so that a resume on other data
+is refused (:func:`check_same_data`).
 """
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 import warnings
 
 import numpy as np
 
+MARKER = ".daskrnmf-checkpoint"
+SUBDIR = "daskrnmf-checkpoint"
 _LATEST = "LATEST"
+_GEN = re.compile(r"gen-(\d{8})")
+_OURS = re.compile(r"gen-\d{8}|\.gen-\d{8}\.[0-9a-f]{32}\.partial|\.LATEST\.[0-9a-f]{32}")
+
+
+def _paths(path):
+    path = os.fspath(path)
+    return path, os.path.join(path, MARKER), os.path.join(path, SUBDIR)
+
+
+def _generations(sub):
+    try:
+        names = os.listdir(sub)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if _GEN.fullmatch(n) and os.path.isdir(os.path.join(sub, n)))
+
+
+def holds_run(path):
+    """True when ``path`` holds (part of) an earlier run's checkpoint."""
+    _, marker, sub = _paths(path)
+    return os.path.exists(marker) and (bool(_generations(sub))
+                                       or os.path.exists(os.path.join(sub, _LATEST)))
+
+
+def claim(path, *, overwrite=False):
+    """Make ``path`` the checkpoint directory of a new run (before any work is done).
+
+    Creates the directory, its marker and subfolder (so an unwritable location fails
+    now, not at the first save).  Refuses a directory that holds an earlier run's
+    checkpoint unless ``overwrite`` (its generations are then replaced at the new run's
+    first save), and a subfolder of our name that the library did not create.
+    """
+    path, marker, sub = _paths(path)
+    created = not os.path.exists(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"The checkpoint location {path} is a file, not a directory.")
+    if os.path.exists(sub) and not os.path.exists(marker):
+        raise ValueError(f"{sub} exists but was not created by daskrnmf (no {MARKER} next to "
+                         "it); choose another checkpoint directory.")
+    if holds_run(path) and not overwrite:
+        raise ValueError(f"The checkpoint directory {path} holds an earlier run's checkpoint. "
+                         "Pass resume=True to continue it, or overwrite_checkpoint=True to "
+                         "replace it.")
+    os.makedirs(sub, exist_ok=True)
+    if not os.path.exists(marker):
+        with open(marker, "w") as fh:
+            fh.write(json.dumps({"format": 2, "written_by": "daskrnmf"}) + "\n")
+    return created
+
+
+def release(path, created):
+    """Undo :func:`claim` for a run that failed before it was worth resuming (bad data
+    found while streaming): the library's marker and subfolder go, and the directory too
+    when ``claim`` created it and nothing else is in it."""
+    path, marker, sub = _paths(path)
+    shutil.rmtree(sub, ignore_errors=True)
+    if os.path.exists(marker):
+        os.remove(marker)
+    if created:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
+def _digest(value):
+    value = np.ascontiguousarray(value)
+    h = hashlib.sha256(str(value.dtype).encode() + str(value.shape).encode())
+    h.update(value.tobytes())
+    return h.hexdigest()
 
 
 def save(path, arrays, attrs):
-    """Write a new generation holding ``arrays`` (name -> ndarray) and ``attrs`` (JSON)."""
+    """Write a new generation holding ``arrays`` (name -> ndarray) and ``attrs`` (JSON),
+    then remove the older ones.  ``path`` must have been :func:`claim`-ed."""
     import zarr
 
-    path = os.fspath(path)
-    os.makedirs(path, exist_ok=True)
-    current = _latest_name(path)
-    number = int(current.split("-")[1]) + 1 if current else 0
+    path, marker, sub = _paths(path)
+    if not os.path.exists(marker):
+        raise ValueError(f"{path} is not a daskrnmf checkpoint directory (no {MARKER}).")
+    os.makedirs(sub, exist_ok=True)
+    gens = _generations(sub)
+    number = int(_GEN.fullmatch(gens[-1]).group(1)) + 1 if gens else 0
     name = f"gen-{number:08d}"
-    tmp = os.path.join(path, f".{name}.{uuid.uuid4().hex}.partial")
+    tmp = os.path.join(sub, f".{name}.{uuid.uuid4().hex}.partial")
     group = zarr.open_group(tmp, mode="w")
+    sums = {}
     for key, value in arrays.items():
         value = np.ascontiguousarray(value)
         group.create_array(key, shape=value.shape, dtype=value.dtype,
                            chunks=value.shape or None)[...] = value
-    group.attrs.update(json.loads(json.dumps({**attrs, "_arrays": sorted(arrays)})))
-    os.rename(tmp, os.path.join(path, name))
-    pointer = os.path.join(path, f".{_LATEST}.{uuid.uuid4().hex}")
+        sums[key] = _digest(value)
+    group.attrs.update(json.loads(json.dumps({**attrs, "_arrays": sorted(arrays),
+                                              "_sha256": sums})))
+    os.rename(tmp, os.path.join(sub, name))
+    pointer = os.path.join(sub, f".{_LATEST}.{uuid.uuid4().hex}")
     with open(pointer, "w") as fh:
         fh.write(name)
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(pointer, os.path.join(path, _LATEST))
-    for entry in os.listdir(path):
-        ours = entry.startswith(("gen-", ".gen-", f".{_LATEST}."))
-        if ours and entry != name:  # never touch files that are not the checkpoint's
-            full = os.path.join(path, entry)
+    os.replace(pointer, os.path.join(sub, _LATEST))
+    for entry in os.listdir(sub):
+        if _OURS.fullmatch(entry) and entry != name:   # only names this module writes
+            full = os.path.join(sub, entry)
             shutil.rmtree(full) if os.path.isdir(full) else os.remove(full)
 
 
 def load(path):
-    """``(arrays, attrs)`` of the newest complete generation, or None if there is none.
+    """``(arrays, attrs)`` of the newest generation, or None when ``path`` holds none.
 
-    Safe against a writer in another process: a generation replaced (and deleted) while
-    it was being read is read again from the new pointer.
+    ``attrs["_file"]`` is the generation's directory (for error messages).  Raises a
+    ValueError naming the file when the checkpoint is damaged: ``LATEST`` missing while
+    generations exist, ``LATEST`` naming no generation, an array missing, changed (its
+    SHA-256) or holding NaN/inf.  Safe against a writer in another process: a generation
+    replaced (and deleted) while it was being read is read again from the new pointer.
     """
-    import zarr
-
-    path = os.fspath(path)
+    path, marker, sub = _paths(path)
+    if not os.path.exists(marker):
+        if os.path.exists(sub):
+            raise ValueError(f"{sub} was not created by daskrnmf (no {MARKER} next to it).")
+        if _old_layout(path):
+            raise ValueError(f"The checkpoint at {path} was written by daskrnmf 0.1 (LATEST and "
+                             "gen-* at its top level); this version cannot resume it. Fit "
+                             "without resume=True to start afresh (it is left in place).")
+        return None
     for _ in range(20):
-        name = _latest_name(path)
+        name = _read_latest(sub)
         if name is None:
             return None
+        where = os.path.join(sub, name)
         try:
-            with warnings.catch_warnings():   # a half-deleted old generation
-                warnings.simplefilter("ignore")
-                group = zarr.open_group(os.path.join(path, name), mode="r")
-                arrays = {key: np.asarray(arr[...]) for key, arr in group.arrays()}
-                attrs = dict(group.attrs)
-        except (FileNotFoundError, OSError, KeyError, ValueError):
-            arrays = None
-        if arrays is not None and _latest_name(path) == name and \
-                set(arrays) == set(attrs.get("_arrays", arrays)):
-            return arrays, attrs
+            arrays, attrs = _read_generation(where)
+        except ValueError:
+            if _read_latest(sub) != name:   # replaced while being read: read the new one
+                continue
+            raise
+        attrs["_file"] = where
+        return arrays, attrs
     raise RuntimeError(f"Checkpoint at {path} kept changing while it was read.")
 
 
-def _latest_name(path):
+def _old_layout(path):
     try:
         with open(os.path.join(path, _LATEST)) as fh:
-            name = fh.read().strip()
+            name = fh.read(64).strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(_GEN.fullmatch(name)) and os.path.isfile(os.path.join(path, name, "zarr.json"))
+
+
+def _read_latest(sub):
+    latest = os.path.join(sub, _LATEST)
+    try:
+        with open(latest, "rb") as fh:
+            raw = fh.read(64)
     except FileNotFoundError:
+        gens = _generations(sub)
+        if gens:
+            raise ValueError(f"The checkpoint pointer {latest} is missing but {sub} holds "
+                             f"{len(gens)} generation(s) ({gens[-1]} the newest): the checkpoint "
+                             "is damaged. Restore the file (it holds the name of the newest "
+                             "complete generation) or fit with overwrite_checkpoint=True."
+                             ) from None
         return None
-    return name if os.path.isdir(os.path.join(path, name)) else None
+    name = raw.decode("ascii", "replace").strip()
+    if not _GEN.fullmatch(name):
+        raise ValueError(f"The checkpoint pointer {latest} is damaged: it holds {raw[:40]!r}, "
+                         "not the name of a generation (gen-NNNNNNNN).")
+    if not os.path.isdir(os.path.join(sub, name)):
+        raise ValueError(f"The checkpoint pointer {latest} names {name}, which is missing from "
+                         f"{sub}: the checkpoint is damaged.")
+    return name
+
+
+def _read_generation(where):
+    import zarr
+
+    try:
+        with warnings.catch_warnings():   # a half-deleted old generation
+            warnings.simplefilter("ignore")
+            group = zarr.open_group(where, mode="r")
+            attrs = dict(group.attrs)
+            names = attrs.get("_arrays")
+            sums = attrs.get("_sha256")
+            if names is None or sums is None:
+                raise ValueError("no list of arrays and checksums in its attributes")
+            arrays = {}
+            for key in names:
+                try:
+                    arrays[key] = np.asarray(group[key][...])
+                except KeyError:
+                    raise ValueError(f"array {key!r} is missing") from None
+    except ValueError as exc:
+        raise ValueError(f"The checkpoint generation {where} is damaged: {exc}.") from exc
+    except Exception as exc:   # zarr/codec errors: a corrupt chunk or metadata file
+        raise ValueError(f"The checkpoint generation {where} is damaged: cannot read it "
+                         f"({type(exc).__name__}: {exc}).") from exc
+    for key, value in arrays.items():
+        if _digest(value) != sums.get(key):
+            raise ValueError(f"The checkpoint array {os.path.join(where, key)} is damaged: its "
+                             "content differs from what was saved (a deleted or changed chunk).")
+        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            raise ValueError(f"The checkpoint array {os.path.join(where, key)} holds NaN or "
+                             "infinite values; it cannot be resumed from.")
+    return arrays, attrs
+
+
+# ---------------------------------------------------------------- data fingerprints
+_SAMPLES = 4        # row ranges checksummed
+_SAMPLE_ROWS = 64   # rows per range
+
+
+def sample_ranges(n):
+    """The row ranges a fingerprint checksums: the first and last rows and two ranges at
+    positions drawn from a generator seeded by ``n`` (the same for the same shape)."""
+    m = min(n, _SAMPLE_ROWS)
+    starts = {0, n - m}
+    rng = np.random.default_rng([n, 17])
+    starts.update(int(s) for s in rng.integers(0, n - m + 1, size=_SAMPLES - 2))
+    return [(s, s + m) for s in sorted(starts)]
+
+
+def data_fingerprint(X):
+    """Shape, dtype, row chunking and SHA-256 of sampled row ranges of X (NumPy or Dask).
+
+    The checksums are of the values (in X's dtype), independent of X's chunking, so the
+    same data re-chunked, or as NumPy instead of Dask, has the same ``rows``.
+    """
+    n, d = (int(s) for s in X.shape)
+    ranges = sample_ranges(n)
+    if isinstance(X, np.ndarray):
+        parts = [X[a:b] for a, b in ranges]
+        chunks = None
+    else:
+        import dask
+
+        parts = dask.compute(*[X[a:b] for a, b in ranges])
+        chunks = hashlib.sha256(np.asarray(X.chunks[0], dtype=np.int64).tobytes()).hexdigest()[:16]
+    return {"shape": [n, d], "dtype": str(np.dtype(X.dtype)), "row_chunks": chunks,
+            "rows": [[a, b, _digest(np.asarray(p))] for (a, b), p in zip(ranges, parts)]}
+
+
+def check_same_data(saved, current, where):
+    """ValueError unless the fingerprints describe the same data (shape, dtype, sampled
+    rows).  The chunking is recorded but not compared here: when it matters (it sets the
+    batches) the model's own fingerprint holds the batches."""
+    differ = []
+    if list(saved.get("shape", [])) != current["shape"]:
+        differ.append(f"shape {tuple(saved.get('shape', ()))} there, "
+                      f"{tuple(current['shape'])} here")
+    if saved.get("dtype") != current["dtype"]:
+        differ.append(f"dtype {saved.get('dtype')} there, {current['dtype']} here")
+    if not differ:
+        for (a, b, old), (_, _, new) in zip(saved.get("rows", []), current["rows"]):
+            if old != new:
+                differ.append(f"rows {a}..{b - 1} differ")
+        if len(saved.get("rows", [])) != len(current["rows"]):
+            differ.append("no data fingerprint there")
+    if differ:
+        raise ValueError(f"The checkpoint {where} was made from other data than this X: "
+                         + "; ".join(differ) + ". Resume with the X it was made from, or fit "
+                         "with overwrite_checkpoint=True to start afresh.")

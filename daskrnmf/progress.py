@@ -61,23 +61,34 @@ class ProgressBar:
         self.last = None
         self._t0 = None
         self._width = 0
+        self._known = None
 
     def describe(self, info):
-        """One line for an ``info`` dict of the batch driver or of ONMFO's stream."""
-        elapsed = time.perf_counter() - self._t0
-        head = f"{self.desc}: " if self.desc else ""
-        if "n_batches" in info:      # ONMFO
-            total = info.get("total_steps")
-            done = f"{info['n_steps']}/{total}" if total else f"{info['n_steps']}"
-            bar = _bar(info["n_steps"], total)
-            return (f"{head}{bar}batch {done} (pass {info['pass'] + 1}), loss/sample "
-                    f"{info['loss']:.4g}, {info['n_samples_seen']:,} samples, {elapsed:.1f} s")
+        """One line for the driver's ``info`` dict (:mod:`daskrnmf._driver`).
+
+        Streams (an ``info`` with ``n_batches``, ONMFO) show batches done of ``max_iter``
+        (all passes), the pass and the batch's loss; batch models show the iteration and
+        the objective of the restart the driver calls ``best`` (naming it when there are
+        several restarts).
+        """
         import numpy as np
 
-        obj = info.get("objective")
-        best = float(np.nanmin(obj)) if obj is not None and np.size(obj) else float("nan")
+        elapsed = time.perf_counter() - self._t0
+        head = f"{self.desc}: " if self.desc else ""
+        total = info.get("max_iter")
+        if "n_batches" in info:      # a stream: one iteration per batch
+            done = f"{info['iteration']}/{total}" if total else f"{info['iteration']}"
+            return (f"{head}{_bar(info['iteration'], total)}batch {done} (pass "
+                    f"{info['pass'] + 1}), loss/sample {info['loss']:.4g}, "
+                    f"{info['n_samples_seen']:,} samples, "
+                    f"{elapsed:.1f} s")
+        obj = self._known if self._known is not None else np.atleast_1d(
+            np.asarray(info.get("objective", np.nan), dtype=float))
+        best = min(int(info.get("best", 0)), obj.size - 1)
+        value = float(obj[best])       # a restart that has stopped keeps its last objective
+        which = f" (restart {best + 1} of {obj.size})" if obj.size > 1 else ""
         passes = info.get("n_passes")
-        return (f"{head}iteration {info['iteration']}, objective {best:.6g}"
+        return (f"{head}iteration {info['iteration']}, objective {value:.6g}{which}"
                 + (f", {passes} passes" if passes is not None else "") + f", {elapsed:.1f} s")
 
     def __call__(self, info):
@@ -85,6 +96,7 @@ class ProgressBar:
             self._t0 = time.perf_counter()
         self.steps += 1
         self.last = info
+        self._track(info)
         if self.steps % self.every:
             return False
         line = self.describe(info)
@@ -96,6 +108,18 @@ class ProgressBar:
         if self.log:
             logger.info(line)
         return False
+
+    def _track(self, info):
+        """The last finite objective of every restart (NaN marks a stopped one)."""
+        import numpy as np
+
+        obj = info.get("objective")
+        if obj is None or "n_batches" in info:
+            return
+        obj = np.atleast_1d(np.asarray(obj, dtype=float))
+        if self._known is None or self._known.shape != obj.shape:
+            self._known = np.full(obj.shape, np.nan)
+        self._known = np.where(np.isfinite(obj), obj, self._known)
 
     def close(self):
         """End the redrawn line (call after the fit when shown interactively)."""

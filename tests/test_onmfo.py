@@ -1,5 +1,5 @@
-"""ONMFO and RobustNMF (paper 004) against literal dense implementations of their updates;
-equivalences (per-sample algorithm, partial_fit, lam -> inf), chunking, checkpoints, input."""
+"""ONMFO and RobustNMF (Zhao & Tan) against literal dense implementations of their updates;
+equivalences (per-sample algorithm, partial_fit, alpha_R -> inf), chunking, checkpoints, input."""
 
 import os
 import signal
@@ -20,7 +20,9 @@ from daskrnmf import _checkpoint
 from daskrnmf.datasets import corrupt_images
 from daskrnmf.kernels.outliers import (block_statistics, initial_codes, solve_codes,
                                        update_components)
-from daskrnmf.models.onmfo import _Feed, _initial_components, batch_order, make_batches
+from daskrnmf._stream import Feed, batch_order, make_batches
+from daskrnmf.models._outliers import initial_components as _initial_components
+from daskrnmf.models._outliers import solve_batch_piece, add_statistics
 
 from .reference import _mu, onmfo_reference, robust_nmf_reference
 
@@ -96,7 +98,7 @@ def test_batches_of_one_sample_are_the_papers_per_sample_algorithm(data, shuffle
     X = data[0][:60]
     # batch_size=1, or (default batches) a Dask array whose chunks hold one sample each
     Xin, size = (da.from_array(X, chunks=(1, -1)), None) if one_row_chunks else (X, 1)
-    model = ONMFO(4, lam=2.0, n_passes=1, batch_size=size, shuffle=shuffle, max_inner_iter=40,
+    model = ONMFO(4, alpha_R=2.0, n_passes=1, batch_size=size, shuffle=shuffle, max_inner_iter=40,
                   max_w_iter=5, random_state=3).fit(Xin)
     order = batch_order(3, 0, 60, shuffle)
     W0 = _initial_components(3, 4, X.shape[1], X[order[0]].mean())
@@ -116,9 +118,9 @@ def test_fit_equals_partial_fit_over_the_same_chunk_order(data):
     assert stream.n_steps_ == fit.n_steps_ == len(blocks)
 
 
-def test_huge_lam_forces_no_outliers_and_gives_online_nmf(data):
+def test_huge_alpha_r_forces_no_outliers_and_gives_online_nmf(data):
     X = data[0][:80]
-    model = ONMFO(4, lam=1e12, n_passes=1, batch_size=1, shuffle=False, max_inner_iter=30,
+    model = ONMFO(4, alpha_R=1e12, n_passes=1, batch_size=1, shuffle=False, max_inner_iter=30,
                   max_w_iter=3, random_state=0).fit(X)
     W0 = _initial_components(0, 4, X.shape[1], X[0].mean())
     no_r = lambda v, W: (_h0(0.0)(v, W)[0], np.zeros_like(v))   # noqa: E731
@@ -152,7 +154,7 @@ def test_planted_components_and_outliers_are_recovered(data):
     from sklearn.decomposition import MiniBatchNMF
 
     X, clean, W_true, mask = data
-    model = ONMFO(4, lam=1.0, n_passes=3, batch_size=20, random_state=0).fit(X)
+    model = ONMFO(4, alpha_R=1.0, n_passes=3, batch_size=20, random_state=0).fit(X)
     W = model.components_
     cos = (W / np.linalg.norm(W, axis=1, keepdims=True)) @ \
         (W_true / np.linalg.norm(W_true, axis=1, keepdims=True)).T
@@ -195,11 +197,12 @@ def test_distributed_feed_reads_ahead_and_matches_numpy(data):
         Xd = da.from_array(X, chunks=(25, -1))
         got = ONMFO(4, max_inner_iter=30, random_state=2).fit(Xd)
         _, pieces = make_batches(Xd, None)
-        feed = _Feed(Xd, pieces, {"lam": 1.0, "n_iter": 5, "where": "X", "name": "ONMFO"})
+        feed = Feed(Xd, pieces)
+        spec = {"alpha_R": 1.0, "n_iter": 5, "where": "X", "name": "ONMFO"}
         assert feed.client is client
         feed.want(0)
         feed.want(1)
-        feed.solve(0, ref.components_)
+        feed.solve(0, solve_batch_piece, add_statistics, ref.components_, spec)
         ahead = feed.pending[1]
         client.gather(ahead)   # batch 1 was read while batch 0 was solved: only waits here
         assert all(f.status == "finished" for f in ahead)
@@ -212,7 +215,7 @@ def test_distributed_feed_reads_ahead_and_matches_numpy(data):
 def test_robust_nmf_equals_dense_updates_and_never_increases(data, chunks):
     X = data[0]
     Xin = X if chunks is None else da.from_array(X, chunks=(chunks, -1))
-    model = RobustNMF(4, lam=1.0, max_iter=30, tol=0, random_state=4)
+    model = RobustNMF(4, alpha_R=1.0, max_iter=30, tol=0, random_state=4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         H = model.fit_transform(Xin)
@@ -221,9 +224,10 @@ def test_robust_nmf_equals_dense_updates_and_never_increases(data, chunks):
     W, Hr, _, hist = robust_nmf_reference(X.T, W0.T, H0.T, R0.T, 1.0, 30)
     np.testing.assert_allclose(model.components_, W.T, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(model.objective_history_, hist, rtol=1e-10)
-    np.testing.assert_allclose(np.asarray(H), Hr.T, rtol=1e-9, atol=1e-12)
     assert np.all(np.diff(model.objective_history_) <= 1e-12 * hist[:-1])
     assert model.n_passes_ == 1 + 1 + 30 + 1   # checks, initial H/R, iterations, final
+    # fit_transform is fit(X).transform(X): the codes solved again with the final W
+    np.testing.assert_allclose(np.asarray(H), model.transform(X), rtol=1e-9, atol=1e-12)
 
 
 def test_online_is_close_to_batch_on_corrupted_faces():
@@ -250,7 +254,7 @@ def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path):
     full = ONMFO(**kw).fit(X)
     ckpt = tmp_path / "ckpt"
     ONMFO(**kw, checkpoint=ckpt, checkpoint_every=3,
-          callback=lambda info: info["n_steps"] == 19).fit(X)   # stops mid-pass 2
+          callback=lambda info: info["iteration"] == 19).fit(X)   # stops mid-pass 2
     arrays, attrs = _checkpoint.load(ckpt)
     assert (attrs["pass"], attrs["position"], attrs["n_steps"]) == (1, 4, 19)
     resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
@@ -260,8 +264,8 @@ def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path):
     # a finished checkpoint resumes to itself; a different run is refused by name
     again = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     np.testing.assert_array_equal(again.components_, full.components_)
-    with pytest.raises(ValueError, match=r"different run: lam 1.0 there, 2.0 here"):
-        ONMFO(**{**kw, "lam": 2.0}, checkpoint=ckpt).fit(X, resume=True)
+    with pytest.raises(ValueError, match=r"different run: alpha_R 1.0 there, 2.0 here"):
+        ONMFO(**{**kw, "alpha_R": 2.0}, checkpoint=ckpt).fit(X, resume=True)
     with pytest.raises(ValueError, match="needs the 'checkpoint' parameter"):
         ONMFO(**kw).fit(X, resume=True)
 
@@ -270,6 +274,7 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     import zarr
 
     path = tmp_path / "c"
+    _checkpoint.claim(path)
     _checkpoint.save(path, {"W": np.ones((2, 3))}, {"pass": 0})
     real = zarr.Group.create_array
     calls = []
@@ -288,7 +293,8 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     monkeypatch.setattr(zarr.Group, "create_array", real)
     (path / "unrelated.txt").write_text("not ours")
     _checkpoint.save(path, {"W": np.full((2, 3), 3.0)}, {"pass": 2})
-    assert sorted(os.listdir(path)) == ["LATEST", "gen-00000001", "unrelated.txt"]
+    assert sorted(os.listdir(path)) == [_checkpoint.MARKER, _checkpoint.SUBDIR, "unrelated.txt"]
+    assert sorted(os.listdir(path / _checkpoint.SUBDIR)) == ["LATEST", "gen-00000001"]
     assert _checkpoint.load(path)[1]["pass"] == 2
 
 
@@ -309,7 +315,8 @@ def test_killed_process_resumes_to_the_uninterrupted_result(tmp_path):
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
-            state = _checkpoint.load(ckpt) if (ckpt / "LATEST").exists() else None
+            state = _checkpoint.load(ckpt) if (ckpt / _checkpoint.SUBDIR / "LATEST").exists() \
+                else None
             if state and state[1]["n_steps"] >= 30:
                 break
             assert proc.poll() is None, "the fit ended before it could be killed"
@@ -330,31 +337,98 @@ def test_bad_input_is_refused_and_changes_nothing(data, tmp_path):
     X = data[0].copy()
     X[5, 3] = -1.0
     model = ONMFO(4, checkpoint=tmp_path / "ck")
-    with pytest.raises(ValueError, match=r"Negative values in data passed to X of ONMFO \(min -1"):
+    with pytest.raises(ValueError,
+                       match=r"Negative values in data passed to ONMFO \(input X, min -1"):
         model.fit(X)
     assert not hasattr(model, "components_") and not (tmp_path / "ck").exists()
-    with pytest.raises(ValueError, match=r"Negative values .* rows 0\.\.49"):
-        ONMFO(4, max_inner_iter=5).fit(da.from_array(X, chunks=(50, -1)))
+    with pytest.raises(ValueError, match=r"Negative values in data passed to ONMFO"):
+        model.fit(da.from_array(X, chunks=(50, -1)))     # found while streaming: checkpoint released
+    assert not hasattr(model, "components_") and not (tmp_path / "ck").exists()
     Xn = data[0].copy()
     Xn[7, 0] = np.nan
     with pytest.raises(ValueError, match="NaN or infinite"):
         ONMFO(4).fit(da.from_array(Xn, chunks=(50, -1)))
-    with pytest.raises(ValueError, match=r"The 'lam' parameter of ONMFO must be a float in the "
-                                         r"range \(0, inf\)\. Got -1 instead\."):
-        ONMFO(4, lam=-1).fit(data[0])
+    with pytest.raises(ValueError, match=r"The 'alpha_R' parameter of ONMFO must be a float in "
+                                         r"the range \(0, inf\)\. Got -1 instead\."):
+        ONMFO(4, alpha_R=-1).fit(data[0])
     with pytest.raises(ValueError, match="The 'n_passes' parameter of ONMFO"):
         ONMFO(4, n_passes=0).fit(data[0])
     with pytest.raises(ValueError, match="Negative values"):
         RobustNMF(4).fit(X)
     fitted = ONMFO(4, max_inner_iter=5, random_state=0).fit(data[0])
-    with pytest.raises(ValueError, match="X has 3 features, but ONMFO was fitted with 40"):
+    with pytest.raises(ValueError, match="X has 3 features, but ONMFO is expecting 40 features"):
         fitted.transform(np.ones((2, 3)))
     with pytest.raises(ValueError, match="Negative values"):
         fitted.decompose(X)
+    with pytest.raises(ValueError, match="Negative values"):   # checked in every Dask block
+        fitted.decompose(da.from_array(X, chunks=(50, -1)))[1].compute()
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        fitted.transform(da.from_array(Xn, chunks=(50, -1))).compute()
     before = fitted.components_.copy()
     with pytest.raises(ValueError, match="Negative values"):
         fitted.partial_fit(X)
     np.testing.assert_array_equal(fitted.components_, before)
+
+
+@pytest.mark.parametrize("cls", [ONMFO, RobustNMF])
+def test_lam_still_works_with_a_future_warning(data, cls):
+    kw = dict(max_iter=3) if cls is RobustNMF else dict(n_passes=1, batch_size=100)
+    with pytest.warns(FutureWarning, match="'lam' of .* was renamed to 'alpha_R'"):
+        old = cls(4, lam=3.0, max_inner_iter=10, random_state=0, **kw)
+    assert old.alpha_R == 3.0 and "lam" not in old.get_params()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        got = old.fit(data[0]).components_
+        new = cls(4, alpha_R=3.0, max_inner_iter=10, random_state=0, **kw).fit(data[0])
+    np.testing.assert_array_equal(got, new.components_)
+    with pytest.warns(FutureWarning):
+        assert cls(4).set_params(lam=2.0).alpha_R == 2.0
+
+
+@pytest.mark.parametrize("cls", [ONMFO, RobustNMF])
+def test_float32_in_float32_out(data, cls):
+    X = data[0][:120].astype(np.float32)
+    kw = dict(max_iter=5) if cls is RobustNMF else dict(n_passes=1, batch_size=40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        m = cls(3, max_inner_iter=10, random_state=0, **kw).fit(X)
+    assert m.components_.dtype == np.float32
+    H, R = m.decompose(X)
+    assert H.dtype == R.dtype == m.transform(X).dtype == np.float32
+    assert m.transform(da.from_array(X, chunks=(50, -1))).compute().dtype == np.float32
+    H64 = m.transform(X.astype(np.float64))
+    assert H64.dtype == np.float64
+    outputs = m._outputs(da.from_array(X, chunks=(50, -1)))
+    assert set(outputs) == {"H", "R"} and outputs["R"].chunks[0] == (50, 50, 20)
+
+
+def test_driver_callback_dict_and_progress_bar(data):
+    import io
+
+    from daskrnmf import ProgressBar
+
+    seen = []
+    ONMFO(3, n_passes=2, batch_size=100, max_inner_iter=5, random_state=0,
+          callback=lambda info: seen.append(dict(info))).fit(data[0])
+    assert [i["iteration"] for i in seen] == list(range(1, 7))
+    assert [(i["pass"], i["batch"]) for i in seen] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1),
+                                                      (1, 2)]
+    assert all(i["max_iter"] == 6 and i["n_batches"] == 3 and i["model"] == "ONMFO"
+               for i in seen)
+    assert seen[-1]["n_samples_seen"] == 600 and seen[-1]["n_passes"] == 2
+    assert seen[0]["objective"][0] == seen[0]["loss"]
+    bar = ProgressBar(stream=io.StringIO())
+    bar._t0 = 0.0
+    assert "batch 4/6 (pass 2)" in bar.describe(seen[3])
+    info = {"model": "RFNMF", "iteration": 3, "max_iter": 9, "objective": np.array([5.0, 2.0]),
+            "best": 1, "active": np.array([True, True]), "n_passes": 7}
+    bar(info)
+    line = bar.describe(info)
+    assert "objective 2 (restart 2 of 2)" in line and "7 passes" in line
+    # restart 2 has converged (NaN from now on) but stays the best: its last objective
+    bar({**info, "iteration": 4, "objective": np.array([4.0, np.nan])})
+    assert "objective 2 (restart 2 of 2)" in bar.describe({**info, "iteration": 4,
+                                                           "objective": np.array([4.0, np.nan])})
 
 
 def test_corrupt_images_follows_the_protocol():

@@ -138,16 +138,24 @@ class NMF(_FactorizationBase):
 
     Parameters
     ----------
-    n_components : int
+    n_components : int, default=8
+        Rows of W (the number of components).
     init : {"nndsvda", "random"}, default="nndsvda"
         scikit-learn's choices: NNDSVD with zeros filled by the mean of X (from the top
         singular vectors of X, computed out of core from the tree-reduced d x d Gram
         matrix), or uniform random factors scaled by sqrt(mean(X) / n_components).
     max_iter : int, default=200
+        Multiplicative-update iterations at most (one pass over X each).
     tol : float, default=1e-4
         Stops when the objective falls by at most ``tol`` relative.
-    random_state, verbose, callback
-        As for :class:`daskrnmf.RFNMF`.
+    random_state : None, int, numpy RandomState or Generator, default=None
+        Seeds the initialisation; results depend on it alone, not on the chunking or
+        the number of workers.
+    verbose : int, default=0
+        >= 1 logs the objective per iteration on the ``daskrnmf`` logger.
+    callback : callable, default=None
+        ``callback(info) -> bool`` after each iteration (the dict described in
+        :mod:`daskrnmf._driver`); returning True stops the fit.
 
     Attributes
     ----------
@@ -193,8 +201,46 @@ class NMF(_FactorizationBase):
 class RNMF(NMF):
     """Kong et al.'s L2,1 robust NMF, min sum_i ||x_i - h_i W||, out of core (ORNMF, alpha=0).
 
-    Parameters and attributes as :class:`NMF`; ``reconstruction_err_`` is the Frobenius
-    error and ``objective_`` the L2,1 error.
+    Whole corrupted samples weigh by their distance, not its square: the updates are
+    NMF's, reweighted by d_i = 1 / ||x_i - h_i W|| (one pass over X per iteration).
+
+    Parameters
+    ----------
+    n_components : int, default=8
+        Rows of W (the number of components).
+    init : {"nndsvda", "random"}, default="nndsvda"
+        As :class:`NMF`.
+    max_iter : int, default=200
+        Multiplicative-update iterations at most (one pass over X each).
+    tol : float, default=1e-4
+        Stops when the objective falls by at most ``tol`` relative.
+    random_state : None, int, numpy RandomState or Generator, default=None
+        Seeds the initialisation; results depend on it alone, not on the chunking or
+        the number of workers.
+    verbose : int, default=0
+        >= 1 logs the objective per iteration on the ``daskrnmf`` logger.
+    callback : callable, default=None
+        ``callback(info) -> bool`` after each iteration (the dict described in
+        :mod:`daskrnmf._driver`); returning True stops the fit.
+
+    Attributes
+    ----------
+    components_ : ndarray (n_components, n_features)
+        W, rows of unit L2 norm.
+    reconstruction_err_ : float
+        ``||X - H W||_F`` at the end.
+    objective_ : float
+        ``sum_i ||x_i - h_i W||`` at the end.
+    objective_history_ : ndarray (n_iter_,)
+    n_iter_, n_passes_, n_features_in_, n_components_
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskrnmf import RNMF
+    >>> X = np.random.default_rng(0).random((30, 6))
+    >>> RNMF(n_components=2, max_iter=500, random_state=0).fit(X).components_.shape
+    (2, 6)
 
     References
     ----------
@@ -213,17 +259,28 @@ class ORNMF(NMF):
 
     Parameters
     ----------
-    n_components : int
+    n_components : int, default=8
+        Rows of W (the number of components).
     alpha : float, default=0.3
         Weight of the ordered penalty (the paper tunes it in [0.1, 0.7]).
-    n_clusters : int, optional
+    n_clusters : int, default=None
         If given, ``labels_`` is a k-means clustering of H (as in the paper's
         experiments), and ``boundaries_`` holds the ``n_clusters - 1`` strongest jumps.
     boundary_threshold : float, default=0.5
         Without ``n_clusters``: a jump ``||h_{i+1} - h_i||`` that is a local maximum and at
         least this fraction of the largest jump is a boundary (at most 1024 are kept).
-    init, max_iter, tol, random_state, verbose, callback
+    init : {"nndsvda", "random"}, default="nndsvda"
         As :class:`NMF`.
+    max_iter : int, default=200
+        Multiplicative-update iterations at most (one pass over X each).
+    tol : float, default=1e-4
+        Stops when the objective falls by at most ``tol`` relative.
+    random_state : None, int, numpy RandomState or Generator, default=None
+        Seeds the initialisation (and the k-means of ``labels_``).
+    verbose : int, default=0
+        >= 1 logs the objective per iteration on the ``daskrnmf`` logger.
+    callback : callable, default=None
+        ``callback(info) -> bool`` after each iteration; returning True stops the fit.
 
     Attributes
     ----------

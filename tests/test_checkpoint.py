@@ -1,0 +1,230 @@
+"""Checkpoints that cannot lie (issue 17, items 2, 3, 4, 6, 9): a directory the library
+owns, damage reported by name and never repaired by deleting, a fingerprint of the data,
+no silent overwrite of an earlier run, no hang on an impossible position."""
+
+import os
+import signal
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from daskrnmf import ONMFO
+from daskrnmf import _checkpoint
+
+KW = dict(n_components=3, n_passes=2, batch_size=20, max_inner_iter=5, random_state=0)
+
+
+@pytest.fixture
+def X():
+    return np.random.default_rng(0).gamma(2.0, 1.0, size=(100, 8))
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A test that would loop forever fails after 60 s instead."""
+    def fail(*_):
+        raise TimeoutError("the fit hung")
+    old = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def stopped_run(X, path, at=7):
+    """A checkpoint of a fit stopped mid-stream (at batch ``at`` of 10)."""
+    ONMFO(**KW, checkpoint=path, checkpoint_every=2,
+          callback=lambda info: info.get("iteration", info.get("n_steps")) == at).fit(X)
+    return _checkpoint.load(path)
+
+
+def pointer_dir(path):
+    sub = os.path.join(path, getattr(_checkpoint, "SUBDIR", ""))
+    return sub if os.path.isdir(sub) else os.fspath(path)
+
+
+def generation(path):
+    sub = pointer_dir(path)
+    with open(os.path.join(sub, "LATEST")) as fh:
+        return os.path.join(sub, fh.read().strip())
+
+
+def snapshot(path):
+    return sorted(os.path.relpath(os.path.join(root, f), path)
+                  for root, _, files in os.walk(path) for f in files)
+
+
+# ---------------------------------------------------------------- 2: the library's own directory
+def test_files_the_library_did_not_create_survive(X, tmp_path):
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "gen-notes.txt").write_text("mine")
+    (ck / ".gen-backup").write_text("mine too")
+    (ck / "gen-00000003").mkdir()
+    (ck / "gen-00000003" / "data.bin").write_bytes(b"\x00" * 10)
+    (ck / "LATEST").write_text("my own file")
+    ONMFO(**KW, checkpoint=ck, checkpoint_every=1).fit(X)
+    assert (ck / "gen-notes.txt").read_text() == "mine"
+    assert (ck / ".gen-backup").read_text() == "mine too"
+    assert (ck / "gen-00000003" / "data.bin").exists()
+    assert (ck / "LATEST").read_text() == "my own file"
+    assert (ck / _checkpoint.MARKER).exists()
+    sub = ck / _checkpoint.SUBDIR
+    assert sorted(os.listdir(sub)) == ["LATEST", "gen-00000009"]   # one per batch, older removed
+    # inside its own subfolder too, only the names it writes are removed
+    (sub / "gen-keep.txt").write_text("mine")
+    ONMFO(**KW, checkpoint=ck, checkpoint_every=1).fit(X, overwrite_checkpoint=True)
+    assert (sub / "gen-keep.txt").read_text() == "mine"
+
+
+def test_a_folder_of_its_name_it_did_not_create_is_refused(X, tmp_path):
+    ck = tmp_path / "ck"
+    (ck / _checkpoint.SUBDIR).mkdir(parents=True)
+    (ck / _checkpoint.SUBDIR / "precious").write_text("x")
+    with pytest.raises(ValueError, match="was not created by daskrnmf"):
+        ONMFO(**KW, checkpoint=ck).fit(X)
+    assert (ck / _checkpoint.SUBDIR / "precious").read_text() == "x"
+
+
+# ---------------------------------------------------------------- 3 and 6: damage is an error
+@pytest.mark.parametrize("damage", ["garbage", "empty", "missing", "names-nothing"])
+def test_damaged_pointer_is_an_error_and_deletes_nothing(X, tmp_path, damage):
+    ck = tmp_path / "ck"
+    stopped_run(X, ck)
+    latest = os.path.join(pointer_dir(ck), "LATEST")
+    gen = generation(ck)
+    if damage == "garbage":
+        open(latest, "wb").write(b"\x89PNG\r\n garbage")
+    elif damage == "empty":
+        open(latest, "w").close()
+    elif damage == "missing":
+        os.remove(latest)
+    else:
+        open(latest, "w").write("gen-00000042")
+    before = snapshot(ck)
+    with pytest.raises(ValueError, match=f"checkpoint pointer {latest}"):
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+    with pytest.raises(ValueError, match="earlier run"):   # not a silent fresh start either
+        ONMFO(**KW, checkpoint=ck).fit(X)
+    assert snapshot(ck) == before and os.path.isdir(gen)
+
+
+@pytest.mark.parametrize("damage", ["deleted", "corrupt", "truncated", "metadata"])
+def test_damaged_chunk_is_an_error_naming_it(X, tmp_path, damage):
+    ck = tmp_path / "ck"
+    stopped_run(X, ck)
+    w = os.path.join(generation(ck), "W")
+    chunks = [os.path.join(r, f) for r, _, fs in os.walk(w) for f in fs if f != "zarr.json"]
+    assert chunks
+    if damage == "deleted":
+        os.remove(chunks[0])
+    elif damage == "corrupt":
+        with open(chunks[0], "r+b") as fh:
+            fh.seek(10)
+            fh.write(b"\xff" * 16)
+    elif damage == "truncated":
+        with open(chunks[0], "r+b") as fh:
+            fh.truncate(5)
+    else:
+        with open(os.path.join(w, "zarr.json"), "w") as fh:
+            fh.write("{not json")
+    with pytest.raises(ValueError, match="checkpoint .*damaged") as err:
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+    assert generation(ck) in str(err.value)
+    assert os.path.isdir(generation(ck))
+
+
+def test_nan_in_saved_state_is_an_error(X, tmp_path):
+    ck = tmp_path / "ck"
+    arrays, attrs = stopped_run(X, ck)
+    arrays["W"][0, 0] = np.nan
+    attrs = {k: v for k, v in attrs.items() if not k.startswith("_")}
+    _checkpoint.save(ck, arrays, attrs)     # a run that diverged saves NaN faithfully
+    with pytest.raises(ValueError, match=r"W holds NaN or infinite values"):
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+
+
+@pytest.mark.parametrize("pass_, position, n_steps", [(1, 5, 15), (1, 7, 17), (0, -1, -1),
+                                                      (2, 3, 23), (1, 2, 3)])
+def test_position_outside_the_stream_is_an_error_not_a_hang(X, tmp_path, pass_, position,
+                                                            n_steps):
+    ck = tmp_path / "ck"
+    arrays, attrs = stopped_run(X, ck)       # 5 batches per pass
+    attrs = {k: v for k, v in attrs.items() if not k.startswith("_")}
+    attrs.update({"pass": pass_, "position": position, "n_steps": n_steps})
+    _checkpoint.save(ck, arrays, attrs)
+    with pytest.raises(ValueError, match=r"damaged: its position .* 5 batches per pass"):
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+
+
+# ---------------------------------------------------------------- 6: the data's fingerprint
+def test_resume_on_other_data_of_the_same_shape_is_refused(X, tmp_path):
+    ck = tmp_path / "ck"
+    _, attrs = stopped_run(X, ck)
+    assert attrs["data"]["shape"] == [100, 8] and attrs["data"]["dtype"] == "float64"
+    assert len(attrs["data"]["rows"]) >= 3
+    other = X.copy()
+    other[[0, -1]] *= 2.0                    # first and last rows are always sampled
+    with pytest.raises(ValueError, match="made from other data than this X: rows 0..63 differ"):
+        ONMFO(**KW, checkpoint=ck).fit(other, resume=True)
+    with pytest.raises(ValueError, match="dtype float64 there, float32 here"):
+        ONMFO(**KW, checkpoint=ck).fit(X.astype(np.float32), resume=True)
+    # the same data, chunked otherwise (the batches are fixed by batch_size): resumes
+    resumed = ONMFO(**KW, checkpoint=ck).fit(da.from_array(X, chunks=(30, -1)), resume=True)
+    np.testing.assert_allclose(resumed.components_, ONMFO(**KW).fit(X).components_,
+                               rtol=1e-12)
+
+
+def test_fingerprint_samples_are_deterministic_and_chunking_free(X):
+    a = _checkpoint.data_fingerprint(X)
+    b = _checkpoint.data_fingerprint(da.from_array(X, chunks=(17, -1)))
+    assert a["rows"] == b["rows"] and a["row_chunks"] is None and b["row_chunks"]
+    assert _checkpoint.sample_ranges(10_000) == _checkpoint.sample_ranges(10_000)
+    assert _checkpoint.sample_ranges(10_000)[0] == (0, 64)
+    assert _checkpoint.sample_ranges(10_000)[-1] == (10_000 - 64, 10_000)
+
+
+# ---------------------------------------------------------------- 4: no silent overwrite
+def test_an_earlier_runs_checkpoint_is_not_overwritten_without_asking(X, tmp_path):
+    ck = tmp_path / "ck"
+    _, attrs = stopped_run(X, ck)
+    before = snapshot(ck)
+    with pytest.raises(ValueError, match=r"holds an earlier run's checkpoint.*resume=True.*"
+                                         r"overwrite_checkpoint=True"):
+        ONMFO(**KW, checkpoint=ck).fit(X)
+    assert snapshot(ck) == before
+    other = ONMFO(**{**KW, "random_state": 5}, checkpoint=ck).fit(X, overwrite_checkpoint=True)
+    _, now = _checkpoint.load(ck)
+    assert now["fingerprint"]["seed"] == "5" and now["n_steps"] == 10
+    np.testing.assert_array_equal(_checkpoint.load(ck)[0]["W"], other._W)
+    with pytest.raises(ValueError, match="contradict"):
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True, overwrite_checkpoint=True)
+    # a fresh directory, or one without a run in it, needs no permission
+    ONMFO(**KW, checkpoint=tmp_path / "new").fit(X)
+    ONMFO(**KW, checkpoint=tmp_path / "new2").fit(X, resume=True)
+
+
+def test_a_checkpoint_of_the_old_layout_is_not_silently_restarted(X, tmp_path):
+    import zarr
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    zarr.open_group(str(ck / "gen-00000004"), mode="w").attrs["pass"] = 0
+    (ck / "LATEST").write_text("gen-00000004")
+    with pytest.raises(ValueError, match="written by daskrnmf 0.1"):
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+    ONMFO(**KW, checkpoint=ck).fit(X)            # afresh, next to it
+    assert (ck / "gen-00000004").is_dir() and (ck / "LATEST").read_text() == "gen-00000004"
+
+
+def test_unwritable_checkpoint_fails_before_any_work(X, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    seen = []
+    with pytest.raises(OSError):         # cannot be created: fails before the first batch
+        ONMFO(**KW, checkpoint=blocker / "ck", callback=seen.append).fit(X)
+    assert seen == []
+    with pytest.raises(ValueError, match="is a file, not a directory"):
+        ONMFO(**KW, checkpoint=blocker, callback=seen.append).fit(X)
+    assert seen == [] and blocker.read_text() == "x"
