@@ -4,91 +4,157 @@
     daskrnmf evaluate PRED TRUE [--json]
     daskrnmf make-data {blobs,coclusters,segments,faces} OUT.zarr [options]
     daskrnmf info STORE
+    daskrnmf --version
+
+``daskrnmf fit`` has one subcommand per registered model (:data:`daskrnmf.models.REGISTRY`;
+names are case-insensitive); ``daskrnmf fit MODEL --help`` lists that model's parameters,
+with their defaults and help text, read from the estimator's signature and docstring.
+The per-sample outputs written are the model's (``ModelSpec.outputs``), chunked like the
+input's stored rows and in its float dtype, next to the model's small fitted arrays.
 
 Where a command runs: ``--cluster CONFIG.yaml``, ``--scheduler-file FILE`` or
-``--scheduler-address ADDR``; with none, a LocalCluster sized to the machine.
+``--scheduler-address ADDR`` (with ``--tls-ca-file``, ``--tls-client-cert`` and
+``--tls-client-key`` for a ``tls://`` scheduler); with none, a LocalCluster sized to the
+machine.  Every output, checkpoint and scratch location is checked (writable, not inside
+or around the input) before a cluster is started: daskrnmf never writes its input.
 
-Exit status: 0 done; 1 the input, the parameters or the run failed (one line on stderr,
-no traceback; ``--debug`` shows it); 2 the command line itself is wrong.  Output stores are
-written under a temporary name and renamed into place only when complete, so a killed job
-never leaves a result that looks whole; an existing output is kept unless ``--overwrite``.
+Exit status: 0 done; 1 the input, the parameters or the run failed (one line on stderr, no
+traceback; ``--debug`` shows it); 2 the command line itself is wrong; 130 interrupted
+(SIGINT, Ctrl-C); 143 terminated (SIGTERM, what SLURM and PBS send at the time limit).
+When interrupted or terminated, the partial output and the run's scratch directory
+(``daskrnmf-state-*``) are removed and one line is printed; an ONMFO checkpoint is kept, so
+``--resume`` continues.  Output stores are written under a temporary name and renamed into
+place only when complete, so a killed job never leaves a result that looks whole; an
+existing output is kept unless ``--overwrite``.
 """
 
 import argparse
+import inspect
 import json
+import logging
 import os
+import re
 import shutil
+import signal
 import sys
+import tempfile
 import time
 import uuid
 
 import numpy as np
 
-MODELS = ("RFNMF", "RFNMTF", "NMF", "RNMF", "ORNMF", "SemiNMF", "MNMF", "ONMFO", "RobustNMF")
+EXIT_FAILURE, EXIT_USAGE = 1, 2
+EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}   # 128 + signal number, as shells do
 
 
 class CommandError(Exception):
     """A failure to report in one line with exit status 1."""
 
 
-# ---------------------------------------------------------------- parsing
-def _parser():
-    parser = argparse.ArgumentParser(
-        prog="daskrnmf", description="Robust NMF and clustering out of core on Dask and Zarr.",
-        epilog="Model parameters are given as options named after them, e.g. "
-               "'daskrnmf fit RFNMF data.zarr/X --n-clusters 10 --loss l1'.")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = parser.add_subparsers(dest="command", required=True)
+# ---------------------------------------------------------------- model parameters
+def _clean(text):
+    """Docstring text as plain help: no RST roles or literal markup, one line."""
+    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text)
+    text = re.sub(r"``([^`]*)``", r"\1", text)
+    return " ".join(text.split())
 
-    def where(p):
-        g = p.add_mutually_exclusive_group()
-        g.add_argument("--cluster", help="cluster configuration (YAML, see cluster_configs/)")
-        g.add_argument("--scheduler-file", help="scheduler file of a running Dask scheduler")
-        g.add_argument("--scheduler-address", help="address of a running Dask scheduler")
 
-    fit = sub.add_parser("fit", help="fit a model to a Zarr array and write its results")
-    fit.add_argument("model", help="one of " + ", ".join(MODELS))
-    fit.add_argument("input", help="Zarr array (path, or store path + --component)")
-    fit.add_argument("--component", help="array inside the input store (e.g. X)")
-    fit.add_argument("--output", required=True, help="Zarr store to write")
-    fit.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    fit.add_argument("--labels", help="Zarr array of class labels (MNMF)")
-    fit.add_argument("--scratch", help="directory every worker can read and write, for the "
-                                       "per-block state that lets a fit survive a lost worker "
-                                       "(default: dask config 'daskrnmf.scratch-directory', "
-                                       "else the output's directory)")
-    fit.add_argument("--resume", action="store_true",
-                     help="ONMFO: continue from --checkpoint after a killed job")
-    fit.add_argument("--progress", action="store_true",
-                     help="log one line per iteration (per batch for ONMFO), also when not on "
-                          "a terminal")
-    where(fit)
+def parse_parameters_section(doc):
+    """``name -> (type text, description)`` from a numpydoc "Parameters" section.
 
-    ev = sub.add_parser("evaluate", help="ACC, NMI and purity of labels against true ones")
-    ev.add_argument("pred", help="Zarr array of predicted labels (e.g. out.zarr/labels)")
-    ev.add_argument("true", help="Zarr array of true labels")
-    ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    where(ev)
+    A small parser of the block that starts with ``Parameters`` underlined by dashes and
+    ends at the next underlined section: ``name : type`` lines at the section's
+    indentation (``a, b : type`` names several), the indented lines below them the
+    description.
+    """
+    lines = inspect.cleandoc(doc or "").splitlines()
 
-    mk = sub.add_parser("make-data", help="write a generated problem to a Zarr store")
-    mk.add_argument("generator", choices=("blobs", "coclusters", "segments", "faces"))
-    mk.add_argument("output")
-    mk.add_argument("--n-samples", type=int, default=100_000)
-    mk.add_argument("--n-features", type=int, default=32)
-    mk.add_argument("--n-clusters", type=int, default=5)
-    mk.add_argument("--outlier-fraction", type=float, default=0.05)
-    mk.add_argument("--rho", type=float, default=0.1, help="faces: outlier density")
-    mk.add_argument("--chunk-rows", type=int, default=20_000)
-    mk.add_argument("--random-state", type=int, default=0)
-    mk.add_argument("--overwrite", action="store_true")
-    where(mk)
+    def underline(i):
+        return i + 1 < len(lines) and lines[i + 1].strip() and set(lines[i + 1].strip()) == {"-"}
 
-    info = sub.add_parser("info", help="what is in a Zarr store")
-    info.add_argument("store")
-    return parser
+    def indent(line):
+        return len(line) - len(line.lstrip())
+
+    start = next((i for i, line in enumerate(lines)
+                  if line.strip() == "Parameters" and underline(i)), None)
+    if start is None:
+        return {}
+    base, out, current = indent(lines[start]), {}, []
+    for i in range(start + 2, len(lines)):
+        line = lines[i]
+        if not line.strip():
+            continue
+        if indent(line) <= base and underline(i):
+            break                                    # the next section
+        if indent(line) <= base:
+            names, _, kind = line.strip().partition(":")
+            current = [n.strip() for n in names.split(",") if n.strip()]
+            for n in current:
+                out[n] = [kind.strip(), []]
+        else:
+            for n in current:
+                out[n][1].append(line.strip())
+    return {n: (_clean(kind), _clean(" ".join(desc))) for n, (kind, desc) in out.items()}
+
+
+def parameter_docs(cls):
+    """Parameter docs of ``cls`` and its daskrnmf bases (a subclass's own text wins)."""
+    docs = {}
+    for klass in reversed(cls.__mro__):
+        if (klass.__module__ or "").startswith("daskrnmf"):
+            docs.update(parse_parameters_section(klass.__dict__.get("__doc__")))
+    return docs
+
+
+_CLI_VALUES = (0, 1, 0.5, 1e-3, True, "text")
+
+
+def _not_an_option(default, kind, constraints):
+    """Callables (callbacks) and arrays are not given on a command line: a parameter whose
+    constraints accept no number, flag or text, or whose default or documented type is a
+    callable or an array."""
+    if constraints and not any(hasattr(c, "values") or any(_accepts(c, x) for x in _CLI_VALUES)
+                               for c in constraints):
+        return True
+    if callable(default) or isinstance(default, np.ndarray):
+        return True
+    low = kind.lower()
+    if "callable" in low or "function" in low:
+        return True
+    if "array" in low and not re.search(r"\b(int|float|str|bool|string)\b|\{", low):
+        return True
+    return False
+
+
+def _accepts(constraint, value):
+    try:
+        return bool(constraint.accepts(value))
+    except Exception:
+        return False
+
+
+def _bool(text):
+    low = text.strip().lower()
+    if low in ("true", "yes", "on", "1"):
+        return True
+    if low in ("false", "no", "off", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _typed(kind_name, convert):
+    def parse(text):
+        if text.strip().lower() == "none":
+            return None
+        try:
+            return convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind_name}, got {text!r}") from None
+    return parse
 
 
 def _coerce(text):
+    """A value of a parameter without a typed default: bool, None, int, float or text."""
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -102,27 +168,264 @@ def _coerce(text):
     return text
 
 
-def model_params(cls, extra):
-    """``--name value`` pairs (``--name=value`` too) checked against ``cls``'s parameters."""
-    names = set(cls().get_params(deep=False)) - {"callback"}
-    params, i = {}, 0
-    while i < len(extra):
-        tok = extra[i]
-        if not tok.startswith("--"):
-            raise CommandError(f"unexpected argument {tok!r}; model parameters are options "
-                               f"like --n-components 8.")
-        key, _, value = tok[2:].partition("=")
-        if not _:
-            if i + 1 >= len(extra):
-                raise CommandError(f"option {tok} needs a value.")
-            value, i = extra[i + 1], i + 1
-        name = key.replace("-", "_")
-        if name not in names:
-            raise CommandError(f"unknown parameter {tok} for {cls.__name__}; its parameters are "
-                               + ", ".join("--" + n.replace("_", "-") for n in sorted(names)) + ".")
-        params[name] = _coerce(value)
-        i += 1
-    return params
+def model_options(cls):
+    """The command-line options of an estimator class, from its ``__init__`` signature and
+    numpydoc "Parameters": a list of ``(name, default, type, metavar, help)``."""
+    docs = parameter_docs(cls)
+    table = getattr(cls, "_parameter_constraints", {})
+    options = []
+    for name, p in inspect.signature(cls.__init__).parameters.items():
+        if name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        kind, text = docs.get(name, ("", ""))
+        default = None if p.default is p.empty else p.default
+        if _not_an_option(default, kind, table.get(name, ())):
+            continue
+        choices = re.match(r"\{([^}]*)\}", kind)
+        if isinstance(default, bool):
+            convert, metavar = _bool, "{true,false}"
+        elif isinstance(default, int):
+            convert, metavar = _typed("an integer", int), "INT"
+        elif isinstance(default, float):
+            convert, metavar = _typed("a number", float), "FLOAT"
+        else:
+            convert, metavar = _coerce, "VALUE"
+        if choices:
+            names = (c.strip().strip("\"'") for c in choices.group(1).split(","))
+            metavar = "{" + ",".join(names) + "}"
+        help_text = (text + " " if text else "") + f"(default: {default!r})"
+        options.append((name, default, convert, metavar, help_text.replace("%", "%%")))
+    return options
+
+
+# ---------------------------------------------------------------- parsing
+def _version():
+    from . import __version__
+
+    return __version__
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:              # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def _where(p):
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--cluster", help="cluster configuration (YAML, see cluster_configs/)")
+    g.add_argument("--scheduler-file", help="scheduler file of a running Dask scheduler")
+    g.add_argument("--scheduler-address", help="address of a running Dask scheduler "
+                                               "(tcp://HOST:PORT or tls://HOST:PORT)")
+    tls = p.add_argument_group("TLS (with --scheduler-address tls://...)")
+    tls.add_argument("--tls-ca-file", help="certificate of the CA that signed the scheduler's")
+    tls.add_argument("--tls-client-cert", help="this client's certificate")
+    tls.add_argument("--tls-client-key", help="this client's private key")
+
+
+def _add_model_parser(fit_sub, spec, with_options):
+    """``daskrnmf fit NAME``: the run options and, when ``with_options``, the model's
+    parameters (building them imports the model, so only the one asked for is built)."""
+    p = fit_sub.add_parser(
+        spec.name, help=spec.summary,
+        description=f"{spec.name} ({spec.task}): {spec.summary}. Writes "
+                    f"{', '.join(spec.outputs) or 'the fitted arrays'} (per sample, chunked "
+                    "like the input's rows) and the model's fitted arrays to --output.")
+    p.add_argument("input", help="Zarr array (path, or store path + --component)")
+    p.add_argument("--component", help="array inside the input store (e.g. X)")
+    p.add_argument("--output", required=True, help="Zarr store to write (never the input's)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing output" + (" and an earlier run's checkpoint"
+                                                        if spec.resumable else ""))
+    if spec.needs_y:
+        p.add_argument("--labels", required=True, help="Zarr array of the class labels")
+    if spec.resumable:
+        p.add_argument("--resume", action="store_true",
+                       help="continue from --checkpoint after a killed job")
+    p.add_argument("--scratch", help="directory every worker can read and write, for the "
+                                     "per-block state that lets a fit survive a lost worker "
+                                     "(default: dask config 'daskrnmf.scratch-directory', "
+                                     "else the output's directory); removed at the end")
+    p.add_argument("--progress", action="store_true",
+                   help="log one line per iteration (per batch for streaming models), also "
+                        "when not on a terminal")
+    _where(p)
+    params = []
+    if with_options:
+        group = p.add_argument_group(f"parameters of {spec.name}")
+        for name, default, convert, metavar, help_text in model_options(spec.cls):
+            dest = "param:" + name
+            group.add_argument("--" + name.replace("_", "-"), dest=dest, type=convert,
+                               metavar=metavar, default=argparse.SUPPRESS, help=help_text)
+            params.append((name, dest))
+        known = {name: convert for name, _, convert, _, _ in model_options(spec.cls)}
+        for old, new in getattr(spec.cls, "_renamed_params", {}).items():
+            if new in known:      # old names keep working for one release, with a warning
+                group.add_argument("--" + old.replace("_", "-"), dest="param:" + new,
+                                   type=known[new], default=argparse.SUPPRESS,
+                                   help=argparse.SUPPRESS, action=_renamed(old, new))
+    p.set_defaults(model=spec.name, model_params=params, model_parser=p)
+    return p
+
+
+def _renamed(old, new):
+    class Renamed(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(f"daskrnmf: warning: {option_string} was renamed "
+                  f"--{new.replace('_', '-')}; the old name will be removed in a later "
+                  "release.", file=sys.stderr)
+            setattr(namespace, self.dest, values)
+    return Renamed
+
+
+def _parser(model=None):
+    """The argument parser; ``model``: the registered model whose options to build."""
+    from .models import REGISTRY
+
+    parser = argparse.ArgumentParser(
+        prog="daskrnmf", description="Robust NMF and clustering out of core on Dask and Zarr.",
+        epilog="Exit status: 0 done, 1 failed (one line on stderr), 2 wrong command line, "
+               "130 interrupted (SIGINT), 143 terminated (SIGTERM). Model parameters are "
+               "options named after them: 'daskrnmf fit RFNMF --help'.")
+    parser.add_argument("--version", action="version", version=f"daskrnmf {_version()}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    fit = sub.add_parser("fit", help="fit a model to a Zarr array and write its results",
+                         description="Fit a model to a Zarr array and write its results. "
+                                     "'daskrnmf fit MODEL --help' lists the model's "
+                                     "parameters; model names are case-insensitive.")
+    fit_sub = fit.add_subparsers(dest="model", required=True, metavar="MODEL",
+                                 title="models")
+    for spec in REGISTRY.values():
+        _add_model_parser(fit_sub, spec, with_options=spec.name == model)
+
+    ev = sub.add_parser("evaluate", help="ACC, NMI and purity of labels against true ones")
+    ev.add_argument("pred", help="Zarr array of predicted labels (e.g. out.zarr/labels)")
+    ev.add_argument("true", help="Zarr array of true labels")
+    ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _where(ev)
+
+    mk = sub.add_parser("make-data", help="write a generated problem to a Zarr store",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    mk.add_argument("generator", choices=("blobs", "coclusters", "segments", "faces"),
+                    help="blobs: clusters with outliers, out of core; coclusters, segments "
+                         "(ordered samples), faces (ORL faces with block outliers): small")
+    mk.add_argument("output", help="Zarr store to write")
+    mk.add_argument("--n-samples", type=_positive_int, default=100_000, help="rows of X")
+    mk.add_argument("--n-features", type=_positive_int, default=32, help="columns of X")
+    mk.add_argument("--n-clusters", type=_positive_int, default=5, help="blobs: clusters")
+    mk.add_argument("--outlier-fraction", type=_fraction, default=0.05,
+                    help="blobs: fraction of rows that are outliers, in [0, 1]")
+    mk.add_argument("--rho", type=_fraction, default=0.1,
+                    help="faces: outlier density, in [0, 1]")
+    mk.add_argument("--chunk-rows", type=_positive_int, default=20_000,
+                    help="rows per stored chunk")
+    mk.add_argument("--random-state", type=int, default=0, help="seed")
+    mk.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    _where(mk)
+
+    info = sub.add_parser("info", help="what is in a Zarr store")
+    info.add_argument("store")
+    return parser
+
+
+def _normalise_model(argv):
+    """``fit rfnmf`` -> ``fit RFNMF`` (model names are case-insensitive); the model's name."""
+    from .models import REGISTRY
+
+    positional = [i for i, a in enumerate(argv) if not a.startswith("-")]
+    if len(positional) < 2 or argv[positional[0]] != "fit" or positional[1] != positional[0] + 1:
+        return argv, None
+    i = positional[1]
+    for name in REGISTRY:
+        if name.lower() == argv[i].lower():
+            return argv[:i] + [name] + argv[i + 1:], name
+    return argv, None
+
+
+# ---------------------------------------------------------------- paths
+def _real(path):
+    return os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(path))))
+
+
+def _is_url(path):
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+def _zarr_root(path):
+    """The outermost directory of the Zarr hierarchy that holds ``path`` (resolved)."""
+    root = _real(path)
+    while True:
+        parent = os.path.dirname(root)
+        if parent == root or not any(os.path.exists(os.path.join(parent, m))
+                                     for m in ("zarr.json", ".zgroup", ".zarray")):
+            return root
+        root = parent
+
+
+def _within(a, b):
+    """``a`` is ``b`` or inside it (both resolved)."""
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
+
+def _refuse_overlap(path, protected, what, *, around=True):
+    """``path`` (to be written) must not be a protected store, inside one, or (``around``)
+    contain one.  Paths are compared resolved, symlinks followed."""
+    target = _real(path)
+    for store, role in protected:
+        if _within(target, store) or (around and _within(store, target)):
+            raise CommandError(f"{what} {path} would write into the {role} store {store}; "
+                               f"daskrnmf never writes its input: choose another path.")
+
+
+def _nearest_existing(path):
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _check_writable(directory, what):
+    """Create and remove a probe in ``directory`` (its nearest existing ancestor when it
+    does not exist yet): permission bits alone lie for root, and on read-only mounts."""
+    where = _nearest_existing(directory)
+    if not os.path.isdir(where):
+        raise CommandError(f"{what} {directory} cannot be created: {where} is not a directory.")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".daskrnmf-probe-", dir=where))
+    except OSError as exc:
+        raise CommandError(f"{what} {directory} is not writable ({exc.strerror or exc}).") \
+            from None
+
+
+def _check_output(path, overwrite, protected=()):
+    """Before any cluster starts: not the input, not existing (unless ``overwrite``), its
+    directory there and writable."""
+    _refuse_overlap(path, protected, "output")
+    if os.path.lexists(path) and not overwrite:
+        raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise CommandError(f"the directory of output {path} does not exist.")
+    _check_writable(parent, "the directory of output")
 
 
 # ---------------------------------------------------------------- output stores
@@ -132,59 +435,65 @@ def _versions():
     import sklearn
     import zarr
 
-    from . import __version__
-
-    return {"daskrnmf": __version__, "dask": dask.__version__,
+    return {"daskrnmf": _version(), "dask": dask.__version__,
             "distributed": distributed.__version__, "numpy": np.__version__,
             "zarr": zarr.__version__, "scikit-learn": sklearn.__version__,
             "python": sys.version.split()[0]}
 
 
-def _check_output(path, overwrite):
-    if os.path.exists(path) and not overwrite:
-        raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise CommandError(f"the directory of output {path} does not exist.")
+def _partial_name(path):
+    return f"{os.path.abspath(os.fspath(path))}.partial-{uuid.uuid4().hex[:8]}"
 
 
-def write_store(path, arrays, attrs, overwrite):
+def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, tmp=None):
     """Write a Zarr group atomically: under a temporary name, renamed when complete.
 
     ``arrays``: name -> NumPy array (small) or Dask array (written chunk by chunk on the
-    workers, chunked like it).  ``attrs``: JSON-able metadata.
+    workers).  Arrays with ``n_rows`` rows are stored in chunks of ``row_chunk`` rows (the
+    input's stored chunking), the others in one chunk (Dask: their largest block) along
+    the rows; every other axis whole.  ``attrs``: JSON-able metadata.  ``tmp``: the
+    temporary name to use (a caller that must remove it after a cluster closes).
     """
     import dask.array as da
     import zarr
 
     path = os.path.abspath(os.fspath(path))
-    tmp = f"{path}.partial-{uuid.uuid4().hex[:8]}"
+    tmp = tmp or _partial_name(path)
     try:
         group = zarr.open_group(tmp, mode="w")
         sources, targets = [], []
         for name, value in arrays.items():
+            if isinstance(value, da.Array) and value.ndim == 0:
+                value = value.compute()
+            per_sample = bool(row_chunk) and np.ndim(value) > 0 and value.shape[0] == n_rows
             if isinstance(value, da.Array):
-                chunks = tuple(max(c) if c else 1 for c in value.chunks)
-                if value.ndim == 2:
-                    value = value.rechunk({1: value.shape[1]})
-                    chunks = (max(value.chunks[0]), value.shape[1])
-                value = value.rechunk({0: chunks[0]})  # regular chunks, as Zarr needs
-                target = group.create_array(name, shape=value.shape, chunks=chunks,
-                                            dtype=value.dtype)
+                rows = row_chunk if per_sample else max(max(value.chunks[0]), 1)
+                value = value.rechunk((rows,) + tuple(max(s, 1) for s in value.shape[1:]))
+                target = group.create_array(name, shape=value.shape, dtype=value.dtype,
+                                            chunks=(rows,) + tuple(max(s, 1)
+                                                                   for s in value.shape[1:]))
                 sources.append(value)
                 targets.append(target)
             else:
                 value = np.asarray(value)
+                chunks = tuple(max(s, 1) for s in value.shape) or None
+                if per_sample:
+                    chunks = (row_chunk,) + chunks[1:]
                 group.create_array(name, shape=value.shape, dtype=value.dtype,
-                                   chunks=value.shape or None)[...] = value
+                                   chunks=chunks)[...] = value
         if sources:
             da.store(sources, targets, lock=False)
         group.attrs.update(json.loads(json.dumps(attrs, default=_json_default)))
-        if os.path.exists(path):
+        if os.path.lexists(path):
+            if not overwrite:
+                raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
             trash = f"{path}.old-{uuid.uuid4().hex[:8]}"
             os.rename(path, trash)
             os.rename(tmp, path)
-            shutil.rmtree(trash, ignore_errors=True)
+            if os.path.isdir(trash) and not os.path.islink(trash):
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                os.unlink(trash)
         else:
             os.rename(tmp, path)
     finally:
@@ -205,71 +514,162 @@ def _json_default(obj):
 def _open_input(path, component=None, what="input"):
     from .io import open_array
 
-    if not os.path.exists(path):
+    if not _is_url(path) and not os.path.exists(path):
         raise CommandError(f"{what} {path} does not exist.")
     return open_array(path, component)
 
 
-def cmd_fit(args, extra):
+def _protected(args, *paths):
+    """The local Zarr stores a command reads: ``(resolved root, role)`` pairs."""
+    out = []
+    for path, role in paths:
+        if path and not _is_url(path):
+            out.append((_zarr_root(path), role))
+    return out
+
+
+def _connect(args):
+    from .cluster import connect
+
+    tls = {k: getattr(args, k, None) for k in ("tls_ca_file", "tls_client_cert",
+                                               "tls_client_key")}
+    return connect(args.cluster, scheduler_file=args.scheduler_file,
+                   scheduler_address=args.scheduler_address,
+                   tls={k: v for k, v in tls.items() if v} or None)
+
+
+class _Run:
+    """Paths a command removes when it ends, after the cluster has closed (so no worker
+    still writes into them): partial outputs and the run's scratch directory."""
+
+    def __init__(self):
+        self.paths = []
+
+    def remove_later(self, path):
+        self.paths.append(path)
+        return path
+
+    def cleanup(self):
+        for path in self.paths:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def cmd_fit(args, parser):
     import dask
     import dask.array as da
 
-    import daskrnmf
-
     from . import _validation as v
+    from .models import get
 
-    names = {m.lower(): m for m in MODELS}
-    if args.model.lower() not in names:
-        raise CommandError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}.")
-    cls = getattr(daskrnmf, names[args.model.lower()])
-    params = model_params(cls, extra)
-    if args.resume and "checkpoint" not in params:
-        raise CommandError("--resume continues a checkpointed ONMFO fit: give --checkpoint "
-                           "DIR with the model ONMFO.")
-    _check_output(args.output, args.overwrite)
+    spec = get(args.model)
+    cls = spec.cls
+    params = {name: getattr(args, dest) for name, dest in args.model_params
+              if hasattr(args, dest)}
+    resume = getattr(args, "resume", False)
+    fit_signature = inspect.signature(cls.fit).parameters
+    if resume and "checkpoint" in inspect.signature(cls.__init__).parameters \
+            and not params.get("checkpoint"):
+        args.model_parser.error(f"--resume continues a checkpointed {spec.name} fit: give "
+                                "--checkpoint DIR.")
+    if args.tls_ca_file or args.tls_client_cert or args.tls_client_key:
+        if not args.scheduler_address:
+            args.model_parser.error("--tls-* options go with --scheduler-address tls://HOST:PORT.")
+
+    # everything that can be checked is checked before a cluster starts
+    protected = _protected(args, (args.input, "input"), (getattr(args, "labels", None), "labels"))
+    _check_output(args.output, args.overwrite, protected)
+    checkpoint = params.get("checkpoint")
+    if isinstance(checkpoint, (str, os.PathLike)):
+        _refuse_overlap(checkpoint, protected, "checkpoint")
+        _check_writable(checkpoint, "checkpoint directory")
+        from ._checkpoint import holds_run
+
+        if not resume and not args.overwrite and holds_run(checkpoint):
+            raise CommandError(f"checkpoint directory {checkpoint} holds an earlier run's "
+                               "checkpoint; pass --resume to continue it or --overwrite to "
+                               "replace it.")
+    scratch_root = args.scratch or dask.config.get("daskrnmf.scratch-directory", None) \
+        or os.path.dirname(os.path.abspath(args.output))
+    _refuse_overlap(scratch_root, protected, "scratch directory", around=False)
+    _check_writable(scratch_root, "scratch directory")
     z = _open_input(args.input, args.component)
+    y = _open_input(args.labels, what="labels") if spec.needs_y else None
     model = cls(**params)
-    # a redrawn line on a terminal; one log line per iteration / batch with --progress
     bar = None
     if "callback" in model.get_params():
         from .progress import ProgressBar
 
-        bar = ProgressBar(cls.__name__, log=args.progress)
+        bar = ProgressBar(spec.name, log=args.progress)
         model.set_params(callback=bar)
-    if args.progress:
-        import logging
-
-        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    # parameters and the array's shape and dtype are checked before a cluster is started
     v.validate_params(model, model._parameter_constraints)
-    v.check_array(z, estimator_name=cls.__name__)
-    scratch = args.scratch or dask.config.get("daskrnmf.scratch-directory", None) \
-        or os.path.dirname(os.path.abspath(args.output))
-    with _where(args), dask.config.set({"daskrnmf.scratch-directory": scratch}):
-        tic = time.perf_counter()
-        if cls.__name__ == "MNMF":
-            if not args.labels:
-                raise CommandError("MNMF is a classifier: give its class labels with --labels.")
-            y = da.from_zarr(_open_input(args.labels, what="labels"))
-            model.fit(z, y)
-        elif args.resume:
-            model.fit(z, resume=True)
-        else:
-            model.fit(z)
-        fit_seconds = time.perf_counter() - tic
-        if bar is not None:
-            bar.close()
-            model.set_params(callback=None)
-        arrays = _results(model, z)
-        tic = time.perf_counter()
-        attrs = {"model": cls.__name__, "params": _plain_params(model), "input": os.path.abspath(args.input),
-                 "component": args.component, "fit_seconds": fit_seconds,
-                 "scalars": _scalars(model), "versions": _versions()}
-        write_store(args.output, arrays, attrs, args.overwrite)
-    print(f"{cls.__name__} fitted in {fit_seconds:.1f} s; wrote {', '.join(sorted(arrays))} "
+    v.check_array(z, estimator_name=spec.name)
+    logger, handler, level = logging.getLogger("daskrnmf"), None, None
+    if args.progress:    # the model's lines only; Dask's logging stays at its own level
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        level = logger.level
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    fit_kwargs = {}
+    if resume:
+        fit_kwargs["resume"] = True
+    elif args.overwrite and "overwrite_checkpoint" in fit_signature:
+        fit_kwargs["overwrite_checkpoint"] = True    # replace an earlier run's checkpoint
+
+    run = _Run()
+    os.makedirs(scratch_root, exist_ok=True)
+    scratch = run.remove_later(tempfile.mkdtemp(prefix="daskrnmf-state-", dir=scratch_root))
+    tmp = run.remove_later(_partial_name(args.output))
+    try:
+        with _connect(args), dask.config.set({"daskrnmf.scratch-directory": scratch}):
+            tic = time.perf_counter()
+            try:
+                if spec.needs_y:
+                    model.fit(z, da.from_zarr(y), **fit_kwargs)
+                else:
+                    model.fit(z, **fit_kwargs)
+            finally:
+                if bar is not None:
+                    bar.close()
+                    model.set_params(callback=None)
+            fit_seconds = time.perf_counter() - tic
+            arrays = _fit_outputs(model, z)
+            tic = time.perf_counter()
+            attrs = {"model": spec.name, "params": _plain_params(model),
+                     "input": os.path.abspath(args.input), "component": args.component,
+                     "outputs": sorted(arrays), "fit_seconds": fit_seconds,
+                     "scalars": _scalars(model), "versions": _versions()}
+            write_store(args.output, arrays, attrs, args.overwrite, n_rows=z.shape[0],
+                        row_chunk=int(z.chunks[0]), tmp=tmp)
+    finally:
+        run.cleanup()
+        if handler is not None:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+    print(f"{spec.name} fitted in {fit_seconds:.1f} s; wrote {', '.join(sorted(arrays))} "
           f"to {args.output} ({time.perf_counter() - tic:.1f} s)")
     return 0
+
+
+def _float_dtype(X):
+    dt = np.dtype(X.dtype)
+    return dt if dt in (np.dtype(np.float32), np.dtype(np.float64)) else np.dtype(np.float64)
+
+
+def _fit_outputs(model, X):
+    """The model's per-sample outputs for X (``model._outputs``, floats in X's float
+    dtype) and its small fitted arrays (NumPy attributes ending in ``_``)."""
+    dtype = _float_dtype(X)
+    arrays = {}
+    for name, value in model._outputs(X).items():
+        if np.dtype(value.dtype).kind == "f" and value.dtype != dtype:
+            value = value.astype(dtype)
+        arrays[name] = value
+    for key, value in vars(model).items():
+        if key.endswith("_") and not key.startswith("_") and isinstance(value, np.ndarray) \
+                and value.dtype.kind in "biuf" and key.rstrip("_") not in arrays:
+            arrays[key.rstrip("_")] = value
+    return arrays
 
 
 def _plain_params(model):
@@ -286,49 +686,7 @@ def _scalars(model):
     return out
 
 
-def _results(model, z):
-    """The arrays a fit leaves: per-sample results chunked like X, the model's small ones."""
-    import dask.array as da
-
-    n = z.shape[0]
-    arrays = {}
-    for key, value in vars(model).items():
-        if not key.endswith("_") or key.startswith("_"):
-            continue
-        if isinstance(value, da.Array) or (isinstance(value, np.ndarray) and value.ndim
-                                           and value.shape[0] == n and value.size > 1):
-            arrays[key.rstrip("_")] = value if isinstance(value, da.Array) else da.from_array(value)
-        elif isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-            arrays[key.rstrip("_")] = value
-    if hasattr(model, "decompose"):
-        H, R = model.decompose(z)
-        arrays["H"], arrays["R"] = H, R
-    elif hasattr(model, "components_") and hasattr(model, "transform") and "labels" not in arrays:
-        arrays["H"] = model.transform(z)
-    if type(model).__name__ == "MNMF":
-        arrays["predictions"] = model.predict(z)
-    return arrays
-
-
-class _where:
-    """Context manager: connect to where the command runs."""
-
-    def __init__(self, args):
-        self.args = args
-        self.ctx = None
-
-    def __enter__(self):
-        from .cluster import connect
-
-        self.ctx = connect(self.args.cluster, scheduler_file=self.args.scheduler_file,
-                           scheduler_address=self.args.scheduler_address)
-        return self.ctx.__enter__()
-
-    def __exit__(self, *exc):
-        return self.ctx.__exit__(*exc)
-
-
-def cmd_evaluate(args, extra):
+def cmd_evaluate(args, parser):
     import dask.array as da
 
     from .metrics import clustering_accuracy, normalized_mutual_info, purity
@@ -338,7 +696,7 @@ def cmd_evaluate(args, extra):
     if pred.ndim != 1 or true.ndim != 1 or pred.shape != true.shape:
         raise CommandError(f"labels must be 1-D arrays of the same length; got {pred.shape} "
                            f"and {true.shape}.")
-    with _where(args):
+    with _connect(args):
         scores = {"ACC": clustering_accuracy(true, pred), "NMI": normalized_mutual_info(true, pred),
                   "purity": purity(true, pred), "n_samples": int(pred.shape[0])}
     if args.json:
@@ -350,27 +708,30 @@ def cmd_evaluate(args, extra):
     return 0
 
 
-def cmd_make_data(args, extra):
+def cmd_make_data(args, parser):
     from . import datasets
 
     _check_output(args.output, args.overwrite)
-    with _where(args):
-        if args.generator == "blobs":
-            tmp = f"{os.path.abspath(args.output)}.partial-{uuid.uuid4().hex[:8]}"
-            try:
-                datasets.make_zarr_blobs(tmp, n_samples=args.n_samples, n_features=args.n_features,
-                                         n_clusters=args.n_clusters,
+    run = _Run()
+    tmp = run.remove_later(_partial_name(args.output))
+    try:
+        with _connect(args):
+            if args.generator == "blobs":
+                datasets.make_zarr_blobs(tmp, n_samples=args.n_samples,
+                                         n_features=args.n_features, n_clusters=args.n_clusters,
                                          outlier_fraction=args.outlier_fraction,
-                                         chunk_rows=args.chunk_rows, random_state=args.random_state)
-                if os.path.exists(args.output):
+                                         chunk_rows=args.chunk_rows,
+                                         random_state=args.random_state)
+                if os.path.lexists(args.output):
                     shutil.rmtree(args.output)
                 os.rename(tmp, args.output)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            arrays = _small_problem(args)
-            write_store(args.output, arrays, {"generator": args.generator,
-                                              "random_state": args.random_state}, args.overwrite)
+            else:
+                arrays = _small_problem(args)
+                write_store(args.output, arrays, {"generator": args.generator,
+                                                  "random_state": args.random_state},
+                            args.overwrite, tmp=tmp)
+    finally:
+        run.cleanup()
     print(f"wrote {args.generator} to {args.output}")
     return 0
 
@@ -398,7 +759,7 @@ def _small_problem(args):
             for k, v in out.items()}
 
 
-def cmd_info(args, extra):
+def cmd_info(args, parser):
     import zarr
 
     if not os.path.exists(args.store):
@@ -423,34 +784,80 @@ def cmd_info(args, extra):
 COMMANDS = {"fit": cmd_fit, "evaluate": cmd_evaluate, "make-data": cmd_make_data, "info": cmd_info}
 
 
+# ---------------------------------------------------------------- signals
+class _Signals:
+    """SIGINT and SIGTERM as one interruption: the first one silences Dask's logging (no
+    tracebacks from a cluster torn down mid-task) and raises KeyboardInterrupt in the
+    main thread, so every ``finally`` runs (cluster closed, partial output and scratch
+    removed); later ones are ignored while that cleanup runs."""
+
+    def __init__(self):
+        self.received = None
+        self.previous = {}
+
+    def __enter__(self):
+        for signum in EXIT_SIGNAL:
+            try:
+                self.previous[signum] = signal.signal(signum, self._handle)
+            except ValueError:          # not the main thread: leave signals alone
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received is not None:
+            return
+        self.received = signum
+        _quiet_dask()
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        return False
+
+
+def _quiet_dask():
+    for name in ("distributed", "tornado", "asyncio", "bokeh"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
 def main(argv=None):
     """Entry point of the ``daskrnmf`` console script; returns the exit status."""
     import warnings
 
-    parser = _parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and args.command != "fit":
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv, model = _normalise_model(argv)
+    parser = _parser(model)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:            # --help, --version (0) and usage errors (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     shown = warnings.showwarning
     if not args.debug:   # warnings in batch logs: one line each, like errors
         warnings.showwarning = lambda message, category, *rest, **kw: print(
             f"daskrnmf: warning: {message}", file=sys.stderr)
-    try:
-        return COMMANDS[args.command](args, extra)
-    except KeyboardInterrupt:
-        print("daskrnmf: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if args.debug:
-            raise
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if not isinstance(exc, (CommandError, ValueError, TypeError, FileNotFoundError,
-                                FileExistsError)):
-            message = f"{type(exc).__name__}: {message}"
-        print(f"daskrnmf: error: {message}", file=sys.stderr)
-        return 1
-    finally:
-        warnings.showwarning = shown
+    with _Signals() as signals:
+        try:
+            return COMMANDS[args.command](args, parser)
+        except SystemExit as exc:        # parser.error inside a command
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        except KeyboardInterrupt:
+            signum = signals.received or signal.SIGINT
+            name = signal.Signals(signum).name
+            print(f"daskrnmf: {'terminated' if signum == signal.SIGTERM else 'interrupted'} "
+                  f"({name}); partial output and scratch removed", file=sys.stderr)
+            return EXIT_SIGNAL[signum]
+        except Exception as exc:
+            if args.debug:
+                raise
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if not isinstance(exc, (CommandError, ValueError, TypeError, FileNotFoundError,
+                                    FileExistsError)):
+                message = f"{type(exc).__name__}: {message}"
+            print(f"daskrnmf: error: {message}", file=sys.stderr)
+            return EXIT_FAILURE
+        finally:
+            warnings.showwarning = shown
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,7 +17,12 @@ One key, ``cluster``, names the kind; the other keys go to its constructor:
 ``address``
     Connect to a running scheduler at ``address``; with ``tls_ca_file``,
     ``tls_client_cert`` and ``tls_client_key`` (paths) over mutually authenticated TLS
-    (``distributed.security.Security``, ``require_encryption=True``).
+    (``distributed.security.Security``, ``require_encryption=True``).  A ``tls://``
+    address needs them (or dask config ``distributed.comm.tls.ca-file``,
+    ``distributed.comm.tls.client.cert`` and ``distributed.comm.tls.client.key``).
+
+Relative certificate paths in a YAML file are relative to the file's own directory, not
+to the working directory.
 """
 
 import contextlib
@@ -43,6 +48,12 @@ def load_config(path):
                          f"{str(exc).splitlines()[0]}") from None
     if not isinstance(config, dict):
         raise ValueError(f"cluster configuration {path} must be a mapping with a 'cluster' key.")
+    here = os.path.dirname(os.path.abspath(path))
+    for key in _TLS_KEYS:    # certificates next to the configuration, wherever the job runs
+        value = config.get(key)
+        if isinstance(value, str) and value:
+            value = os.path.expanduser(os.path.expandvars(value))
+            config[key] = value if os.path.isabs(value) else os.path.join(here, value)
     return config
 
 
@@ -63,6 +74,23 @@ def security_from(config):
                     tls_client_key=config["tls_client_key"], require_encryption=True)
 
 
+def _tls_from_dask_config(address):
+    """A ``tls://`` address without certificates: fine when dask's own configuration has
+    them; otherwise say what to pass (distributed would only say "TLS expects a
+    ssl_context argument")."""
+    from distributed.security import Security
+
+    sec = Security()
+    if sec.tls_ca_file and sec.tls_client_cert:
+        return
+    raise ValueError(
+        f"the scheduler at {address} speaks TLS and no client certificates were given: pass "
+        "--tls-ca-file, --tls-client-cert and --tls-client-key, or a --cluster YAML with "
+        "'cluster: address' and the keys tls_ca_file, tls_client_cert and tls_client_key "
+        "(see cluster_configs/tls.yaml), or set dask config distributed.comm.tls.ca-file, "
+        "distributed.comm.tls.client.cert and distributed.comm.tls.client.key.")
+
+
 def make_cluster(config):
     """The cluster object for a ``local``, ``slurm`` or ``pbs`` configuration (jobqueue
     clusters are created without submitting anything; see ``job_script()``)."""
@@ -72,7 +100,8 @@ def make_cluster(config):
         from distributed import LocalCluster
 
         config.setdefault("dashboard_address", ":0")  # any free port: no clash, no warning
-        return LocalCluster(**config)
+        with _workers_ignore_sigint():
+            return LocalCluster(**config)
     if kind in ("slurm", "pbs"):
         config.pop("jobs", None)
         try:
@@ -85,6 +114,25 @@ def make_cluster(config):
     raise ValueError(f"make_cluster builds 'local', 'slurm' or 'pbs' clusters; got {kind!r}.")
 
 
+@contextlib.contextmanager
+def _workers_ignore_sigint():
+    """Worker processes started in here ignore SIGINT (an ignored signal stays ignored
+    across the spawn's exec, and Python then installs no KeyboardInterrupt handler).
+    Ctrl-C reaches the whole foreground process group; only the client should act on
+    it (and close the cluster), not every worker with a traceback of its own."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def local_default():
     """LocalCluster sized to the machine: one single-threaded worker per core (at most 8)."""
     import psutil
@@ -95,12 +143,14 @@ def local_default():
 
 
 @contextlib.contextmanager
-def connect(config=None, *, scheduler_file=None, scheduler_address=None, timeout="30s"):
+def connect(config=None, *, scheduler_file=None, scheduler_address=None, tls=None,
+            timeout="30s"):
     """A running ``distributed.Client`` for a configuration (path, dict or None).
 
     Exactly one of ``config``, ``scheduler_file`` and ``scheduler_address`` may be given;
-    with none, a LocalCluster sized to the machine.  Clusters started here are closed on
-    exit; existing schedulers are only disconnected from.
+    with none, a LocalCluster sized to the machine.  ``tls``: the ``tls_*`` keys (paths)
+    for ``scheduler_address``.  Clusters started here are closed on exit; existing
+    schedulers are only disconnected from.
 
     Yields
     ------
@@ -115,11 +165,13 @@ def connect(config=None, *, scheduler_file=None, scheduler_address=None, timeout
     if scheduler_file is not None:
         config = {"cluster": "scheduler-file", "scheduler_file": scheduler_file}
     elif scheduler_address is not None:
-        config = {"cluster": "address", "address": scheduler_address}
+        config = {"cluster": "address", "address": scheduler_address, **(tls or {})}
     elif config is None:
         config = local_default()
     elif not isinstance(config, dict):
         config = load_config(config)
+    if tls and scheduler_address is None:
+        raise ValueError("TLS certificates go with a scheduler address (tls://HOST:PORT).")
     kind = config.get("cluster")
     if kind not in KINDS:
         raise ValueError(f"'cluster' must be one of {list(KINDS)}; got {kind!r}.")
@@ -136,7 +188,10 @@ def connect(config=None, *, scheduler_file=None, scheduler_address=None, timeout
     if kind == "address":
         if not config.get("address"):
             raise ValueError("an 'address' cluster needs the scheduler's address.")
-        with Client(config["address"], security=security_from(config), timeout=timeout) as client:
+        security = security_from(config)
+        if security is None and str(config["address"]).startswith("tls://"):
+            _tls_from_dask_config(config["address"])
+        with Client(config["address"], security=security, timeout=timeout) as client:
             yield client
         return
     jobs = int(config.get("jobs", 1))
