@@ -5,7 +5,7 @@
 
 The paper's protocol: the 400 ORL faces (32 x 32) scaled to a maximum grey level of 50; a
 fraction rho of the pixels gets U[30, 50] added and is clipped at 50
-(``daskrnmf.datasets.corrupt_images``); K = 49, lam = 1, two passes for the online
+(``daskrnmf.datasets.corrupt_images``); K = 49, alpha_R = 1, two passes for the online
 methods.  E_avg (eq. 20) = mean over pixels of (clean - H W)^2, with H the codes of the
 corrupted faces under the learned W (ONMFO / RobustNMF: ``decompose``, which also takes
 out R; scikit-learn: ``transform``).  Compared, same data, same process, one run:
@@ -40,10 +40,10 @@ def run_all(noisy, clean, seed):
 
     out = {}
     for name, make in (
-            ("ONMFO (batch 10)", lambda: ONMFO(49, lam=1.0, batch_size=10, random_state=seed)),
-            ("ONMFO (batch 1, per sample)", lambda: ONMFO(49, lam=1.0, batch_size=1,
+            ("ONMFO (batch 10)", lambda: ONMFO(49, alpha_R=1.0, batch_size=10, random_state=seed)),
+            ("ONMFO (batch 1, per sample)", lambda: ONMFO(49, alpha_R=1.0, batch_size=1,
                                                           random_state=seed)),
-            ("RobustNMF (500 it.)", lambda: RobustNMF(49, lam=1.0, max_iter=500, tol=0,
+            ("RobustNMF (500 it.)", lambda: RobustNMF(49, alpha_R=1.0, max_iter=500, tol=0,
                                                       random_state=seed))):
         sec, model = timed(lambda: make().fit(noisy))
         H, _ = model.decompose(noisy)
@@ -119,7 +119,7 @@ def main():
     emit("# ONMFO on corrupted ORL faces (paper 004, Sec. 4)")
     emit()
     emit(f"400 faces 32 x 32, max grey level 50, U[30, 50] added to a fraction rho of the "
-         f"pixels, clipped at 50; K = 49, lam = 1; mean of {args.seeds} seeds. "
+         f"pixels, clipped at 50; K = 49, alpha_R = 1; mean of {args.seeds} seeds. "
          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one process.")
     emit()
     emit("E_avg (eq. 20, against the clean faces; lower is better):")

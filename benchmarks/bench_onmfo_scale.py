@@ -104,7 +104,7 @@ def main():
         fast = ONMFO(10, n_passes=1, batch_size=200_000, max_inner_iter=10, random_state=0)
         measure("ONMFO, 1 pass, max_inner_iter=10", lambda: fast.fit(store + "/X"), n)
         stop = ONMFO(10, n_passes=1, batch_size=100_000, random_state=0,
-                     callback=lambda info: info["n_steps"] == 2)
+                     callback=lambda info: info["iteration"] == 2)
         native = da.from_zarr(store, component="X", chunks=(50_000, d))
         measure("ONMFO, max_inner_iter=300 (default; first 2 batches of 100 000)",
                 lambda: stop.fit(native), 2 * 100_000)
@@ -116,7 +116,7 @@ def main():
     emit(f"X: {n:,} x {d} float32 = {gb:.2f} GB in Zarr (chunks of 50 000 rows); "
          f"LocalCluster {workers} workers x 1 thread, {LIMIT / 2**30:.0f} GiB each "
          f"(together {2 * LIMIT / 1e9:.1f} GB, {gb / (2 * LIMIT / 1e9):.1f}x less than X). "
-         f"k = 10, lam = 1, batches of 200 000 rows (2 pieces), prefetch 2. "
+         f"k = 10, alpha_R = 1, batches of 200 000 rows (2 pieces), prefetch 2. "
          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores.")
     emit()
     emit("| run | samples | seconds | samples / s | vs read pass | peak worker RSS (MiB) |")

@@ -23,5 +23,9 @@ for node in $(sort -u "${PBS_NODEFILE:-/dev/null}"); do
 done
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 
+# a resubmitted job continues the checkpoint its predecessor left (an earlier run's
+# checkpoint is never overwritten silently: without --resume the fit would refuse it)
+RESUME=""
+if [ -e "$OUTPUT.ckpt/.daskrnmf-checkpoint" ]; then RESUME="--resume"; fi
 daskrnmf fit ONMFO "$INPUT" --output "$OUTPUT" --scheduler-file "$SCHEDULER_FILE" \
-    --n-components 49 --n-passes 2 --random-state 0 --checkpoint "$OUTPUT.ckpt" --progress
+    --n-components 49 --n-passes 2 --random-state 0 --checkpoint "$OUTPUT.ckpt" --progress $RESUME
