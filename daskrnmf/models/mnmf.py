@@ -166,22 +166,6 @@ class SemiNMF(FactorizationMixin, BaseModel):
         self.verbose = verbose
         self.callback = callback
 
-    def fit(self, X, y=None):
-        """Factorize X.
-
-        Parameters
-        ----------
-        X : array-like, dask array, zarr.Array or Zarr path of shape (n_samples, n_features)
-        y : None
-            Ignored.
-
-        Returns
-        -------
-        self
-        """
-        self._fit(X)
-        return self
-
     def fit_transform(self, X, y=None):
         """Factorize X and return its codes.
 

@@ -611,24 +611,6 @@ class RobustNMF(_OutlierFactorization):
         self.callback = callback
         self._take_renamed(renamed)
 
-    def fit(self, X, y=None):
-        """Factorize X.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features), non-negative
-            NumPy array or array-like, Dask array chunked along rows, ``zarr.Array`` or
-            Zarr path.
-        y : None
-            Ignored.
-
-        Returns
-        -------
-        self : RobustNMF
-        """
-        self._fit(X, y)
-        return self
-
     def fit_transform(self, X, y=None):
         """Factorize X and return its codes: ``fit(X).transform(X)``.
 
