@@ -31,7 +31,9 @@ from . import _validation as v
 from ._driver import iterate, warn_if_not_converged
 
 FLOAT_DTYPES = (np.float64, np.float32)
-MAX_ABS = 1e150   # squares of larger values overflow float64
+# Above this magnitude the products the models form (squared distances, W H, Gram
+# matrices, their sums over samples) overflow float64.
+MAX_ABS = 1e60
 
 
 class BaseModel(BaseEstimator):
@@ -117,6 +119,8 @@ class BaseModel(BaseEstimator):
                           ensure_all_finite=False)
         where = f"X passed to {self._name}" + ("" if method == "fit" else f".{method}")
         v.check_finite_count(X.size - int(np.count_nonzero(np.isfinite(X))), where)
+        if method == "fit" and X.size:
+            _check_magnitude(float(np.max(np.abs(X))), self._name)
         if self._non_negative:
             low = float(X.min(initial=0.0))
             if low < 0:
@@ -131,11 +135,7 @@ class BaseModel(BaseEstimator):
 
         blocks, stats = checked_blocks(X, f"X passed to {self._name}")
         low = float(np.min(stats["min"]))
-        top = max(abs(low), abs(float(np.max(stats["max"]))))
-        if top > MAX_ABS:
-            raise ValueError(f"X passed to {self._name} has values up to {top:.3g} in magnitude; "
-                             f"above {MAX_ABS:g} the squared distances and products the models "
-                             "form overflow float64. Rescale X (e.g. X / X.max()).")
+        _check_magnitude(max(abs(low), abs(float(np.max(stats["max"])))), self._name)
         if self._non_negative and low < 0:
             raise ValueError(f"Negative values in data passed to {self._name} (input X, min "
                              f"{low:g}); it factorizes non-negative data only.")
@@ -306,6 +306,14 @@ class FactorizationMixin(ClassNamePrefixFeaturesOutMixin, TransformerMixin):
 
     def __sklearn_tags__(self):
         return float_tags(super().__sklearn_tags__())
+
+
+def _check_magnitude(top, name):
+    """A clear error for data so large that the models' products overflow float64."""
+    if top > MAX_ABS:
+        raise ValueError(f"X passed to {name} has values up to {top:.3g} in magnitude; above "
+                         f"{MAX_ABS:g} the squared distances and products the models form "
+                         "overflow float64. Rescale X (e.g. X / X.max()).")
 
 
 def _is_lazy(X):

@@ -19,6 +19,9 @@ from ..kernels.outliers import block_statistics, initial_codes, solve_codes
 SOLVE_ROWS = 2048  # rows solved at a time: bounds the kernels' temporaries
 
 
+MAX_ABS = 1e60   # as daskrnmf._base.MAX_ABS (this module is imported on workers without it)
+
+
 def check_rows(x, start, where, name):
     """The NumPy path's value checks on rows ``start..`` of X (finite, non-negative)."""
     bad = x.size - int(np.count_nonzero(np.isfinite(x)))
@@ -31,6 +34,11 @@ def check_rows(x, start, where, name):
         raise ValueError(f"Negative values in data passed to {where} (min {low:g}, in rows "
                          f"{start}..{start + x.shape[0] - 1}); {name} factorizes non-negative "
                          "data only.")
+    top = float(x.max(initial=0.0))
+    if top > MAX_ABS:
+        raise ValueError(f"{where} has values up to {top:.3g} in magnitude (rows {start}.."
+                         f"{start + x.shape[0] - 1}); above {MAX_ABS:g} the products {name} "
+                         "forms overflow float64. Rescale X (e.g. X / X.max()).")
 
 
 def add_statistics(parts):

@@ -252,7 +252,10 @@ class _CoFit:
             # rows are clustered on their per-column-cluster medians (m x L): the medians
             # over a column cluster's features are robust to gross entries
             groups = [columns[r] == l for l in range(self.L)]
-            profile = np.stack([np.median(sample[:, g], axis=1) for g in groups], axis=1)
+            # (an empty column cluster, e.g. on constant data, gives a zero column: it does
+            # not separate rows, and the S step below leaves its blocks to the reseeding)
+            profile = np.stack([np.median(sample[:, g], axis=1) if g.any() else np.zeros(m)
+                                for g in groups], axis=1)
             row_seed = int(rng.stream_id(7, r, self.seed % 2**62) >> 1)
             rows = kmedians_labels(profile, self.K, 1, row_seed)[:, 0]
             for k in range(self.K):
