@@ -26,6 +26,7 @@ to the working directory.
 """
 
 import contextlib
+import functools
 import os
 import time
 
@@ -142,6 +143,61 @@ def local_default():
     return {"cluster": "local", "n_workers": n, "threads_per_worker": 1, "memory_limit": memory}
 
 
+@functools.lru_cache(maxsize=None)
+def _client_class(base):
+    """``base`` (``distributed.Client``) that cleans up after itself when it fails to start.
+
+    distributed starts a Client's event-loop thread (``LoopRunner.start``) before it
+    connects, and a connection that fails raises out of the constructor with that thread
+    still running: the caller never gets the object to close.  A failure that is not an
+    OSError (no TLS context for a ``tls://`` address, "encryption required" for a
+    ``tcp://`` one, ...) even leaves the Client unclosed, and its ``__del__`` then closes
+    it from whatever garbage collection happens to run: a collection inside a later
+    ``LoopRunner.start`` (which holds the class-wide, non-reentrant ``LoopRunner._lock``)
+    deadlocks that thread on the same lock, or, in the new event-loop thread, stalls
+    the start 10 s into an AssertionError (issue 17: the fourth failed TLS client in a
+    process).  Failures that are OSErrors (a wrong certificate) close the Client but
+    never stop its loop: one leaked thread per attempt.  Here a Client that fails to
+    start is closed and its loop stopped at once, so nothing is left for ``__del__``.
+    """
+    class Client(base):
+        def start(self, **kwargs):
+            try:
+                return super().start(**kwargs)
+            except BaseException:
+                _abandon(self)
+                raise
+
+    return Client
+
+
+def _abandon(client):
+    """Close a Client that failed to start and stop its event loop, without raising."""
+    try:
+        client.close(timeout=5)           # comms, rpc, default client, dask config
+    except Exception:
+        pass
+    finally:
+        client.status = "closed"          # Client.__del__ has nothing left to do
+        try:
+            client._loop_runner.stop(timeout=5)   # a no-op when close() already did it
+        except Exception:
+            pass
+
+
+def _client(*args, **kwargs):
+    """A ``distributed.Client`` that is safe to retry in one process (see
+    :func:`_client_class`).  Clients that failed elsewhere in the process (a plain
+    ``distributed.Client``) are garbage-collected first, here, where distributed holds
+    no lock, rather than at a random moment inside this Client's start."""
+    import gc
+
+    import distributed
+
+    gc.collect()
+    return _client_class(distributed.Client)(*args, **kwargs)
+
+
 @contextlib.contextmanager
 def connect(config=None, *, scheduler_file=None, scheduler_address=None, tls=None,
             timeout="30s"):
@@ -156,8 +212,6 @@ def connect(config=None, *, scheduler_file=None, scheduler_address=None, tls=Non
     ------
     distributed.Client
     """
-    from distributed import Client
-
     given = [x is not None for x in (config, scheduler_file, scheduler_address)]
     if sum(given) > 1:
         raise ValueError("give at most one of a cluster configuration, a scheduler file and a "
@@ -182,7 +236,7 @@ def connect(config=None, *, scheduler_file=None, scheduler_address=None, tls=Non
             time.sleep(0.2)   # a batch script starts the scheduler just before the command
         if not path or not os.path.exists(path):
             raise ValueError(f"scheduler file {path} does not exist (is the scheduler running?).")
-        with Client(scheduler_file=path, timeout=timeout) as client:
+        with _client(scheduler_file=path, timeout=timeout) as client:
             yield client
         return
     if kind == "address":
@@ -191,12 +245,12 @@ def connect(config=None, *, scheduler_file=None, scheduler_address=None, tls=Non
         security = security_from(config)
         if security is None and str(config["address"]).startswith("tls://"):
             _tls_from_dask_config(config["address"])
-        with Client(config["address"], security=security, timeout=timeout) as client:
+        with _client(config["address"], security=security, timeout=timeout) as client:
             yield client
         return
     jobs = int(config.get("jobs", 1))
     with make_cluster(config) as cluster:
         if kind in ("slurm", "pbs"):
             cluster.scale(jobs=jobs)
-        with Client(cluster, timeout=timeout) as client:
+        with _client(cluster, timeout=timeout) as client:
             yield client
