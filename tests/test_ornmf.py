@@ -193,3 +193,12 @@ def test_nndsvda_with_more_components_than_features_is_a_clear_error():
                                          r"n_features\) = 3; got n_components=4"):
         NMF(4).fit(X)
     assert NMF(4, init="random", max_iter=5, tol=0).fit(X).components_.shape == (4, 3)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("random_state", [None, np.random.default_rng(0), 2**32 - 1])
+def test_labels_with_any_random_state(seq, random_state):
+    """The k-means of H is seeded from the fit's 63-bit seed (a ValueError before)."""
+    X, _ = seq
+    m = ORNMF(4, n_clusters=4, max_iter=5, random_state=random_state).fit(X)
+    assert m.labels_.shape == (X.shape[0],)

@@ -365,7 +365,9 @@ class ORNMF(NMF):
         self.jumps_ = np.asarray(jumps)
         if self.n_clusters is not None:
             self.boundaries_ = np.sort(top["idx"][:self.n_clusters - 1] + 1)
-            km = RFNMF(self.n_clusters, loss="l2", n_init=20, random_state=seed).fit(H)
+            # the fit's seed is 63-bit; a public estimator takes scikit-learn's [0, 2**32)
+            km = RFNMF(self.n_clusters, loss="l2", n_init=20,
+                       random_state=seed % 2**32).fit(H)
             self.labels_ = km.labels_
         else:
             big = top["score"] >= self.boundary_threshold * top["max"]
