@@ -25,7 +25,7 @@ from .kernels.sums import cluster_sums, merge_worst_fit, worst_fit
 
 # Memory of the median summaries per partial result (and so per tree node).
 HIST_CELLS = 2**18       # histogram cells: 1 MiB per block (int32), 2 MiB merged
-COLLECT_VALUES = 2**20   # collected (key, value) pairs: 12 MiB
+COLLECT_VALUES = 2**20   # collected (key, value) pairs planned per round: 12 MiB (hard cap 2x)
 MAX_ROUNDS = 24          # hard cap; float64 needs at most ~8 rounds of 256 bins
 
 
@@ -179,6 +179,7 @@ class MedianSearch:
         self.n_approximate = 0
         self._warm = warm
         self._collect_all = n_total is not None and n_total <= COLLECT_VALUES
+        self._histogram_next = np.zeros(self.E, dtype=bool)   # dropped collections
         self.final_window = (np.full(self.E, np.nan), np.full(self.E, np.nan),
                              np.zeros(self.E, dtype=np.int64))
 
@@ -196,7 +197,12 @@ class MedianSearch:
             ok = np.isfinite(wlo) & np.isfinite(whi)
             coll = ok & _greedy_budget(np.where(ok, wcount, np.iinfo(np.int64).max // 4), ok)
             clo, chi = np.where(coll, wlo, 0.0), np.where(coll, whi, 0.0)
-        return self._plan(active, coll, self.full_lo, self.full_hi, clo, chi)
+        # the warm windows were planned from the previous iteration's counts, which the
+        # current labels may exceed many times over: a hard bound on what any partial
+        # result holds (twice the budget); an entry over it is only counted, and its
+        # median refined from the histogram that the same round makes of every entry
+        return self._plan(active, coll, self.full_lo, self.full_hi, clo, chi,
+                          max_collect=2 * COLLECT_VALUES)
 
     def next_plan(self):
         """The plan of the next round, or None when every entry is resolved."""
@@ -206,18 +212,25 @@ class MedianSearch:
         if self.rounds >= MAX_ROUNDS:  # cannot happen for float data; a guard all the same
             self._resolve(todo, 0.5 * (self.lo[todo] + self.hi[todo]), approx=True)
             return None
-        coll = todo & _greedy_budget(self.count, todo)
+        # an entry whose collection went over the hard cap is histogrammed next (its count
+        # can be far off, and ties at float resolution need the histogram to resolve)
+        can = todo & ~self._histogram_next
+        coll = can & _greedy_budget(self.count, can)
+        self._histogram_next[:] = False
         hist = todo & ~coll
-        return self._plan(hist, coll, self.lo, self.hi, self.lo, self.hi)
+        # counts from this iteration's histograms: collections stay within the budget
+        # (plus the windows' rounding margins, which ties at float resolution need)
+        return self._plan(hist, coll, self.lo, self.hi, self.lo, self.hi, max_collect=None)
 
-    def _plan(self, hist, coll, hlo, hhi, coll_lo, coll_hi):
+    def _plan(self, hist, coll, hlo, hhi, coll_lo, coll_hi, max_collect=None):
         slot = np.full(self.E, -1, dtype=np.int64)
         n_hist = int(hist.sum())
         slot[hist] = np.arange(n_hist)
         n_bins = int(np.clip(_floor_pow2(HIST_CELLS // max(1, n_hist)), 8, 4096))
         return {"hist_slot": slot, "hlo": np.where(hist, hlo, 0.0), "hhi": np.where(hist, hhi, 0.0),
                 "n_bins": n_bins, "n_hist": n_hist, "coll": coll.copy(),
-                "clo": np.where(coll, coll_lo, 0.0), "chi": np.where(coll, coll_hi, 0.0)}
+                "clo": np.where(coll, coll_lo, 0.0), "chi": np.where(coll, coll_hi, 0.0),
+                "max_collect": max_collect}
 
     # -- updating
     def update(self, plan, res, n_values=None):
@@ -230,7 +243,7 @@ class MedianSearch:
         if self.n_values is None:
             if n_values is None:  # the first round covers the full range of every entry
                 if self._collect_all:
-                    n_values = res["cbelow"] + np.bincount(res["keys"], minlength=self.E)
+                    n_values = res["cbelow"] + res["cin"]
                 else:
                     n_values = res["hbelow"] + res["hist"][plan["hist_slot"]].sum(axis=1)
             self.n_values = np.asarray(n_values, dtype=np.int64)
@@ -243,9 +256,16 @@ class MedianSearch:
         coll = plan["coll"] & ~self.resolved
         if coll.any():
             ent = np.flatnonzero(coll)
-            m = np.bincount(res["keys"], minlength=self.E)[ent]
+            m = res["cin"][ent]
             below = res["cbelow"][ent]
-            ok = (below <= t_lo[ent]) & (t_hi[ent] < below + m)
+            inside = (below <= t_lo[ent]) & (t_hi[ent] < below + m)
+            # over the collection budget: only counted; the median is inside the window,
+            # which the next round refines (histogram or a smaller collection)
+            over = ent[inside & res["dropped"][ent]]
+            self.lo[over], self.hi[over] = plan["clo"][over], plan["chi"][over]
+            self.count[over] = res["cin"][over]
+            self._histogram_next[over] = True
+            ok = inside & ~res["dropped"][ent]
             good = ent[ok]
             if good.size:
                 self._resolve(good, select_collected(res["keys"], res["vals"], self.E, good,
@@ -255,7 +275,7 @@ class MedianSearch:
                 self.final_window[1][keep] = plan["chi"][keep]
                 self.final_window[2][keep] = np.bincount(res["keys"], minlength=self.E)[keep]
                 done_by_collect[good] = True
-            missed = ent[~ok]
+            missed = ent[~inside]
             # A collection that missed (a warm window the median left): if the entry
             # was not histogrammed in the same round, start again from the full range.
             nohist = missed[plan["hist_slot"][missed] < 0]

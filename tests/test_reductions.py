@@ -140,3 +140,33 @@ def test_sample_rows_matches_numpy_twin(rng):
         assert blocks.n_passes == 1
     rows, idx = sample_rows(RowBlocks(X, block_rows=10), 5000, 11, 5)  # more than n: all rows
     np.testing.assert_array_equal(idx, np.arange(1000))
+
+
+def test_warm_window_collection_is_bounded(monkeypatch):
+    """A warm window planned from the previous iteration's counts (here: 10 values) that
+    now holds far more (labels moved: ~1100 here; 13.7M values, 157 MiB, at 1M rows
+    before) is capped at twice the budget in every partial result; the medians stay exact."""
+    from daskrnmf.kernels.median import merge_median_round
+
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 64)
+    X = np.random.default_rng(0).normal(size=(3000, 3))
+    blocks = RowBlocks(X, block_rows=500)
+    labels = [np.zeros((n, 1), dtype=np.int64) for n in blocks.sizes]
+    warm = (np.full(3, -0.5), np.full(3, 0.5), np.full(3, 10))
+    search = reductions.MedianSearch(X.min(0), X.max(0), warm=warm)
+    plan, held = search.first_plan(), []
+
+    def merge(parts):
+        out = merge_median_round(parts)
+        held.append(out["keys"].size)
+        return out
+
+    while plan is not None:
+        part = blocks.map_reduce(reductions.median_refine_chunk, merge, args=(1, plan),
+                                 state=labels)
+        if search.rounds == 0:
+            assert part["dropped"].any() and max(held) <= 2 * 64
+        search.update(plan, part)
+        plan = search.next_plan()
+    np.testing.assert_array_equal(search.value, np.median(X, axis=0))
+    assert search.n_approximate == 0

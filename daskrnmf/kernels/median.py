@@ -22,7 +22,7 @@ from .blocks import sum_arrays
 
 @njit(cache=True, nogil=True)
 def _median_round(X, labels, n_clusters, columns, n_groups, hist_slot, hlo, hhi, n_bins,
-                  coll, clo, chi, hbelow, hist, hmin, hmax, cbelow, ncoll):
+                  coll, clo, chi, hbelow, hist, hmin, hmax, cbelow, cin, ncoll):
     n, d = X.shape
     R = labels.shape[1]
     total = 0
@@ -52,6 +52,7 @@ def _median_round(X, labels, n_clusters, columns, n_groups, hist_slot, hlo, hhi,
                     if v < clo[e]:
                         cbelow[e] += 1
                     elif v <= chi[e]:
+                        cin[e] += 1
                         total += 1
     ncoll[0] = total
 
@@ -85,7 +86,9 @@ def median_round(X, labels, n_clusters, plan, columns=None):
     plan : dict
         ``hist_slot`` (E,) int64 (-1: no histogram), ``hlo``, ``hhi`` (E,) float64,
         ``n_bins`` int, ``n_hist`` int (number of slots), ``coll`` (E,) bool,
-        ``clo``, ``chi`` (E,) float64.
+        ``clo``, ``chi`` (E,) float64, ``max_collect`` int (optional): at most this many
+        values are collected; past it, the entries with the most values inside their
+        windows are dropped (``dropped``) and only counted.
     columns : ndarray (n_restarts, n_features) int, optional
         Column group of every feature per restart (``E = n_restarts * n_clusters *
         n_groups``); None makes every feature its own group.
@@ -93,7 +96,8 @@ def median_round(X, labels, n_clusters, plan, columns=None):
     Returns
     -------
     dict of ``hbelow`` (E,), ``hist`` (n_hist, n_bins) int32, ``hmin``, ``hmax`` (E,),
-    ``cbelow`` (E,), ``keys`` (m,) int32 (int64 past 2**31 entries) and ``vals`` (m,).
+    ``cbelow``, ``cin`` (E,) (values below / inside each collection window), ``dropped``
+    (E,) bool, ``keys`` (m,) int32 (int64 past 2**31 entries) and ``vals`` (m,).
     """
     E = plan["hist_slot"].shape[0]
     labels = np.ascontiguousarray(labels, dtype=np.int64)
@@ -105,19 +109,41 @@ def median_round(X, labels, n_clusters, plan, columns=None):
     hmin = np.full(E, np.inf)
     hmax = np.full(E, -np.inf)
     cbelow = np.zeros(E, dtype=np.int64)
+    cin = np.zeros(E, dtype=np.int64)
     ncoll = np.zeros(1, dtype=np.int64)
     if X.shape[0]:
         _median_round(X, labels, n_clusters, columns, n_groups, plan["hist_slot"], plan["hlo"],
                       plan["hhi"],
                       plan["n_bins"], plan["coll"], plan["clo"], plan["chi"],
-                      hbelow, hist, hmin, hmax, cbelow, ncoll)
-    keys = np.empty(ncoll[0], dtype=np.int32 if E < 2**31 else np.int64)
-    vals = np.empty(ncoll[0], dtype=np.float64)
-    if ncoll[0]:
-        _median_collect(X, labels, n_clusters, columns, n_groups, plan["coll"], plan["clo"],
+                      hbelow, hist, hmin, hmax, cbelow, cin, ncoll)
+    dropped = _over_budget(cin, plan.get("max_collect"))
+    coll = plan["coll"] & ~dropped
+    m = int(cin[coll].sum())
+    keys = np.empty(m, dtype=np.int32 if E < 2**31 else np.int64)
+    vals = np.empty(m, dtype=np.float64)
+    if m:
+        _median_collect(X, labels, n_clusters, columns, n_groups, coll, plan["clo"],
                         plan["chi"], keys, vals)
     return {"hbelow": hbelow, "hist": hist, "hmin": hmin, "hmax": hmax,
-            "cbelow": cbelow, "keys": keys, "vals": vals}
+            "cbelow": cbelow, "cin": cin, "dropped": dropped, "keys": keys, "vals": vals,
+            "max_collect": plan.get("max_collect")}
+
+
+def _over_budget(cin, max_collect, dropped=None):
+    """Entries whose collections do not fit in ``max_collect`` values (the largest are
+    dropped first); ``dropped`` entries are already out."""
+    out = np.zeros(cin.shape[0], dtype=bool) if dropped is None else dropped.copy()
+    if max_collect is None:
+        return out
+    total = int(cin[~out].sum())
+    if total <= max_collect:
+        return out
+    order = np.argsort(np.where(out, -1, cin), kind="stable")[::-1]
+    excess = total - max_collect
+    sizes = cin[order]
+    n_drop = int(np.searchsorted(np.cumsum(sizes), excess, side="left")) + 1
+    out[order[:n_drop]] = True
+    return out
 
 
 def column_groups(columns, n_restarts, n_features, n_groups):
@@ -129,15 +155,27 @@ def column_groups(columns, n_restarts, n_features, n_groups):
 
 
 def merge_median_round(parts):
-    """Combine several :func:`median_round` outputs (sum, min, max, concatenation)."""
-    out = {"hbelow": sum_arrays([p["hbelow"] for p in parts]),
-           "hist": sum_arrays([p["hist"] for p in parts], dtype=np.int64),
-           "hmin": np.minimum.reduce([p["hmin"] for p in parts]),
-           "hmax": np.maximum.reduce([p["hmax"] for p in parts]),
-           "cbelow": sum_arrays([p["cbelow"] for p in parts]),
-           "keys": np.concatenate([p["keys"] for p in parts]),
-           "vals": np.concatenate([p["vals"] for p in parts])}
-    return out
+    """Combine several :func:`median_round` outputs (sum, min, max, concatenation).
+
+    An entry dropped in any part is dropped in the merge (its collected values go); when
+    the merged values exceed the plan's ``max_collect`` the entries with the most values
+    inside their windows are dropped too, so a tree node never holds more than that.
+    """
+    max_collect = parts[0].get("max_collect")
+    cin = sum_arrays([p["cin"] for p in parts])
+    dropped = _over_budget(cin, max_collect, np.logical_or.reduce([p["dropped"] for p in parts]))
+    keys = np.concatenate([p["keys"] for p in parts])
+    vals = np.concatenate([p["vals"] for p in parts])
+    if dropped.any() and keys.size:
+        keep = ~dropped[keys]
+        keys, vals = keys[keep], vals[keep]
+    return {"hbelow": sum_arrays([p["hbelow"] for p in parts]),
+            "hist": sum_arrays([p["hist"] for p in parts], dtype=np.int64),
+            "hmin": np.minimum.reduce([p["hmin"] for p in parts]),
+            "hmax": np.maximum.reduce([p["hmax"] for p in parts]),
+            "cbelow": sum_arrays([p["cbelow"] for p in parts]),
+            "cin": cin, "dropped": dropped, "keys": keys, "vals": vals,
+            "max_collect": max_collect}
 
 
 @njit(cache=True, nogil=True)
