@@ -18,3 +18,22 @@ def median_cases(rng):
         "tiny-spread": 1e8 + rng.normal(scale=1e-6, size=(n, 5)),
         "constant": np.full((n, 5), 3.5),
     }
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print how many of scikit-learn's common checks ran per model (tests/test_common.py)."""
+    import re
+    from collections import Counter
+
+    counts = {}
+    for outcome in ("passed", "failed", "xfailed", "skipped"):
+        for rep in terminalreporter.stats.get(outcome, []):
+            m = re.search(r"test_sklearn_compatible_estimator\[(\w+)\(", getattr(rep, "nodeid", ""))
+            if m and getattr(rep, "when", "call") in ("call", "setup"):
+                counts.setdefault(m.group(1), Counter())[outcome] += 1
+    if counts:
+        terminalreporter.write_sep("-", "scikit-learn common checks per model")
+        for model, c in sorted(counts.items()):
+            terminalreporter.write_line(
+                f"{model}: {sum(c.values())} checks, {c['passed']} passed, {c['failed']} failed, "
+                f"{c['xfailed']} expected failures, {c['skipped']} skipped")
