@@ -21,37 +21,14 @@ import argparse
 import os
 import platform
 import tempfile
-import threading
 import time
 import warnings
 
 import dask
 import dask.array as da
-import numpy as np
-import psutil
-from _report import Report
+from _report import Report, peak as _peak, reset_peak as _reset_peak, start_sampler as _start_sampler
 
 LIMIT = 2 * 2**30
-
-
-def _start_sampler(dask_worker):
-    proc = psutil.Process()
-    dask_worker._bench_peak = proc.memory_info().rss
-
-    def sample():
-        while True:
-            dask_worker._bench_peak = max(dask_worker._bench_peak, proc.memory_info().rss)
-            time.sleep(0.02)
-
-    threading.Thread(target=sample, daemon=True).start()
-
-
-def _reset_peak(dask_worker):
-    dask_worker._bench_peak = psutil.Process().memory_info().rss
-
-
-def _peak(dask_worker):
-    return dask_worker._bench_peak
 
 
 def main():

@@ -74,7 +74,7 @@ def main():
                                       overwrite=True)
                 z[:] = X
                 t, m = timed(lambda: RFNMTF(8, 6, n_init=10, random_state=0).fit(path))
-                t_rows, rows = timed(lambda: np.asarray(m.row_labels_))
+                t_rows, rows = timed(lambda: m.row_labels_)
                 row(name, "RFNMTF (Zarr, cluster)", t + t_rows, m.n_iter_, m.n_passes_, r, c,
                     rows, m.column_labels_)
                 t_read, _ = timed(lambda: dask.array.from_zarr(path).sum().compute())
