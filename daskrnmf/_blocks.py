@@ -237,22 +237,31 @@ def worker_block_budget():
 
 def check_block_fits(block_bytes, where):
     """A clear error, before any work, when the workers' memory limit cannot hold
-    ``block_bytes`` blocks (see :func:`worker_block_budget`)."""
+    ``block_bytes`` blocks (see :func:`worker_block_budget`); ``block_bytes=None`` checks
+    only that a worker's limit holds its baseline."""
     budget = worker_block_budget()
-    if budget is None or block_bytes <= budget:
+    if budget is None or (budget > 0 and (block_bytes is None or block_bytes <= budget)):
         return
     client = active_client()
     limit = min(m for m in (w.get("memory_limit") for w in
                             client.scheduler_info(n_workers=-1)["workers"].values()) if m)
-    need = (dask.config.get("daskrnmf.worker-baseline-memory", WORKER_BASELINE)
-            + BLOCK_COPIES * block_bytes) / dask.config.get("distributed.worker.memory.pause", 0.8)
+    baseline = dask.config.get("daskrnmf.worker-baseline-memory", WORKER_BASELINE)
+    pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 0.95
+    if budget <= 0:
+        need = (baseline + BLOCK_COPIES * 2**20) / pause
+        raise MemoryError(
+            f"The workers' memory limit ({limit / 2**20:.0f} MiB) is too small for {where}: a "
+            f"worker holds about {baseline / 2**20:.0f} MiB before any data (Python, NumPy, "
+            f"Dask and daskrnmf's compiled kernels) and pauses at {pause:.0%} of its limit. "
+            f"Give the workers at least {need / 2**20:.0f} MiB; more gives larger blocks and "
+            "faster passes.")
+    need = (baseline + BLOCK_COPIES * block_bytes) / pause
     raise MemoryError(
         f"The workers' memory limit ({limit / 2**20:.0f} MiB) is too small for {where}: a "
-        f"worker holds about {WORKER_BASELINE / 2**20:.0f} MiB before any data, plus "
+        f"worker holds about {baseline / 2**20:.0f} MiB before any data, plus "
         f"{BLOCK_COPIES} row blocks of {block_bytes / 2**20:.1f} MiB, and pauses at "
-        f"{dask.config.get('distributed.worker.memory.pause', 0.8):.0%} of its limit. Give "
-        f"the workers at least {need / 2**20:.0f} MiB, or use smaller row chunks "
-        "(X.rechunk({0: rows}) for a Dask array).")
+        f"{pause:.0%} of its limit. Give the workers at least {need / 2**20:.0f} MiB, or use "
+        "smaller row chunks (X.rechunk({0: rows}) for a Dask array).")
 
 
 def _choose_scratch():

@@ -193,20 +193,27 @@ def check_finite_count(n_bad, where):
 
 def _zarr_to_dask(z, where):
     """A Zarr array as a Dask array of whole rows: blocks of whole stored chunks, as large
-    as dask's ``array.chunk-size`` allows and no larger than the workers' memory limit
-    allows (see :func:`daskrnmf._blocks.worker_block_budget`)."""
+    as dask's ``array.chunk-size`` allows, and small enough for the workers' memory limit
+    (see :func:`daskrnmf._blocks.worker_block_budget`; the kernels hold a float64 copy of
+    a block).  When even one stored chunk is too large for that, blocks split stored
+    chunks (each block then decompresses its whole stored chunk once, a cost in time, not
+    in memory)."""
     import dask
     import dask.array as da
 
-    from ._blocks import worker_block_budget
+    from ._blocks import check_block_fits, worker_block_budget
 
     if z.ndim != 2:
         _check_shape_dtype(z, where)
     limit = dask.utils.parse_bytes(dask.config.get("array.chunk-size"))
-    budget = worker_block_budget()
-    if budget is not None:
-        limit = min(limit, max(budget, 1))
     row_bytes = max(1, z.shape[1] * np.dtype(z.dtype).itemsize)
     stored = max(1, z.chunks[0])
     rows = max(stored, (limit // row_bytes) // stored * stored)
+    budget = worker_block_budget()
+    if budget is not None and budget <= 0:
+        check_block_fits(None, where)      # the limit cannot hold a worker's baseline
+    if budget is not None and budget > 0:
+        fit = budget // max(1, z.shape[1] * 8)        # rows whose float64 copy fits
+        if rows > fit:
+            rows = fit // stored * stored if fit >= stored else max(1, fit)
     return da.from_zarr(z, chunks=(min(rows, max(1, z.shape[0])), z.shape[1]))

@@ -25,6 +25,16 @@ def test_zarr_blocks_sized_from_the_limit(tmp_path):
     assert rows % 1000 == 0 and rows * 100 * 8 <= budget
     assert check_array(path, estimator_name="RFNMF").chunks[0][0] == 40_000  # no cluster: 128 MiB
     assert np.all(np.asarray(X[:5]) == 1.0)
+    # a limit whose budget is below one stored chunk (32 MB): blocks split the stored chunk
+    one = str(tmp_path / "one.zarr")
+    zarr.create_array(one, shape=(40_000, 100), chunks=(40_000, 100), dtype="f8")[:] = 1.0
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, memory_limit="560MiB",
+                      dashboard_address=None) as cluster, Client(cluster):
+        budget = worker_block_budget()
+        X = check_array(one, estimator_name="RFNMF")
+        total = float(X.sum().compute())
+    assert 0 < budget < 40_000 * 100 * 8 and 0 < X.chunks[0][0] < 40_000
+    assert X.chunks[0][0] * 100 * 8 <= budget and total == 40_000 * 100
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +53,7 @@ def test_budget_follows_the_limit(small_workers):
 def test_too_small_a_limit_is_a_clear_error_before_any_work(small_workers):
     X = da.random.random((2000, 50), chunks=(500, 50))
     m = RFNMF(2)
-    with pytest.raises(MemoryError, match=r"memory limit \(286 MiB\) is too small.*at least \d+ MiB"):
+    with pytest.raises(MemoryError, match=r"memory limit \(286 MiB\) is too small.*before any "
+                                          r"data.*at least \d+ MiB"):
         m.fit(X)
     assert not hasattr(m, "cluster_centers_")
