@@ -20,6 +20,7 @@ this host; a generation of files is deleted as soon as the next one is complete,
 one when nothing refers to it any more.
 """
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -150,7 +151,8 @@ class RowBlocks:
         return (root, states) if keep_state else root
 
     def _map_reduce_dask(self, chunk, combine, finalize, args, state, keep_state):
-        dargs = [delayed(a, traverse=False) if isinstance(a, (np.ndarray, dict)) else a
+        dargs = [delayed(a, traverse=False)
+                 if isinstance(a, (np.ndarray, dict)) or dataclasses.is_dataclass(a) else a
                  for a in args]
         fn = delayed(chunk, pure=True, nout=2 if keep_state else None)
         parts, states = [], []

@@ -14,6 +14,7 @@ run by :meth:`daskrnmf._blocks.RowBlocks.map_reduce` as a pairwise tree.
 """
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -75,6 +76,38 @@ def random_labels(seed, n_restarts, start, n_rows, n_clusters, first_restart=0):
     return out
 
 
+@dataclass(frozen=True)
+class AssignSpec:
+    """What every block of the fused assignment pass needs besides the centres.
+
+    ``metric`` ("l1"/"l2"), ``n_clusters``, ``eps`` (residual floor of the L2,1 weights),
+    ``n_worst`` (worst-fit rows kept to re-seed empty clusters), ``seed``/``restarts``
+    (random labels), ``stats`` ("sums" or "median"), ``weights`` ("l21" or "ones"),
+    ``squared`` (k-means objective), ``median_plan`` (L1: the first median round).
+    """
+
+    metric: str
+    n_clusters: int
+    eps: float
+    n_worst: int
+    seed: int
+    restarts: int
+    stats: str
+    weights: str
+    squared: bool = False
+    median_plan: dict = None
+
+
+@dataclass(frozen=True)
+class SeedingSpec:
+    """One k-medians++ seeding pass: ``restarts``, ``metric``, ``seed`` and ``step``."""
+
+    restarts: int
+    metric: str
+    seed: int
+    step: int = 0
+
+
 def assign_chunk(block, start, centers, spec):
     """One block of the fused pass.
 
@@ -84,32 +117,29 @@ def assign_chunk(block, start, centers, spec):
     start : int
         Global index of the block's first row.
     centers : ndarray (n_restarts, n_clusters, n_features) or None
-        Current centres; None assigns random labels (``spec["seed"]``) instead.
-    spec : dict
-        ``metric`` ("l1"/"l2"), ``n_clusters``, ``eps`` (residual floor of the L2,1
-        weights), ``n_worst``, ``stats`` ("sums" or "median"), ``median_plan`` (L1),
-        ``seed``/``restarts`` (random labels), ``weights`` ("l21" or "ones").
+        Current centres; None assigns random labels (``spec.seed``) instead.
+    spec : AssignSpec
 
     Returns
     -------
     (partial, labels) : the partial summary and the block's labels (n_rows, n_restarts).
     """
     x = as_float_block(block)
-    k = spec["n_clusters"]
+    k = spec.n_clusters
     if centers is None:
-        labels = random_labels(spec["seed"], spec["restarts"], start, x.shape[0], k)
+        labels = random_labels(spec.seed, spec.restarts, start, x.shape[0], k)
         residual = np.zeros(labels.shape)
     else:
-        labels, residual = nearest(x, centers, spec["metric"])
-    part = {"objective": (residual ** 2 if spec.get("squared") else residual).sum(axis=0),
-            "worst": worst_fit(residual, start, x, spec["n_worst"])}
-    if spec["stats"] == "sums":
-        weights = (np.ones_like(residual) if spec["weights"] == "ones"
-                   else 1.0 / np.maximum(residual, spec["eps"]))
+        labels, residual = nearest(x, centers, spec.metric)
+    part = {"objective": (residual ** 2 if spec.squared else residual).sum(axis=0),
+            "worst": worst_fit(residual, start, x, spec.n_worst)}
+    if spec.stats == "sums":
+        weights = (np.ones_like(residual) if spec.weights == "ones"
+                   else 1.0 / np.maximum(residual, spec.eps))
         part["sums"], part["wsum"], part["counts"] = cluster_sums(x, labels, weights, k)
     else:
         part["counts"] = _label_counts(labels, k)
-        part["median"] = median_round(x, labels, k, spec["median_plan"])
+        part["median"] = median_round(x, labels, k, spec.median_plan)
     return part, labels
 
 
@@ -444,17 +474,17 @@ def seeding_chunk(block, start, mindist, newest, spec):
     Returns ``(partial, mindist)`` with the winning bid, global index and row per restart.
     """
     x = as_float_block(block)
-    n, R = x.shape[0], spec["restarts"]
+    n, R = x.shape[0], spec.restarts
     if newest is None:
         mindist = np.full((n, R), np.inf)
     else:
-        _, d = nearest(x, newest[:, None, :], spec["metric"])
+        _, d = nearest(x, newest[:, None, :], spec.metric)
         mindist = np.minimum(mindist, d)
     idx = np.arange(start, start + n, dtype=np.uint64)
     part = {"bid": np.full((2, R), np.inf), "idx": np.full((2, R), -1, dtype=np.int64),
             "row": np.zeros((2, R, x.shape[1]))}
     for r in range(R):
-        e = -np.log(rng.uniform(spec["seed"], rng.stream_id(2, r, spec["step"]), idx))
+        e = -np.log(rng.uniform(spec.seed, rng.stream_id(2, r, spec.step), idx))
         with np.errstate(divide="ignore"):
             bids = (e / mindist[:, r], e)  # weighted race; uniform race (all D_i == 0)
         for kind, bid in enumerate(bids):

@@ -22,7 +22,7 @@ from daskrnmf.kernels.outliers import (block_statistics, initial_codes, solve_co
                                        update_components)
 from daskrnmf._stream import Feed, batch_order, make_batches
 from daskrnmf.models._outliers import initial_components as _initial_components
-from daskrnmf.models._outliers import solve_batch_piece, add_statistics
+from daskrnmf.models._outliers import SolveSpec, add_statistics, solve_batch_piece
 
 from .reference import _mu, onmfo_reference, robust_nmf_reference
 
@@ -198,7 +198,7 @@ def test_distributed_feed_reads_ahead_and_matches_numpy(data):
         got = ONMFO(4, max_inner_iter=30, random_state=2).fit(Xd)
         _, pieces = make_batches(Xd, None)
         feed = Feed(Xd, pieces)
-        spec = {"alpha_R": 1.0, "n_iter": 5, "where": "X", "name": "ONMFO"}
+        spec = SolveSpec(alpha_R=1.0, n_iter=5, where="X", name="ONMFO")
         assert feed.client is client
         feed.want(0)
         feed.want(1)

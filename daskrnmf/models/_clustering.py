@@ -7,6 +7,7 @@ RFNMF runs :class:`CentroidFit` on X; RFNMTF runs it in memory on a small sample
 """
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
@@ -20,8 +21,9 @@ from .._driver import iterate
 from ..kernels.assign import distances, nearest
 from ..kernels.blocks import sum_arrays
 from ..kernels.median import merge_median_round
-from ..reductions import (MedianSearch, assign_chunk, assign_combine, feature_stats,
-                          median_refine_chunk, seeding_choice, seeding_chunk, seeding_combine)
+from ..reductions import (AssignSpec, MedianSearch, SeedingSpec, assign_chunk, assign_combine,
+                          feature_stats, median_refine_chunk, seeding_choice, seeding_chunk,
+                          seeding_combine)
 
 
 class ClusterBase(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseModel):
@@ -129,11 +131,10 @@ class CentroidFit:
         return self._seed_kmedians_pp()
 
     def _seed_kmedians_pp(self):
-        spec = {"restarts": self.R, "metric": self.metric, "seed": self.seed}
         F = np.empty((self.R, self.k, self.d))
         mindist, newest = None, None
         for t in range(self.k):
-            spec = dict(spec, step=t)
+            spec = SeedingSpec(restarts=self.R, metric=self.metric, seed=self.seed, step=t)
             state = mindist if mindist is not None else [None] * self.blocks.n_blocks
             res, mindist = self.blocks.map_reduce(seeding_chunk, seeding_combine, args=(newest, spec),
                                                   state=state, keep_state=True, name="k-medians++")
@@ -150,15 +151,16 @@ class CentroidFit:
     def _f_step(self, Fa, active):
         """Fused pass (+ median rounds): new centres of the active restarts, J(F_old, G_new)."""
         Ra = int(active.sum())
-        spec = {"metric": self.metric, "n_clusters": self.k, "eps": self.eps, "n_worst": self.k,
-                "seed": self.seed, "restarts": Ra,
-                "stats": "median" if self.loss == "l1" else "sums",
-                "weights": "ones" if Fa is None or self.unit_weights_next or self.loss == "l2"
-                else "l21", "squared": self.loss == "l2"}
+        spec = AssignSpec(metric=self.metric, n_clusters=self.k, eps=self.eps, n_worst=self.k,
+                          seed=self.seed, restarts=Ra,
+                          stats="median" if self.loss == "l1" else "sums",
+                          weights="ones" if Fa is None or self.unit_weights_next
+                          or self.loss == "l2" else "l21", squared=self.loss == "l2")
         self.unit_weights_next = False
         if self.loss == "l1":
             search = self._median_search(Ra, active)
-            plan = spec["median_plan"] = search.first_plan()
+            plan = search.first_plan()
+            spec = replace(spec, median_plan=plan)
             res, labels = self.blocks.map_reduce(assign_chunk, assign_combine, args=(Fa, spec),
                                                  keep_state=True, name="assign + median round 1")
             search.update(plan, res["median"], n_values=np.repeat(res["counts"].ravel(), self.d))

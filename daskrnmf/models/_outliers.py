@@ -11,6 +11,8 @@ a row block reduces to the statistics A = H^T X, B = H^T H, C = H^T R and its ob
 workers (NumPy in, small arrays out; they import neither Dask nor scikit-learn).
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..kernels.blocks import as_float_block, sum_arrays
@@ -48,20 +50,30 @@ def add_statistics(parts):
             "n": sum(p["n"] for p in parts)}
 
 
+@dataclass(frozen=True)
+class SolveSpec:
+    """The (h, r) solve of a batch: ``alpha_R``, ``n_iter`` rounds of (16)-(17), and
+    ``where``/``name`` for error messages."""
+
+    alpha_R: float
+    n_iter: int
+    where: str
+    name: str
+
+
 def solve_batch_piece(block, start, W, spec):
     """Codes and outliers of one piece of a batch (W fixed), reduced to its statistics.
 
     Checks the piece (finite, non-negative), then solves ``SOLVE_ROWS`` rows at a time.
-    ``spec``: ``alpha_R``, ``n_iter`` (rounds of (16)-(17)), ``where`` and ``name`` (for
-    errors).
+    ``spec``: a :class:`SolveSpec`.
     """
     x = as_float_block(block)
-    check_rows(x, start, spec["where"], spec["name"])
+    check_rows(x, start, spec.where, spec.name)
     parts = []
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs = x[s:s + SOLVE_ROWS]
-        h, r = solve_codes(xs, W, spec["alpha_R"], spec["n_iter"])
-        parts.append(block_statistics(xs, h, r, W, spec["alpha_R"]))
+        h, r = solve_codes(xs, W, spec.alpha_R, spec.n_iter)
+        parts.append(block_statistics(xs, h, r, W, spec.alpha_R))
     return add_statistics(parts)
 
 

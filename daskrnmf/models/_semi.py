@@ -71,7 +71,7 @@ class SemiProblem:
         """Update every block's H for fixed G — one Ding step (eq. 3, ``kind="semi"``) or
         the exact NNLS codes per sample (``kind="nnls"``) — and return the loss
         ``||X - H G^T||^2`` with the new H (the statistics for the next G are kept)."""
-        spec = {"kind": kind, "G": G, "GtG": G.T @ G, "scale": self.scale}
+        spec = HSpec(kind=kind, G=G, GtG=G.T @ G, scale=self.scale)
         self.stats, self.state = self.blocks.map_reduce(h_chunk, sum_combine, args=(spec,),
                                                         state=self.state, keep_state=True,
                                                         name=f"H update ({kind})")
@@ -79,12 +79,12 @@ class SemiProblem:
         return float(self.stats["loss"])
 
     def hinge_solve(self, spec, v0, kappa, theta, *, max_passes, tol):
-        """The hinge problem of the G step (``spec["key"] == "G"``) or the SVM step
+        """The hinge problem of the G step (``spec.key == "G"``) or the SVM step
         (``"svm"``), solved by :func:`daskrnmf.kernels.hinge.solve`, one pass a step."""
         def run_pass(v, d, mu):
             return self.blocks.map_reduce(hinge_chunk, sum_combine,
-                                          args=({**spec, "v": v, "d": d, "mu": mu},),
-                                          state=self.state, name=f"{spec['key']} step")
+                                          args=(replace(spec, v=v, d=d, mu=mu),),
+                                          state=self.state, name=f"{spec.key} step")
 
         return hinge.solve(run_pass, v0, kappa, theta, max_passes=max_passes, tol=tol)
 
@@ -135,12 +135,40 @@ def sum_combine(parts):
             for key in parts[0]}
 
 
+@dataclass(frozen=True)
+class HSpec:
+    """An H pass: ``kind`` ("semi": Ding's update, eq. 3; "nnls": exact codes), the basis
+    ``G`` (n_features, k), ``G^T G`` and the pending ``scale`` of H."""
+
+    kind: str
+    G: np.ndarray
+    GtG: np.ndarray
+    scale: np.ndarray
+
+
+@dataclass(frozen=True)
+class HingeSpec:
+    """A Newton pass of the hinge problems: ``key`` ("G": the G step, with ``G0w`` and
+    ``b``; "svm": the SVM step, with ``G``, ``fmean`` and ``intercept_scaling``), and the
+    solver's point ``v``, direction ``d`` and smoothing ``mu``."""
+
+    key: str
+    G0w: np.ndarray = None
+    b: float = 0.0
+    G: np.ndarray = None
+    fmean: np.ndarray = None
+    intercept_scaling: float = 1.0
+    v: np.ndarray = None
+    d: np.ndarray = None
+    mu: float = None
+
+
 def h_chunk(block, start, st, spec):
     x = as_float_block(block)
-    H = st["H"] * spec["scale"]
-    G, GtG = spec["G"], spec["GtG"]
+    H = st["H"] * spec.scale
+    G, GtG = spec.G, spec.GtG
     XG = x @ G
-    if spec["kind"] == "semi":
+    if spec.kind == "semi":
         pos, neg = np.maximum(GtG, 0.0), np.maximum(-GtG, 0.0)
         num = np.maximum(XG, 0.0) + H @ neg
         den = H @ pos + np.maximum(-XG, 0.0)
@@ -158,14 +186,14 @@ def hinge_chunk(block, start, st, spec):
     step; z = [x^T G - mean, intercept_scaling], p = 1 for the SVM step."""
     x = as_float_block(block)
     y = st["y"]
-    if spec["key"] == "G":
-        Z, p = x, 1.0 - y * (x @ spec["G0w"] + spec["b"])
+    if spec.key == "G":
+        Z, p = x, 1.0 - y * (x @ spec.G0w + spec.b)
     else:
-        Z = np.hstack([x @ spec["G"] - spec["fmean"],
-                       np.full((x.shape[0], 1), spec["intercept_scaling"])])
+        Z = np.hstack([x @ spec.G - spec.fmean,
+                       np.full((x.shape[0], 1), spec.intercept_scaling)])
         p = np.ones(x.shape[0])
-    return hinge.block_pass(Z, y, p, (y != 0).astype(np.float64), spec["v"], spec["d"],
-                            spec["mu"])
+    return hinge.block_pass(Z, y, p, (y != 0).astype(np.float64), spec.v, spec.d,
+                            spec.mu)
 
 
 def scaled_codes(st, scale, dtype):

@@ -264,8 +264,8 @@ class _MarginFit:
         """The SVM step (eq. 11) on ``[G^T x - mean, intercept_scaling]``: centred on the
         problem's mean, so the intercept is near 0 and its regularisation acts on the
         centred intercept."""
-        spec = {"key": "svm", "G": G, "fmean": G.T @ self.problem.xbar,
-                "intercept_scaling": self.s}
+        spec = _semi.HingeSpec(key="svm", G=G, fmean=G.T @ self.problem.xbar,
+                               intercept_scaling=self.s)
         return self.problem.hinge_solve(spec, v0, 1.0, self.C, **self.inner)
 
     def classifier(self, state):
@@ -288,7 +288,7 @@ class _MarginFit:
         c = float(w @ P @ w)
         if c > _EPS:
             # G = G_0 + v w^T P / c with v the primal solution (module docstring)
-            spec = {"key": "G", "G0w": G0 @ w, "b": b}
+            spec = _semi.HingeSpec(key="G", G0w=G0 @ w, b=b)
             v_basis, info_g = problem.hinge_solve(spec, np.zeros_like(state.v_basis), c / 2,
                                                   self.theta, **self.inner)
             G = G0 + np.outer(v_basis, P @ w) / c

@@ -40,8 +40,8 @@ from .. import _validation as v
 from .._base import BaseModel, FactorizationMixin
 from .._stream import Feed, batch_order, make_batches, upcoming
 from ..kernels.outliers import update_components
-from ._outliers import (add_statistics, batch_chunk, batch_init_chunk, codes_block, count,
-                        initial_components, solve_batch_piece)
+from ._outliers import (SolveSpec, add_statistics, batch_chunk, batch_init_chunk, codes_block,
+                        count, initial_components, solve_batch_piece)
 
 logger = logging.getLogger("daskrnmf")
 
@@ -119,8 +119,8 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
         return {"H": H, "R": R}
 
     def _spec(self):
-        return {"alpha_R": float(self.alpha_R), "n_iter": int(self.max_inner_iter),
-                "where": self._name, "name": self._name}
+        return SolveSpec(alpha_R=float(self.alpha_R), n_iter=int(self.max_inner_iter),
+                         where=self._name, name=self._name)
 
 
 # ---------------------------------------------------------------- ONMFO

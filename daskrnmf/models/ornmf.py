@@ -31,6 +31,7 @@ Updates (one pass over X per iteration, all of it on the workers except W):
 """
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -483,9 +484,8 @@ class _MUFit:
 
     def _spec(self, W, update):
         floor = pair_floor(self.halo["col_sq"], self.blocks.shape[0])
-        return {"loss": self.loss, "alpha": self.alpha, "WWt": W @ W.T, "scale": self.scale,
-                "halo": self.halo, "init": self.h_init, "update": update,
-                "floor": max(floor, _EPS)}
+        return MUSpec(loss=self.loss, alpha=self.alpha, WWt=W @ W.T, scale=self.scale,
+                      halo=self.halo, update=update, floor=max(floor, _EPS))
 
     # -- the end
     def final(self, W):
@@ -559,30 +559,45 @@ def _initial_h(x, start, spec_init, k):
     return H
 
 
+@dataclass(frozen=True)
+class MUSpec:
+    """One multiplicative-update pass: the loss (``"fro"``/``"l21"``), the ordered
+    penalty's ``alpha``, ``W W^T``, the pending ``scale`` of H, the ``halo`` (neighbouring
+    blocks' first/last rows of H), whether H is ``update``-d, and the D_2 ``floor``."""
+
+    loss: str
+    alpha: float
+    WWt: np.ndarray
+    scale: np.ndarray
+    halo: dict
+    update: bool
+    floor: float
+
+
 def mu_chunk(block, start, H, W, spec):
     """One block of a multiplicative-update pass.
 
-    Updates the block's H (``spec["update"]``), then returns the partial statistics for W
+    Updates the block's H (``spec.update``), then returns the partial statistics for W
     (``A = H^T D_1 X``, ``B = H^T D_1 H``), the loss, the penalty inside the block and the
     block's first and last rows of H (the halo of the next pass).
     """
     x = as_float_block(block)
-    H = H * spec["scale"]
-    if spec["update"]:
-        halo = spec["halo"]
+    H = H * spec.scale
+    if spec.update:
+        halo = spec.halo
         b = int(np.searchsorted(halo["starts"], start))
         prev = halo["last"][b - 1] if b > 0 else None
         nxt = halo["first"][b + 1] if b + 1 < halo["first"].shape[0] else None
-        if spec["loss"] == "l21":
+        if spec.loss == "l21":
             d1 = 1.0 / np.maximum(residual_norms(x, H, W), _EPS)
         else:
             d1 = np.ones(x.shape[0])
-        H = update_h(x, H, W, spec["WWt"], d1, spec["alpha"], prev, nxt, floor=spec["floor"])
+        H = update_h(x, H, W, spec.WWt, d1, spec.alpha, prev, nxt, floor=spec.floor)
     r = residual_norms(x, H, W)
-    d1 = 1.0 / np.maximum(r, _EPS) if spec["loss"] == "l21" else np.ones(x.shape[0])
+    d1 = 1.0 / np.maximum(r, _EPS) if spec.loss == "l21" else np.ones(x.shape[0])
     Hd = H * d1[:, None]
     fro2 = float((r ** 2).sum())
-    part = {"A": Hd.T @ x, "B": Hd.T @ H, "loss": float(r.sum()) if spec["loss"] == "l21" else fro2,
+    part = {"A": Hd.T @ x, "B": Hd.T @ H, "loss": float(r.sum()) if spec.loss == "l21" else fro2,
             "fro2": fro2, "l21": float(r.sum()),
             "penalty": float(np.sqrt(((H[1:] - H[:-1]) ** 2).sum(axis=1)).sum()),
             "first": H[:1].copy(), "last": H[-1:].copy(), "col_sq": (H ** 2).sum(axis=0)}

@@ -23,6 +23,8 @@ when the column labels did not change in the previous iteration — the first ro
 S step, speculatively for the old column labels) plus the S step's remaining rounds.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _validation as v
@@ -284,7 +286,7 @@ class _CoFit:
             plan = search.first_plan()
         res, labels = self.blocks.map_reduce(
             cocluster_assign_chunk, cocluster_assign_combine,
-            args=(prototypes(S, C), S, C, {"K": self.K, "plan": plan}),
+            args=(prototypes(S, C), S, C, CoclusterSpec(K=self.K, plan=plan)),
             keep_state=True, name="row step + column costs")
         newC = argmin_ties_low(res["costs"])
         objective = np.take_along_axis(res["costs"], newC[:, :, None], axis=2)[:, :, 0].sum(axis=1)
@@ -371,23 +373,32 @@ class _CoFit:
 
 
 # ---------------------------------------------------------------- per-block functions
+@dataclass(frozen=True)
+class CoclusterSpec:
+    """The fused co-clustering pass: ``K`` row clusters and, when the column labels have
+    settled, the speculative first round (``plan``) of the S step's medians."""
+
+    K: int
+    plan: dict = None
+
+
 def cocluster_assign_chunk(block, start, P, S, C, spec):
     """The fused pass of one block: row step with the prototypes P (R, K, d), the column
-    costs with the new row labels, sizes, worst-fit rows and — when ``spec["plan"]`` is
+    costs with the new row labels, sizes, worst-fit rows and — when ``spec.plan`` is
     given — a speculative first S-step round for the column labels C.
 
     Returns ``(partial, labels)``; labels (n_rows, R) stay with the block.
     """
     x = as_float_block(block)
-    K = spec["K"]
+    K = spec.K
     labels, residual = nearest(x, P, "l1")
     part = {"objective": residual.sum(axis=0),
             "counts": np.stack([np.bincount(labels[:, r], minlength=K)
                                 for r in range(labels.shape[1])]).astype(np.int64),
             "worst": worst_fit(residual, start, x, K),
             "costs": column_costs(x, labels, S)}
-    if spec["plan"] is not None:
-        part["median"] = median_round(x, labels, K, spec["plan"], C)
+    if spec.plan is not None:
+        part["median"] = median_round(x, labels, K, spec.plan, C)
     return part, labels
 
 
