@@ -1,4 +1,4 @@
-"""ONMFO against its batch twin and scikit-learn on corrupted ORL faces (paper 004, Sec. 4).
+"""ONMFO against its batch twin and scikit-learn on corrupted ORL faces (Zhao & Tan, ICASSP 2016, Sec. 4).
 
     python benchmarks/bench_onmfo.py [--seeds 3] [--out benchmarks/results/onmfo.md]
                                      [--figures benchmarks/results]
@@ -116,7 +116,7 @@ def main():
                 figures += [fig] if fig else []
 
     names = list(table)
-    emit("# ONMFO on corrupted ORL faces (paper 004, Sec. 4)")
+    emit("# ONMFO on corrupted ORL faces (Zhao & Tan, ICASSP 2016, Sec. 4)")
     emit()
     emit(f"400 faces 32 x 32, max grey level 50, U[30, 50] added to a fraction rho of the "
          f"pixels, clipped at 50; K = 49, alpha_R = 1; mean of {args.seeds} seeds. "

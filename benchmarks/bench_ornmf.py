@@ -1,4 +1,4 @@
-"""ORNMF, RNMF, NMF (daskrnmf) and scikit-learn NMF + KMeans side by side (paper 002).
+"""ORNMF, RNMF, NMF (daskrnmf) and scikit-learn NMF + KMeans side by side (Wang et al., IJCNN 2017).
 
     python benchmarks/bench_ornmf.py [--out benchmarks/results/ornmf.md] [--repeats 3]
 

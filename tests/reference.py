@@ -147,7 +147,7 @@ def semi_nmf_reference(X, H0, n_iter):
 
 
 def mnmf_reference(X, y, H0, C, lam, semi_iter, n_iter, intercept_scaling=1.0):
-    """Algorithm 1 of paper 003 with every sub-problem solved exactly and densely.
+    """Algorithm 1 of Max-Margin Semi-NMF (Kumar, Kotsia & Patras) with every sub-problem solved exactly and densely.
 
     y in {-1, +1}.  SVM step: the dual of the intercept-regularised linear SVM on
     [G^T x - mean, s], a box QP, by SciPy's L-BFGS-B.  G step: eq. 9 with T_1 - T_2 = -c/4 Q (ERRATA and
@@ -193,7 +193,7 @@ def mnmf_reference(X, y, H0, C, lam, semi_iter, n_iter, intercept_scaling=1.0):
     return G, H, w, b, np.array(history)
 
 
-# ---------------------------------------------------------------- paper 004 (ONMFO)
+# ---------------------------------------------------------------- ONMFO (Zhao & Tan)
 def _mu(num, den):
     """Multiplicative ratio with 0/0 -> 0."""
     out = np.zeros_like(num)

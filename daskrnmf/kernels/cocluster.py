@@ -1,4 +1,4 @@
-"""Per-chunk kernels of the tri-factorization (RFNMTF, paper 000, eq. 20-22).
+"""Per-chunk kernels of the tri-factorization (RFNMTF, Wang, Nie & Huang, IJCAI 2016, eq. 20-22).
 
 With row labels ``r`` (n_samples,), column labels ``c`` (n_features,) and block values
 ``S`` (n_row_clusters, n_column_clusters), the model of entry ``X[i, j]`` is

@@ -1,4 +1,4 @@
-"""Per-block multiplicative updates of the sample factor H (paper 002, eq. 13; Lee-Seung).
+"""Per-block multiplicative updates of the sample factor H (Wang et al., IJCNN 2017, eq. 13; Lee & Seung).
 
 Samples are rows: X (n, d) ~ H (n, k) W (k, d).  The ordered penalty
 ``alpha * sum_i ||h_{i+1} - h_i||`` couples each row with its neighbours; the first-difference

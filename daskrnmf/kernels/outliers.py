@@ -1,5 +1,5 @@
 """Per-block multiplicative updates of NMF with a sparse non-negative outlier matrix
-(paper 004, Zhao & Tan: X ~ H W + R, eq. 5-8 and 16-18).
+(Zhao & Tan, ICASSP 2016: X ~ H W + R, eq. 5-8 and 16-18).
 
 Samples are rows: a block x (m, d) has codes h (m, k) and outliers r (m, d); the
 components W (k, d) are the paper's W^T.  Its objective per sample is
