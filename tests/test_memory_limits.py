@@ -32,7 +32,9 @@ def test_zarr_blocks_sized_from_the_limit(tmp_path):
                       dashboard_address=None) as cluster, Client(cluster):
         budget = worker_block_budget()
         X = check_array(one, estimator_name="RFNMF")
-        total = float(X.sum().compute())
+    # computed after the cluster is gone: an in-process worker watches this whole process's
+    # memory (the test session's), and would pause
+    total = float(X.sum().compute(scheduler="sync"))
     assert 0 < budget < 40_000 * 100 * 8 and 0 < X.chunks[0][0] < 40_000
     assert X.chunks[0][0] * 100 * 8 <= budget and total == 40_000 * 100
 
