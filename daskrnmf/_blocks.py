@@ -221,20 +221,30 @@ def worker_block_budget():
     (no distributed cluster, or no memory limit).
 
     A worker pauses at ``distributed.worker.memory.pause`` (0.8) of its limit; below that
-    it holds :data:`WORKER_BASELINE` plus :data:`BLOCK_COPIES` blocks.  The value is
+    it holds :data:`WORKER_BASELINE` plus :data:`BLOCK_COPIES` blocks per thread.  The value is
     negative when the limit is too small for the baseline itself.
     """
     client = active_client()
     if client is None:
         return None
-    limits = [w.get("memory_limit") for w in client.scheduler_info(n_workers=-1)["workers"].values()]
-    limits = [m for m in limits if m]
-    if not limits:
+    workers = [w for w in _workers(client) if w.get("memory_limit")]
+    if not workers:
         return None
     fraction = dask.config.get("distributed.worker.memory.pause", 0.8) or 0.95
-    usable = min(limits) * float(fraction) - dask.config.get("daskrnmf.worker-baseline-memory",
-                                                             WORKER_BASELINE)
-    return int(usable // BLOCK_COPIES)
+    baseline = dask.config.get("daskrnmf.worker-baseline-memory", WORKER_BASELINE)
+    # a worker with T threads holds T blocks (and their copies) at once
+    return int(min((w["memory_limit"] * float(fraction) - baseline)
+                   // (BLOCK_COPIES * max(1, w.get("nthreads") or 1)) for w in workers))
+
+
+def _workers(client):
+    """The scheduler's description of every worker (``n_workers=-1`` lists them all on
+    distributed versions that page the list)."""
+    try:
+        info = client.scheduler_info(n_workers=-1)
+    except TypeError:                     # distributed < 2025: no paging, all listed
+        info = client.scheduler_info()
+    return list(info["workers"].values())
 
 
 def check_block_fits(block_bytes, where):
@@ -245,8 +255,7 @@ def check_block_fits(block_bytes, where):
     if budget is None or (budget > 0 and (block_bytes is None or block_bytes <= budget)):
         return
     client = active_client()
-    limit = min(m for m in (w.get("memory_limit") for w in
-                            client.scheduler_info(n_workers=-1)["workers"].values()) if m)
+    limit = min(w["memory_limit"] for w in _workers(client) if w.get("memory_limit"))
     baseline = dask.config.get("daskrnmf.worker-baseline-memory", WORKER_BASELINE)
     pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 0.95
     if budget <= 0:

@@ -196,8 +196,8 @@ def _zarr_to_dask(z, where):
     as dask's ``array.chunk-size`` allows, and small enough for the workers' memory limit
     (see :func:`daskrnmf._blocks.worker_block_budget`; the kernels hold a float64 copy of
     a block).  When even one stored chunk is too large for that, blocks split stored
-    chunks (each block then decompresses its whole stored chunk once, a cost in time, not
-    in memory)."""
+    chunks (each block then decompresses its whole stored chunk: the time of several
+    decodes per pass, and one decoded stored chunk transiently in a task)."""
     import dask
     import dask.array as da
 

@@ -59,3 +59,10 @@ def test_too_small_a_limit_is_a_clear_error_before_any_work(small_workers):
                                           r"data.*at least \d+ MiB"):
         m.fit(X)
     assert not hasattr(m, "cluster_centers_")
+
+
+def test_budget_is_per_thread():
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, memory_limit="2GiB",
+                      dashboard_address=None) as cluster, Client(cluster):
+        two = worker_block_budget()
+    assert two == int((2 * 2**30 * 0.8 - WORKER_BASELINE) // (BLOCK_COPIES * 2))

@@ -202,3 +202,24 @@ def test_labels_with_any_random_state(seq, random_state):
     X, _ = seq
     m = ORNMF(4, n_clusters=4, max_iter=5, random_state=random_state).fit(X)
     assert m.labels_.shape == (X.shape[0],)
+
+
+def test_refit_without_n_clusters_drops_labels(seq):
+    X, _ = seq
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        m = ORNMF(4, n_clusters=4, max_iter=5, random_state=0).fit(X)
+        assert m.labels_.shape == (X.shape[0],)
+        m.set_params(n_clusters=None).fit(X[:20])
+    assert not hasattr(m, "labels_") and m.jumps_.shape == (19,)
+
+
+def test_fit_transform_of_a_dataframe_warns_nothing(seq):
+    pd = pytest.importorskip("pandas")
+    X, _ = seq
+    df = pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)   # a UserWarning subclass
+        H = NMF(4, max_iter=20, random_state=0).fit_transform(df)
+    assert H.shape == (X.shape[0], 4)

@@ -75,8 +75,9 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
         H : ndarray or dask.array.Array of shape (n_samples, n_components)
             Dask (chunked like X) for Dask/Zarr input.
         """
-        X = self._fit(X)
-        return self.transform(X)
+        self._fit(X)
+        return self.transform(X)   # the input as given: DataFrame feature names checked
+
 
     def _fit_blocks(self, X, blocks, stats, seed, y):
         n, d = X.shape
@@ -371,6 +372,7 @@ class ORNMF(NMF):
                        random_state=seed % 2**32).fit(H)
             self.labels_ = km.labels_
         else:
+            self.__dict__.pop("labels_", None)      # a refit without n_clusters: none
             big = top["score"] >= self.boundary_threshold * top["max"]
             self.boundaries_ = np.sort(top["idx"][big] + 1)
 
