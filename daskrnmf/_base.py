@@ -29,11 +29,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _validation as v
 from ._driver import iterate, warn_if_not_converged
+from .kernels.blocks import MAX_ABS, checked_apply
 
 FLOAT_DTYPES = (np.float64, np.float32)
-# Above this magnitude the products the models form (squared distances, W H, Gram
-# matrices, their sums over samples) overflow float64.
-MAX_ABS = 1e60
 
 
 class BaseModel(BaseEstimator):
@@ -156,9 +154,9 @@ class BaseModel(BaseEstimator):
             return np.concatenate(out).astype(dtype, copy=False)
         check = (f"X passed to {self._name}", self._non_negative)
         if width is None:
-            return X.map_blocks(_checked_apply, fn, check, dtype, *args, drop_axis=1,
+            return X.map_blocks(checked_apply, fn, check, dtype, *args, drop_axis=1,
                                 dtype=dtype, meta=np.empty((0,), dtype), **kwargs)
-        return X.map_blocks(_checked_apply, fn, check, dtype, *args,
+        return X.map_blocks(checked_apply, fn, check, dtype, *args,
                             chunks=(X.chunks[0], (width,)), dtype=dtype,
                             meta=np.empty((0, 0), dtype), **kwargs)
 
@@ -322,17 +320,3 @@ def _is_lazy(X):
         return True
     module = type(X).__module__ or ""
     return module.startswith("dask.") or module.startswith("zarr.")
-
-
-def _checked_apply(block, fn, check, dtype, *args, **kwargs):
-    """Run on a worker: the NumPy path's value checks on one block, then ``fn``."""
-    where, non_negative = check
-    x = np.asarray(block)
-    bad = x.size - int(np.count_nonzero(np.isfinite(x)))
-    if bad:
-        raise ValueError(f"Input X contains NaN or infinity: {where} has {bad} NaN or infinite "
-                         "value(s) in one of its blocks; remove or impute them.")
-    if non_negative and x.size and float(x.min()) < 0:
-        raise ValueError(f"Negative values in data passed to {where} (min {float(x.min()):g}); "
-                         "the model factorizes non-negative data only.")
-    return np.asarray(fn(x, *args, **kwargs)).astype(dtype, copy=False)

@@ -198,7 +198,7 @@ def test_distributed_feed_reads_ahead_and_matches_numpy(data):
         got = ONMFO(4, max_inner_iter=30, random_state=2).fit(Xd)
         _, pieces = make_batches(Xd, None)
         feed = Feed(Xd, pieces)
-        spec = SolveSpec(alpha_R=1.0, n_iter=5, where="X", name="ONMFO")
+        spec = SolveSpec(alpha_R=1.0, n_iter=5, where="X")
         assert feed.client is client
         feed.want(0)
         feed.want(1)

@@ -19,3 +19,37 @@ def sum_arrays(arrays, dtype=None):
 def sum_dicts(parts):
     """Key-wise sum of a list of dicts of arrays/numbers (a tree node's combine)."""
     return {key: sum_arrays([np.asarray(p[key]) for p in parts]) for key in parts[0]}
+
+
+# Above this magnitude the products the models form (squared distances, W H, Gram
+# matrices, their sums over samples) overflow float64.
+MAX_ABS = 1e60
+
+
+def check_values(x, where, *, non_negative, rows=""):
+    """The value checks of in-memory input, on one block (run on the worker holding it):
+    finite, non-negative where the model needs it, below :data:`MAX_ABS`.  ``rows`` names
+    the block's rows in the messages (e.g. ``" in rows 0..99"``)."""
+    bad = x.size - int(np.count_nonzero(np.isfinite(x)))
+    if bad:
+        raise ValueError(f"Input X contains NaN or infinity: {where} has {bad} NaN or infinite "
+                         f"value(s){rows}; remove or impute them before fitting.")
+    if not x.size:
+        return
+    low, top = float(x.min()), float(x.max())
+    if non_negative and low < 0:
+        raise ValueError(f"Negative values in data passed to {where} (min {low:g}{rows}); the "
+                         "model factorizes non-negative data only.")
+    if max(abs(low), abs(top)) > MAX_ABS:
+        raise ValueError(f"{where} has values up to {max(abs(low), abs(top)):.3g} in magnitude"
+                         f"{rows}; above {MAX_ABS:g} the products the models form overflow "
+                         "float64. Rescale X (e.g. X / X.max()).")
+
+
+def checked_apply(block, fn, check, dtype, *args, **kwargs):
+    """``fn(block, *args, **kwargs)`` after :func:`check_values` (``check`` = ``(where,
+    non_negative)``), as ``dtype``: predict/transform on one Dask block."""
+    where, non_negative = check
+    x = np.asarray(block)
+    check_values(x, where, non_negative=non_negative)
+    return np.asarray(fn(x, *args, **kwargs)).astype(dtype, copy=False)

@@ -15,32 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.blocks import as_float_block, sum_arrays
+from ..kernels.blocks import as_float_block, check_values, sum_arrays
 from ..kernels.outliers import block_statistics, initial_codes, solve_codes
 
 SOLVE_ROWS = 2048  # rows solved at a time: bounds the kernels' temporaries
-
-
-MAX_ABS = 1e60   # as daskrnmf._base.MAX_ABS (this module is imported on workers without it)
-
-
-def check_rows(x, start, where, name):
-    """The NumPy path's value checks on rows ``start..`` of X (finite, non-negative)."""
-    bad = x.size - int(np.count_nonzero(np.isfinite(x)))
-    if bad:
-        raise ValueError(f"Input X contains NaN or infinity: {where} has {bad} NaN or infinite "
-                         f"value(s) in rows {start}..{start + x.shape[0] - 1}; remove or impute "
-                         "them before fitting.")
-    low = float(x.min(initial=0.0))
-    if low < 0:
-        raise ValueError(f"Negative values in data passed to {where} (min {low:g}, in rows "
-                         f"{start}..{start + x.shape[0] - 1}); {name} factorizes non-negative "
-                         "data only.")
-    top = float(x.max(initial=0.0))
-    if top > MAX_ABS:
-        raise ValueError(f"{where} has values up to {top:.3g} in magnitude (rows {start}.."
-                         f"{start + x.shape[0] - 1}); above {MAX_ABS:g} the products {name} "
-                         "forms overflow float64. Rescale X (e.g. X / X.max()).")
 
 
 def add_statistics(parts):
@@ -53,12 +31,11 @@ def add_statistics(parts):
 @dataclass(frozen=True)
 class SolveSpec:
     """The (h, r) solve of a batch: ``alpha_R``, ``n_iter`` rounds of (16)-(17), and
-    ``where``/``name`` for error messages."""
+    ``where`` (the estimator, for error messages)."""
 
     alpha_R: float
     n_iter: int
     where: str
-    name: str
 
 
 def solve_batch_piece(block, start, W, spec):
@@ -68,7 +45,8 @@ def solve_batch_piece(block, start, W, spec):
     ``spec``: a :class:`SolveSpec`.
     """
     x = as_float_block(block)
-    check_rows(x, start, spec.where, spec.name)
+    check_values(x, spec.where, non_negative=True,
+                 rows=f", in rows {start}..{start + x.shape[0] - 1}")
     parts = []
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs = x[s:s + SOLVE_ROWS]

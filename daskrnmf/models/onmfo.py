@@ -120,7 +120,7 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
 
     def _spec(self):
         return SolveSpec(alpha_R=float(self.alpha_R), n_iter=int(self.max_inner_iter),
-                         where=self._name, name=self._name)
+                         where=self._name)
 
 
 # ---------------------------------------------------------------- ONMFO
