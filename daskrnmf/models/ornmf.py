@@ -364,7 +364,7 @@ class ORNMF(NMF):
 
         jumps, top = fit.jumps(H)
         # the model owns its per-sample results (computed now, never a graph over X)
-        self.jumps_ = np.asarray(jumps)
+        self.jumps_ = jumps
         if self.n_clusters is not None:
             self.boundaries_ = np.sort(top["idx"][:self.n_clusters - 1] + 1)
             # the fit's seed is 63-bit; a public estimator takes scikit-learn's [0, 2**32)
@@ -512,8 +512,9 @@ class _MUFit:
                                for h, n in zip(self.H, self.blocks.sizes)])
 
     def jumps(self, H, m=1024):
-        """``||h_{i+1} - h_i||`` (n_samples - 1,), lazy for Dask, and its ``m`` largest
-        local maxima, strongest first: ``{"score", "idx"}`` (idx i: the jump after sample i)."""
+        """``||h_{i+1} - h_i||`` (n_samples - 1,) as NumPy (the model keeps it), and its
+        ``m`` largest local maxima, strongest first: ``{"score", "idx"}`` (idx i: the jump
+        after sample i); for Dask input one computation over H's blocks gives both."""
         if not self.blocks.is_dask:
             J = np.sqrt(((H[1:] - H[:-1]) ** 2).sum(axis=1))
             return J, {**_top_block(_peak_scores(J), 0, m), "max": J.max(initial=0.0)}
@@ -528,8 +529,8 @@ class _MUFit:
                  for blk, off in zip(score.to_delayed().ravel(), offsets)]
         top = tree_reduce(parts, functools.partial(_top_combine, m=m), 8,
                           wrap=lambda f: dask.delayed(f, pure=True))
-        top, jmax = dask.compute(top, J.max() if J.shape[0] else 0.0)
-        return J, {**top, "max": float(jmax)}
+        top, J = dask.compute(top, J)
+        return J, {**top, "max": float(J.max(initial=0.0))}
 
 
 # ---------------------------------------------------------------- per-block functions
