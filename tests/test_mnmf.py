@@ -406,3 +406,14 @@ def test_mnmf_binary_decision_sign_is_prediction(small_toy):
     dec = est.decision_function(X)
     assert dec.shape == (len(X),)
     np.testing.assert_array_equal(np.where(dec > 0, "yes", "no"), est.predict(X))
+
+
+@pytest.mark.parametrize("seed", [25, 42])
+def test_numerically_singular_newton_hessian_is_no_error(seed):
+    """Seeds on which the G step's Hessian (theta / mu * H + I / kappa) is singular in
+    float64 (scikit-learn's check_dtype_object data): a LinAlgError before."""
+    from sklearn.utils.estimator_checks import check_dtype_object
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_dtype_object("MNMF", MNMF(n_components=2, random_state=seed))

@@ -148,7 +148,12 @@ def solve(run_pass, v0, kappa, theta, *, max_passes, tol, mu0=1.0, mu_min=1e-9):
         grad = v / kappa - u
         hess = (theta / mu) * res["hess"]
         hess[np.diag_indices(m)] += 1.0 / kappa
-        d = -np.linalg.solve(hess, grad)
+        try:
+            d = -np.linalg.solve(hess, grad)
+        except np.linalg.LinAlgError:
+            # theta / mu so large that 1 / kappa vanishes beside it in float64 and the
+            # Hessian is numerically singular: the least-norm Newton direction
+            d = -np.linalg.lstsq(hess, grad, rcond=None)[0]
         if -float(grad @ d) / 2 <= _SOLVED * abs(primal) and mu > mu_min:
             # Newton has solved the smoothed problem (it converges finitely on this
             # piecewise quadratic); the rest of the gap is the smoothing's, at most
