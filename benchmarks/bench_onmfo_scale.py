@@ -78,9 +78,9 @@ def main():
             print(rows[-1], flush=True)
 
         measure("plain read pass `X.sum()`", lambda: X.sum().compute(), n)
-        fast = ONMFO(10, n_passes=1, batch_size=200_000, max_inner_iter=10, random_state=0)
+        fast = ONMFO(10, max_iter=1, tol=0, batch_size=200_000, max_inner_iter=10, random_state=0)
         measure("ONMFO, 1 pass, max_inner_iter=10", lambda: fast.fit(store + "/X"), n)
-        stop = ONMFO(10, n_passes=1, batch_size=100_000, random_state=0,
+        stop = ONMFO(10, max_iter=1, tol=0, batch_size=100_000, random_state=0,
                      callback=lambda info: info["iteration"] == 2)
         native = da.from_zarr(store, component="X", chunks=(50_000, d))
         measure("ONMFO, max_inner_iter=300 (default; first 2 batches of 100 000)",

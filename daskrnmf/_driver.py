@@ -46,7 +46,7 @@ class IterationLog:
 
 def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
             name="model", passes=None, rule="decrease", start=0, after_step=None,
-            step_info=None):
+            step_info=None, converged=None):
     """Run ``step`` until every restart has converged or ``max_iter`` is reached.
 
     Restart ``r`` converges at iteration ``t`` when its objective no longer decreases by
@@ -79,6 +79,9 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         ``after_step(state, iteration, stopping)`` after the callback (checkpoints).
     step_info : callable, optional
         ``step_info(state) -> dict`` merged into the callback's dict and the log line.
+    converged : callable, optional
+        ``converged(state) -> bool`` after each step, for ``rule="none"``: a stream that
+        decides itself when it has converged (ONMFO, at the end of a pass).
 
     Returns
     -------
@@ -98,7 +101,7 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         log.n_iter[active] = it
         finite = np.isfinite(prev)
         if rule == "none":
-            newly = np.zeros(n_restarts, dtype=bool)
+            newly = np.full(n_restarts, bool(converged is not None and converged(state)))
         else:
             drop = prev - full if rule == "decrease" else np.abs(prev - full)
             newly = active & finite & (drop <= tol * np.where(finite, np.abs(prev), 0.0))

@@ -1,57 +1,129 @@
 """X as a stream of batches for the online models: batch bounds, seeded visiting orders,
-and a feed that reads batches ahead of their use and solves each where its data lives.
+and a feed that reads X's chunks ahead of their use and solves each batch where its data
+lives.
 
 Nothing here knows a model's maths: the feed runs whatever ``solve(piece, start, *args)``
 the model gives it and sums the pieces' partial results with the model's ``combine``.
+
+**The default batches** (``batch_size=None``) adapt to the data (:func:`make_batches`):
+
+* the target is ``ceil(n_samples / UPDATES_PER_PASS)`` rows, so that even a small X gives
+  :data:`UPDATES_PER_PASS` dictionary updates per pass, and at most
+  :data:`MAX_BATCH_BYTES` (as float64) so that a large X gives large, GEMM-friendly
+  batches of bounded memory (for 256 features: 131,072 rows);
+* for Dask/Zarr input a batch is made of X's chunks: consecutive chunks up to the target
+  (their pieces are solved in parallel on the workers that hold them); a chunk larger
+  than the target is cut into sub-batches, solved one after the other from one read of
+  the chunk.  The default batches therefore depend on X's chunks (not on the workers).
+* Batches of the same chunk group form a *unit*: a pass visits the units in a seeded
+  random order and the batches of a unit consecutively, so every chunk is read once per
+  pass.  The sub-batches of a unit take its rows in a random order drawn anew at every
+  pass (:func:`batch_rows`): data stored sorted (by class, by time) does not give
+  batches of one kind.
+
+A ``batch_size`` set by the user is taken exactly: batches of that many rows, visited in
+a seeded random order of their own, which does not depend on the chunking (a chunk may
+then be read once per batch that needs it).
 """
+
+import math
 
 import numpy as np
 
 from ._blocks import active_client, tree_reduce
 from .kernels.blocks import as_float_block
 
-NUMPY_BATCH = 1024   # rows per batch of a NumPy X when no batch_size is given
+UPDATES_PER_PASS = 8        # default batches: at least this many W updates per pass
+MAX_BATCH_BYTES = 2 ** 28    # default batches: at most this many bytes (as float64)
 
 
 def make_batches(X, batch_size):
-    """Row ranges of the batches and of each batch's pieces.
+    """Row ranges of the batches, of each batch's pieces, and the units of the order.
 
     Parameters
     ----------
     X : ndarray or dask.array.Array of shape (n_samples, n_features)
     batch_size : int or None
-        Rows per batch; None takes X's row chunks (Dask) or ``NUMPY_BATCH`` rows (NumPy).
+        Rows per batch; None chooses them (see the module's docstring).
 
     Returns
     -------
     batches : list of (start, stop)
     pieces : list of list of (start, stop)
         Each batch cut at X's chunk boundaries (its pieces are solved in parallel).
+    units : list of list of int
+        Batches visited consecutively (a chunk group); one unit per batch when
+        ``batch_size`` is given.
     """
     n = X.shape[0]
-    if isinstance(X, np.ndarray):
-        bounds = np.array([0, n])
-    else:
-        bounds = np.cumsum((0,) + tuple(X.chunks[0]))
-    if batch_size is None:
-        step = NUMPY_BATCH if isinstance(X, np.ndarray) else None
-        edges = list(range(0, n, step)) + [n] if step else list(bounds)
-    else:
+    bounds = (np.array([0, n]) if isinstance(X, np.ndarray)
+              else np.cumsum((0,) + tuple(X.chunks[0])))
+    bounds = [int(b) for b in bounds]
+    if batch_size is not None:
         edges = list(range(0, n, batch_size)) + [n]
-    batches = [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+        batches = list(zip(edges[:-1], edges[1:]))
+        units = [[b] for b in range(len(batches))]
+    else:
+        target = max(1, min(math.ceil(n / UPDATES_PER_PASS),
+                            MAX_BATCH_BYTES // (8 * max(1, X.shape[1]))))
+        batches, units = [], []
+        c = 0
+        n_chunks = len(bounds) - 1
+        while c < n_chunks:
+            lo = bounds[c]
+            size = bounds[c + 1] - lo
+            if size > target:                      # sub-batches of one chunk
+                parts = math.ceil(size / target)
+                cuts = [lo + (size * i) // parts for i in range(parts + 1)]
+                c += 1
+            else:                                  # a group of consecutive chunks
+                g = c + 1
+                while g < n_chunks and bounds[g + 1] - lo <= target:
+                    g += 1
+                cuts = [lo, bounds[g]]
+                c = g
+            first = len(batches)
+            batches += list(zip(cuts[:-1], cuts[1:]))
+            units.append(list(range(first, len(batches))))
+    batches = [(int(a), int(b)) for a, b in batches if b > a]
     pieces = []
     for a, b in batches:
-        cuts = [int(c) for c in bounds if a < c < b]
+        cuts = [c for c in bounds if a < c < b]
         pts = [a] + cuts + [b]
         pieces.append(list(zip(pts[:-1], pts[1:])))
-    return batches, pieces
+    return batches, pieces, units
 
 
-def batch_order(seed, pass_index, n_batches, shuffle=True):
-    """The order in which pass ``pass_index`` visits the batches (seeded, reproducible)."""
+def batch_order(seed, pass_index, units, shuffle=True):
+    """The order in which pass ``pass_index`` visits the batches (seeded, reproducible):
+    the units in a random order, each unit's batches consecutively in a random order.
+    ``units`` may be an int (that many single-batch units)."""
+    if isinstance(units, (int, np.integer)):
+        units = [[b] for b in range(int(units))]
     if not shuffle:
-        return np.arange(n_batches)
-    return np.random.default_rng([seed, pass_index]).permutation(n_batches)
+        return np.array([b for u in units for b in u], dtype=np.int64)
+    rng = np.random.default_rng([seed, pass_index])
+    out = []
+    for u in rng.permutation(len(units)):
+        unit = units[u]
+        out.extend(rng.permutation(unit).tolist() if len(unit) > 1 else unit)
+    return np.array(out, dtype=np.int64)
+
+
+def batch_rows(seed, pass_index, units, batches, b):
+    """Rows of batch ``b`` in pass ``pass_index``, or None for its own contiguous range.
+
+    A batch that shares its unit (a chunk, or a NumPy X, cut into sub-batches) takes the
+    rows of its slot in a seeded random permutation of the unit's rows (sorted, for
+    locality); the sub-batches of a unit still cover its rows exactly once per pass."""
+    unit = next((u for u in units if u[0] <= b <= u[-1]), None)
+    if unit is None or len(unit) < 2:
+        return None
+    lo, hi = batches[unit[0]][0], batches[unit[-1]][1]
+    u = units.index(unit)
+    perm = np.random.default_rng([seed, pass_index, u, 7]).permutation(hi - lo)
+    a, z = batches[b][0] - lo, batches[b][1] - lo
+    return np.sort(perm[a:z]) + lo
 
 
 def upcoming(order, n_batches, n_passes, pass_index, position, count):
@@ -74,14 +146,22 @@ def piece_sum(block, start=0):
     return float(x.sum()), x.size
 
 
-class Feed:
-    """Reads batches ahead of their use and solves them where their data is.
+def _on_piece(chunk, lo, hi, start, fn, *args, rows=None):
+    """``fn`` on rows ``lo:hi`` (or the local ``rows``) of a chunk read once (run where
+    the chunk lives)."""
+    return fn(chunk[lo:hi] if rows is None else chunk[rows], start, *args)
 
-    * A distributed Client is active and X is a Dask array: each piece is computed into a
-      future on a worker ``prefetch`` batches ahead; the solve is submitted to run where
-      that future lives, and only its (small) result is gathered.
-    * Dask without a distributed Client: the next batches are computed by a background
-      thread while the current one is solved in-process.
+
+class Feed:
+    """Reads X's chunks ahead of their use and solves batches where their data is.
+
+    * A distributed Client is active and X is a Dask array: each chunk a batch needs is
+      computed into a future on a worker ``prefetch`` batches ahead (once, however many
+      batches use it: it is released when the last one pending has been solved); each
+      piece's solve is submitted to run where its chunk lives, and only its (small)
+      result is gathered.
+    * Dask without a distributed Client: the chunks are computed by a background thread
+      while the current batch is solved in-process.
     * NumPy: the pieces are views of X.
 
     Parameters
@@ -95,62 +175,84 @@ class Feed:
         self.X, self.pieces = X, pieces
         self.is_dask = not isinstance(X, np.ndarray)
         self.client = active_client() if self.is_dask else None
-        self.pending = {}
+        self.bounds = (np.array([0, X.shape[0]]) if not self.is_dask
+                       else np.cumsum((0,) + tuple(X.chunks[0])))
+        self.pending = {}          # batch -> its pieces' chunk indices (wanted, unsolved)
+        self.chunks = {}           # chunk index -> [data or future, pending uses]
         self._pool = None
         if self.is_dask and self.client is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="daskrnmf-prefetch")
 
+    def _chunk_of(self, s):
+        return int(np.searchsorted(self.bounds, s, side="right") - 1)
+
+    def _read(self, c):
+        if not self.is_dask:
+            return self.X
+        block = self.X.blocks[c]
+        if self.client is not None:
+            return self.client.compute(block, priority=-1)
+        import dask
+
+        return self._pool.submit(lambda: dask.compute(block)[0])
+
     def want(self, b):
-        """Start reading batch ``b`` (no-op if it is already on its way)."""
+        """Start reading the chunks of batch ``b`` (no-op if it is already on its way)."""
         if b in self.pending:
             return
-        if self.client is not None:
-            self.pending[b] = [self.client.compute(self.X[s:e], priority=-1)
-                               for s, e in self.pieces[b]]
-        elif self._pool is not None:
-            import dask
+        cs = [self._chunk_of(s) for s, _ in self.pieces[b]]
+        for c in cs:
+            if c not in self.chunks:
+                self.chunks[c] = [self._read(c), 0]
+            self.chunks[c][1] += 1
+        self.pending[b] = cs
 
-            self.pending[b] = [self._pool.submit(lambda s=s, e=e: dask.compute(self.X[s:e])[0])
-                               for s, e in self.pieces[b]]
-        else:
-            self.pending[b] = [self.X[s:e] for s, e in self.pieces[b]]
+    def _release(self, b):
+        for c in self.pending.pop(b):
+            entry = self.chunks[c]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.chunks[c]
 
-    def _take(self, b):
+    def _run(self, b, fn, args, rows=None):
         self.want(b)
-        return self.pending.pop(b)
-
-    def _run(self, fn, data, starts, args):
+        items = []
+        for (s, e), c in zip(self.pieces[b], self.pending[b]):
+            lo = int(s - self.bounds[c])
+            local = None if rows is None else rows - int(self.bounds[c])
+            items.append((self.chunks[c][0], lo, lo + (e - s), s, local))
         if self.client is not None:
-            futures = [self.client.submit(fn, f, s, *args, pure=False, priority=10)
-                       for f, s in zip(data, starts)]
+            futures = [self.client.submit(_on_piece, f, lo, hi, s, fn, *args, rows=local,
+                                          pure=False, priority=10)
+                       for f, lo, hi, s, local in items]
             return self.client.gather(futures)
         if self._pool is not None:
-            return [fn(f.result(), s, *args) for f, s in zip(data, starts)]
-        return [fn(x, s, *args) for x, s in zip(data, starts)]
+            return [_on_piece(f.result(), lo, hi, s, fn, *args, rows=local)
+                    for f, lo, hi, s, local in items]
+        return [_on_piece(f, lo, hi, s, fn, *args, rows=local) for f, lo, hi, s, local in items]
 
     def mean(self, b):
         """Mean entry of batch ``b`` (its data stays where it is, and stays read)."""
-        data = self._take(b)
-        self.pending[b] = data
-        sums = self._run(piece_sum, data, [s for s, _ in self.pieces[b]], ())
+        sums = self._run(b, piece_sum, ())
         return sum(s for s, _ in sums) / max(1, sum(c for _, c in sums))
 
-    def solve(self, b, fn, combine, *args):
+    def solve(self, b, fn, combine, *args, rows=None):
         """``combine`` of ``fn(piece, start, *args)`` over batch ``b``'s pieces (in row
-        order, tree-reduced), each run where the piece lives; the batch is consumed."""
-        data = self._take(b)
-        parts = self._run(fn, data, [s for s, _ in self.pieces[b]], args)
-        del data
+        order, tree-reduced), each run where the piece lives; the batch is consumed.
+        ``rows``: the batch's global rows (from :func:`batch_rows`; one piece) instead of
+        its range."""
+        parts = self._run(b, fn, args, rows)
+        self._release(b)
         return tree_reduce(parts, combine, 8)
 
     def close(self):
-        """Cancel the batches read ahead and stop the reader thread."""
+        """Cancel the chunks read ahead and stop the reader thread."""
         if self.client is not None:
-            for futures in self.pending.values():
-                for f in futures:
-                    f.cancel()
+            for data, _ in self.chunks.values():
+                data.cancel()
         self.pending.clear()
+        self.chunks.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)

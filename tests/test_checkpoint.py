@@ -12,7 +12,7 @@ import pytest
 from daskrnmf import ONMFO
 from daskrnmf import _checkpoint
 
-KW = dict(n_components=3, n_passes=2, batch_size=20, max_inner_iter=5, random_state=0)
+KW = dict(n_components=3, max_iter=2, tol=0, batch_size=20, max_inner_iter=5, random_state=0)
 
 
 @pytest.fixture

@@ -19,8 +19,9 @@ from daskrnmf import ONMFO, RobustNMF
 from daskrnmf import _checkpoint
 from daskrnmf.datasets import corrupt_images
 from daskrnmf.kernels.outliers import (block_statistics, initial_codes, solve_codes,
-                                       update_components)
-from daskrnmf._stream import Feed, batch_order, make_batches
+                                       solve_codes_cd, update_components,
+                                       update_components_cd)
+from daskrnmf._stream import Feed, batch_order, batch_rows, make_batches
 from daskrnmf.models._outliers import initial_components as _initial_components
 from daskrnmf.models._outliers import SolveSpec, add_statistics, solve_batch_piece
 
@@ -92,14 +93,114 @@ def test_block_statistics_and_w_update_match_numpy(data):
     np.testing.assert_allclose(update_components(W, st["A"], st["B"], st["C"], 5), Wt.T, rtol=1e-12)
 
 
+# ---------------------------------------------------------------- the "cd" solver
+def _objective_3(x, h, W, r, lam):
+    res = x - h @ W - r
+    return 0.5 * np.sum(res * res, axis=1) + lam * r.sum(axis=1)
+
+
+def test_cd_codes_meet_the_kkt_conditions_and_never_increase(data):
+    X, _, W_true, _ = data
+    x, W = X[:40], W_true + 0.05
+    h, r, rounds = solve_codes_cd(x, W, 1.0, 500, 1e-12)
+    # r is the exact minimiser for h; h satisfies the KKT conditions of its NNLS for x - r
+    np.testing.assert_allclose(r, np.maximum(x - h @ W - 1.0, 0.0), atol=1e-12)
+    grad = -(x - r - h @ W) @ W.T
+    scale = np.abs(x @ W.T).max()
+    assert np.all(h >= 0) and np.all(grad >= -1e-6 * scale)
+    assert np.all(np.abs(grad[h > 0]) <= 1e-6 * scale)
+    assert rounds.max() < 500
+    # each round lowers every row's objective (a majoriser is minimised exactly)
+    prev = None
+    for t in range(0, 8):
+        h_t, r_t, _ = solve_codes_cd(x, W, 1.0, t, 0.0)
+        f = _objective_3(x, h_t, W, r_t, 1.0)
+        if prev is not None:
+            assert np.all(f <= prev * (1 + 1e-12) + 1e-12)
+        prev = f
+    # rows are solved on their own: a row's codes do not depend on its block
+    h5, _, _ = solve_codes_cd(x[5:6], W, 1.0, 500, 1e-12)
+    np.testing.assert_allclose(h5, h[5:6], rtol=1e-9, atol=1e-12)
+
+
+def test_cd_and_mu_reach_the_same_objective_of_the_convex_subproblems(data):
+    X, _, W_true, _ = data
+    x, W = X[:30], W_true + 0.05
+    h_cd, r_cd, _ = solve_codes_cd(x, W, 1.0, 500, 1e-12)
+    h_mu, r_mu = solve_codes(x, W, 1.0, 20000)
+    f_cd, f_mu = _objective_3(x, h_cd, W, r_cd, 1.0).sum(), _objective_3(x, h_mu, W, r_mu, 1.0).sum()
+    assert f_cd <= f_mu * (1 + 1e-9) and f_mu <= 1.01 * f_cd
+    # (15), W given A, B, C: HALS sweeps and the rounds of (18) reach the same value
+    st = block_statistics(x, h_cd, r_cd, W, 1.0)
+    surrogate = lambda V: 0.5 * np.trace(V.T @ st["B"] @ V) - np.sum(V * (st["A"] - st["C"]))  # noqa: E731
+    W0 = np.full_like(W, W.mean())
+    W_cd, sweeps = update_components_cd(W0, st["A"], st["B"], st["C"], 2000, 1e-12)
+    W_mu = update_components(W0, st["A"], st["B"], st["C"], 20000)
+    assert surrogate(W_cd) <= surrogate(W_mu) + 1e-9 * abs(surrogate(W_mu))
+    assert abs(surrogate(W_mu) - surrogate(W_cd)) <= 0.01 * abs(surrogate(W_cd))
+    values = [surrogate(update_components_cd(W0, st["A"], st["B"], st["C"], t, 0.0)[0])
+              for t in range(6)]
+    assert np.all(np.diff(values) <= 1e-9 * np.abs(values[:-1]))
+
+
+def test_cd_kernels_match_numpy_twins(data):
+    from daskrnmf.kernels.outliers import hals_codes
+
+    rng = np.random.default_rng(0)
+    W = rng.uniform(size=(4, 12))
+    G, b = W @ W.T, rng.uniform(size=(9, 4))
+    h = rng.uniform(size=(9, 4))
+    want = h.copy()
+    for _ in range(3):
+        for i in range(9):
+            for j in range(4):
+                want[i, j] = max(0.0, want[i, j] + (b[i, j] - want[i] @ G[:, j]) / G[j, j])
+    np.testing.assert_allclose(hals_codes(h.copy(), G, b, 3), want, rtol=1e-12)
+    A, B, C = rng.uniform(size=(4, 12)), G, rng.uniform(size=(4, 12)) * 0.1
+    V = rng.uniform(size=(4, 12))
+    want = V.copy()
+    for j in range(4):
+        want[j] = np.maximum(want[j] + (A[j] - C[j] - B[j] @ want) / B[j, j], 0.0)
+    np.testing.assert_allclose(update_components_cd(V, A, B, C, 1, 0.0)[0], want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("chunks", [None, 41])
+def test_robust_nmf_cd_never_increases_and_matches_mu(data, chunks):
+    X = data[0]
+    Xin = X if chunks is None else da.from_array(X, chunks=(chunks, -1))
+    cd = RobustNMF(4, random_state=0, max_iter=400, tol=1e-7).fit(Xin)
+    hist = cd.objective_history_
+    assert np.all(np.diff(hist) <= 1e-12 * hist[:-1])
+    assert cd.objective_ <= hist[-1] * (1 + 1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mu = RobustNMF(4, solver="mu", random_state=0, max_iter=3000, tol=0).fit(X)
+    assert abs(mu.objective_ - cd.objective_) <= 0.01 * cd.objective_
+    assert cd.n_iter_ < 400
+
+
+def test_onmfo_solvers_agree_and_converge_by_passes(data):
+    X = data[0]
+    kw = dict(n_components=4, random_state=0)
+    cd = ONMFO(**kw).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mu = ONMFO(**kw, solver="mu", max_inner_iter=300, inner_tol=1e-6).fit(X)
+    assert cd.n_iter_ < cd.max_iter and 0 < cd.n_inner_iter_ < cd.max_inner_iter
+    f = {name: _objective_3(X, *m.decompose(X)[:1], m.components_, m.decompose(X)[1], 1.0).sum()
+         for name, m in (("cd", cd), ("mu", mu))}
+    assert abs(f["cd"] - f["mu"]) <= 0.01 * f["mu"]
+
+
 # ---------------------------------------------------------------- ONMFO equivalences
 @pytest.mark.parametrize("shuffle, one_row_chunks", [(False, False), (True, False), (True, True)])
 def test_batches_of_one_sample_are_the_papers_per_sample_algorithm(data, shuffle, one_row_chunks):
     X = data[0][:60]
-    # batch_size=1, or (default batches) a Dask array whose chunks hold one sample each
-    Xin, size = (da.from_array(X, chunks=(1, -1)), None) if one_row_chunks else (X, 1)
-    model = ONMFO(4, alpha_R=2.0, n_passes=1, batch_size=size, shuffle=shuffle, max_inner_iter=40,
-                  max_w_iter=5, random_state=3).fit(Xin)
+    # batch_size=1 (the paper's multiplicative solver), on NumPy or one-row chunks
+    Xin = da.from_array(X, chunks=(1, -1)) if one_row_chunks else X
+    model = ONMFO(4, alpha_R=2.0, max_iter=1, tol=0, batch_size=1, shuffle=shuffle,
+                  solver="mu", max_inner_iter=40, inner_tol=0, max_w_iter=5,
+                  random_state=3).fit(Xin)
     order = batch_order(3, 0, 60, shuffle)
     W0 = _initial_components(3, 4, X.shape[1], X[order[0]].mean())
     W = onmfo_reference(X.T, W0.T, 2.0, 40, 5, _h0(2.0), order)
@@ -109,7 +210,7 @@ def test_batches_of_one_sample_are_the_papers_per_sample_algorithm(data, shuffle
 
 def test_fit_equals_partial_fit_over_the_same_chunk_order(data):
     X = da.from_array(data[0], chunks=(23, -1))
-    fit = ONMFO(4, n_passes=1, max_inner_iter=50, random_state=5).fit(X)
+    fit = ONMFO(4, max_iter=1, tol=0, batch_size=23, max_inner_iter=50, random_state=5).fit(X)
     stream = ONMFO(4, max_inner_iter=50, random_state=5)
     blocks = X.to_delayed().ravel()
     for b in batch_order(5, 0, len(blocks)):
@@ -120,8 +221,9 @@ def test_fit_equals_partial_fit_over_the_same_chunk_order(data):
 
 def test_huge_alpha_r_forces_no_outliers_and_gives_online_nmf(data):
     X = data[0][:80]
-    model = ONMFO(4, alpha_R=1e12, n_passes=1, batch_size=1, shuffle=False, max_inner_iter=30,
-                  max_w_iter=3, random_state=0).fit(X)
+    model = ONMFO(4, alpha_R=1e12, max_iter=1, tol=0, batch_size=1, shuffle=False,
+                  solver="mu", max_inner_iter=30, inner_tol=0, max_w_iter=3,
+                  random_state=0).fit(X)
     W0 = _initial_components(0, 4, X.shape[1], X[0].mean())
     no_r = lambda v, W: (_h0(0.0)(v, W)[0], np.zeros_like(v))   # noqa: E731
     W = onmfo_reference(X.T, W0.T, 0.0, 30, 3, no_r, np.arange(80))
@@ -142,19 +244,43 @@ def test_fixed_batch_size_does_not_depend_on_chunking(data, chunks):
 
 def test_batches_and_pieces():
     X = da.zeros((100, 3), chunks=((30, 30, 40), (3,)))
-    batches, pieces = make_batches(X, None)
-    assert batches == [(0, 30), (30, 60), (60, 100)]
-    batches, pieces = make_batches(X, 45)
-    assert batches == [(0, 45), (45, 90), (90, 100)]
+    # default: about n/8 = 13 rows; chunks larger than that cut into sub-batches (one unit)
+    batches, pieces, units = make_batches(X, None)
+    assert batches == [(0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, 70),
+                       (70, 80), (80, 90), (90, 100)]
+    assert units == [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
+    # small chunks grouped up to the target
+    Xs = da.zeros((800, 3), chunks=(25, 3))
+    batches, pieces, units = make_batches(Xs, None)
+    assert batches == [(s, s + 100) for s in range(0, 800, 100)] and units == [[b] for b in range(8)]
+    assert pieces[0] == [(0, 25), (25, 50), (50, 75), (75, 100)]
+    # a batch_size the user sets is taken exactly, whatever the chunks
+    batches, pieces, units = make_batches(X, 45)
+    assert batches == [(0, 45), (45, 90), (90, 100)] and units == [[0], [1], [2]]
     assert pieces[0] == [(0, 30), (30, 45)] and pieces[1] == [(45, 60), (60, 90)]
-    assert make_batches(np.zeros((2500, 3)), None)[0] == [(0, 1024), (1024, 2048), (2048, 2500)]
+    # NumPy: n/8 rows, at most MAX_BATCH_BYTES
+    assert make_batches(np.zeros((2500, 3)), None)[0][:2] == [(0, 312), (312, 625)]
+    big = np.broadcast_to(np.zeros(1), (10**6, 4096))      # no memory: only its shape is read
+    assert 8000 < max(b - a for a, b in make_batches(big, None)[0]) <= 8192
+
+
+def test_sub_batches_cover_their_unit_once_per_pass_in_random_rows():
+    X = np.zeros((100, 3))
+    batches, _, units = make_batches(X, None)
+    for p in range(2):
+        order = batch_order(0, p, units)
+        rows = [batch_rows(0, p, units, batches, int(b)) for b in order]
+        np.testing.assert_array_equal(np.sort(np.concatenate(rows)), np.arange(100))
+        assert [len(r) for r in rows] == [b - a for a, b in (batches[int(b)] for b in order)]
+        assert not np.array_equal(rows[0], np.arange(*batches[int(order[0])]))
+    assert batch_rows(0, 0, [[0], [1]], [(0, 5), (5, 10)], 1) is None
 
 
 def test_planted_components_and_outliers_are_recovered(data):
     from sklearn.decomposition import MiniBatchNMF
 
     X, clean, W_true, mask = data
-    model = ONMFO(4, alpha_R=1.0, n_passes=3, batch_size=20, random_state=0).fit(X)
+    model = ONMFO(4, alpha_R=1.0, max_iter=3, tol=0, batch_size=20, random_state=0).fit(X)
     W = model.components_
     cos = (W / np.linalg.norm(W, axis=1, keepdims=True)) @ \
         (W_true / np.linalg.norm(W_true, axis=1, keepdims=True)).T
@@ -195,15 +321,16 @@ def test_distributed_feed_reads_ahead_and_matches_numpy(data):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         Xd = da.from_array(X, chunks=(25, -1))
-        got = ONMFO(4, max_inner_iter=30, random_state=2).fit(Xd)
-        _, pieces = make_batches(Xd, None)
+        got = ONMFO(4, batch_size=25, max_inner_iter=30, random_state=2).fit(Xd)
+        _, pieces, _ = make_batches(Xd, 25)
         feed = Feed(Xd, pieces)
         spec = SolveSpec(alpha_R=1.0, n_iter=5, where="X")
         assert feed.client is client
         feed.want(0)
         feed.want(1)
         feed.solve(0, solve_batch_piece, add_statistics, ref.components_, spec)
-        ahead = feed.pending[1]
+        assert 0 not in feed.pending and 0 not in feed.chunks     # solved, released
+        ahead = [feed.chunks[c][0] for c in feed.pending[1]]
         client.gather(ahead)   # batch 1 was read while batch 0 was solved: only waits here
         assert all(f.status == "finished" for f in ahead)
         feed.close()
@@ -215,7 +342,8 @@ def test_distributed_feed_reads_ahead_and_matches_numpy(data):
 def test_robust_nmf_equals_dense_updates_and_never_increases(data, chunks):
     X = data[0]
     Xin = X if chunks is None else da.from_array(X, chunks=(chunks, -1))
-    model = RobustNMF(4, alpha_R=1.0, max_iter=30, tol=0, random_state=4)
+    model = RobustNMF(4, alpha_R=1.0, solver="mu", max_iter=30, tol=0, inner_tol=0,
+                      random_state=4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         H = model.fit_transform(Xin)
@@ -235,22 +363,21 @@ def test_online_is_close_to_batch_on_corrupted_faces():
 
     X, _ = load_orl()
     clean, noisy, _ = corrupt_images(X[:120], 0.2, random_state=0)
-    online = ONMFO(16, batch_size=10, n_passes=2, max_inner_iter=150, random_state=0).fit(noisy)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        batch = RobustNMF(16, max_iter=150, max_inner_iter=150, random_state=0).fit(noisy)
+    # both at their defaults
+    online = ONMFO(16, random_state=0).fit(noisy)
+    batch = RobustNMF(16, random_state=0).fit(noisy)
     e = {}
     for name, m in (("online", online), ("batch", batch)):
         H, _ = m.decompose(noisy)
         e[name] = np.mean((clean - m.inverse_transform(H)) ** 2)
     e_plain = np.mean((clean - noisy) ** 2)
-    assert e["online"] < 1.3 * e["batch"] and e["online"] < 0.5 * e_plain
+    assert e["online"] < 1.2 * e["batch"] and e["online"] < 0.5 * e_plain
 
 
 # ---------------------------------------------------------------- checkpoints
 def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path):
     X = da.from_array(data[0], chunks=(20, -1))
-    kw = dict(n_components=4, n_passes=2, max_inner_iter=30, random_state=7)
+    kw = dict(n_components=4, max_iter=2, tol=0, max_inner_iter=30, random_state=7)
     full = ONMFO(**kw).fit(X)
     ckpt = tmp_path / "ckpt"
     ONMFO(**kw, checkpoint=ckpt, checkpoint_every=3,
@@ -303,7 +430,7 @@ def test_killed_process_resumes_to_the_uninterrupted_result(tmp_path):
     X = np.random.default_rng(0).gamma(2.0, 1.0, size=(2000, 30))
     np.save(tmp_path / "X.npy", X)
     ckpt = tmp_path / "ckpt"
-    kw = dict(n_components=5, n_passes=2, batch_size=20, max_inner_iter=20, random_state=11)
+    kw = dict(n_components=5, max_iter=2, tol=0, batch_size=20, max_inner_iter=20, random_state=11)
     script = textwrap.dedent(f"""
         import time, numpy as np
         from daskrnmf import ONMFO
@@ -351,8 +478,8 @@ def test_bad_input_is_refused_and_changes_nothing(data, tmp_path):
     with pytest.raises(ValueError, match=r"The 'alpha_R' parameter of ONMFO must be a float in "
                                          r"the range \(0, inf\)\. Got -1 instead\."):
         ONMFO(4, alpha_R=-1).fit(data[0])
-    with pytest.raises(ValueError, match="The 'n_passes' parameter of ONMFO"):
-        ONMFO(4, n_passes=0).fit(data[0])
+    with pytest.raises(ValueError, match="The 'max_iter' parameter of ONMFO"):
+        ONMFO(4, max_iter=0, tol=0).fit(data[0])
     with pytest.raises(ValueError, match="Negative values"):
         RobustNMF(4).fit(X)
     fitted = ONMFO(4, max_inner_iter=5, random_state=0).fit(data[0])
@@ -372,7 +499,7 @@ def test_bad_input_is_refused_and_changes_nothing(data, tmp_path):
 
 @pytest.mark.parametrize("cls", [ONMFO, RobustNMF])
 def test_lam_still_works_with_a_future_warning(data, cls):
-    kw = dict(max_iter=3) if cls is RobustNMF else dict(n_passes=1, batch_size=100)
+    kw = dict(max_iter=3) if cls is RobustNMF else dict(max_iter=1, tol=0, batch_size=100)
     with pytest.warns(FutureWarning, match="'lam' of .* was renamed to 'alpha_R'"):
         old = cls(4, lam=3.0, max_inner_iter=10, random_state=0, **kw)
     assert old.alpha_R == 3.0 and "lam" not in old.get_params()
@@ -388,7 +515,7 @@ def test_lam_still_works_with_a_future_warning(data, cls):
 @pytest.mark.parametrize("cls", [ONMFO, RobustNMF])
 def test_float32_in_float32_out(data, cls):
     X = data[0][:120].astype(np.float32)
-    kw = dict(max_iter=5) if cls is RobustNMF else dict(n_passes=1, batch_size=40)
+    kw = dict(max_iter=5) if cls is RobustNMF else dict(max_iter=1, tol=0, batch_size=40)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         m = cls(3, max_inner_iter=10, random_state=0, **kw).fit(X)
@@ -408,7 +535,7 @@ def test_driver_callback_dict_and_progress_bar(data):
     from daskrnmf import ProgressBar
 
     seen = []
-    ONMFO(3, n_passes=2, batch_size=100, max_inner_iter=5, random_state=0,
+    ONMFO(3, max_iter=2, tol=0, batch_size=100, max_inner_iter=5, random_state=0,
           callback=lambda info: seen.append(dict(info))).fit(data[0])
     assert [i["iteration"] for i in seen] == list(range(1, 7))
     assert [(i["pass"], i["batch"]) for i in seen] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1),

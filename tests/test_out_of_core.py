@@ -76,7 +76,7 @@ def _compile_kernels():
     ORNMF(5, n_clusters=5, max_iter=2, random_state=0).fit(X)
     MNMF(3, max_iter=1, semi_max_iter=2, max_inner_iter=2, random_state=0).fit(
         X, np.arange(300) % 2)
-    ONMFO(3, n_passes=1, batch_size=100, max_inner_iter=5, random_state=0).fit(X)
+    ONMFO(3, max_iter=1, tol=0, batch_size=100, max_inner_iter=5, random_state=0).fit(X)
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def test_onmfo_streams_with_worker_and_client_memory_below_data_size(capped_clus
     full = da.from_zarr(big_store + "/X").nbytes
     rss0 = me.memory_info().rss
     with dask.config.set({"array.chunk-size": "5MiB"}):
-        m = ONMFO(5, alpha_R=1.0, n_passes=1, batch_size=40_000, max_inner_iter=20,
+        m = ONMFO(5, alpha_R=1.0, max_iter=1, tol=0, batch_size=40_000, max_inner_iter=20,
                   random_state=0).fit(big_store + "/X")
         grown = me.memory_info().rss - rss0
         X = da.from_zarr(big_store + "/X")[:50_000]

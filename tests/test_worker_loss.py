@@ -162,7 +162,7 @@ CASES = {
                              random_state=0, callback=cb), 2, True),
     "RobustNMF": (lambda cb: RobustNMF(4, max_iter=6, tol=0.0, max_inner_iter=20, random_state=0,
                                        callback=cb), 2, False),
-    "ONMFO": (lambda cb: ONMFO(3, n_passes=2, batch_size=5_000, max_inner_iter=20,
+    "ONMFO": (lambda cb: ONMFO(3, max_iter=2, tol=0, batch_size=5_000, max_inner_iter=20,
                                random_state=0, callback=cb), 5, False),
 }
 

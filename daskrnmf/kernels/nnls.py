@@ -37,9 +37,12 @@ def _passive_solve(A, b, idx, s, L, z):
 
 
 @njit(cache=True, nogil=True)
-def _nnls_gram_rows(A, B, out, tol):
+def _nnls_gram_rows(A, B, out, tol, warm):
     """Lawson-Hanson active set on the normal equations (Bro & de Jong's FNNLS) for every
-    row: ``min_{h >= 0} h^T A h / 2 - b^T h`` with ``A = G^T G``, ``b = G^T x``."""
+    row: ``min_{h >= 0} h^T A h / 2 - b^T h`` with ``A = G^T G``, ``b = G^T x``.
+
+    ``warm``: each row starts from ``out[i]`` (>= 0) with its positive entries as the
+    passive set (first solved on that set, stepping back to feasibility), instead of 0."""
     n, k = B.shape
     idx = np.empty(k, dtype=np.int64)
     z = np.empty(k)
@@ -50,12 +53,22 @@ def _nnls_gram_rows(A, B, out, tol):
     for i in range(n):
         b = B[i]
         x = out[i]
-        x[:] = 0.0
         passive = np.zeros(k, dtype=np.bool_)
+        resume = False
+        if warm:
+            for c in range(k):
+                if x[c] > 0.0 and A[c, c] > 0.0:
+                    passive[c] = True
+                    resume = True
+                else:
+                    x[c] = 0.0
+        else:
+            x[:] = 0.0
         bmax = 0.0
         for c in range(k):
             bmax = max(bmax, abs(b[c]))
         if bmax == 0.0:
+            x[:] = 0.0
             continue
         for _outer in range(3 * k + 3):
             xmax = 0.0
@@ -71,9 +84,12 @@ def _nnls_gram_rows(A, B, out, tol):
                     w -= A[c, j] * x[j]
                 if w > wbest:
                     best, wbest = c, w
-            if best < 0:
+            if resume:                      # a warm start: solve on its passive set first
+                best, resume = -1, False
+            elif best < 0:
                 break                       # KKT holds: no zero coordinate can descend
-            passive[best] = True
+            else:
+                passive[best] = True
             stalled = False
             for inner in range(3 * k + 3):
                 s = 0
@@ -90,7 +106,7 @@ def _nnls_gram_rows(A, B, out, tol):
                     for t in range(s):
                         x[idx[t]] = z[t]
                     break
-                if inner == 0 and x[best] == 0.0:
+                if inner == 0 and best >= 0 and x[best] == 0.0:
                     for t in range(s):
                         if idx[t] == best and z[t] <= 0.0:
                             stalled = True  # roundoff: the entering column cannot move
@@ -115,7 +131,7 @@ def _nnls_gram_rows(A, B, out, tol):
     return out
 
 
-def nnls_codes(GtG, XG, tol=None):
+def nnls_codes(GtG, XG, tol=None, init=None):
     """The exact non-negative least-squares codes ``argmin_{h_i >= 0} ||x_i - G h_i||`` of
     every row, from ``G^T G`` (k, k) and the rows ``G^T x_i`` (n, k).
 
@@ -128,7 +144,8 @@ def nnls_codes(GtG, XG, tol=None):
     XG = np.ascontiguousarray(XG, dtype=np.float64)
     k = XG.shape[1]
     tol = 32 * max(k, 1) * np.finfo(np.float64).eps if tol is None else float(tol)
-    out = np.zeros(XG.shape)
+    warm = init is not None
+    out = np.array(init, dtype=np.float64) if warm else np.zeros(XG.shape)
     if XG.shape[0] == 0 or k == 0:
         return out
-    return _nnls_gram_rows(np.ascontiguousarray(GtG, dtype=np.float64), XG, out, tol)
+    return _nnls_gram_rows(np.ascontiguousarray(GtG, dtype=np.float64), XG, out, tol, warm)

@@ -1,16 +1,33 @@
-"""Per-block multiplicative updates of NMF with a sparse non-negative outlier matrix
-(Zhao & Tan, ICASSP 2016: X ~ H W + R, eq. 5-8 and 16-18).
+"""Per-block solvers of NMF with a sparse non-negative outlier matrix (Zhao & Tan, "Online
+nonnegative matrix factorization with outliers", ICASSP 2016: X ~ H W + R, eq. 5-8, 16-18).
 
 Samples are rows: a block x (m, d) has codes h (m, k) and outliers r (m, d); the
 components W (k, d) are the paper's W^T.  Its objective per sample is
 
     l(x, W) = min_{h, r >= 0} 1/2 ||x - h W - r||^2 + lam ||r||_1                 (3)
 
-The updates never leave the non-negative orthant and never increase their block of (5)
-(the paper's Lemmas 1-2); 0/0 keeps 0.
+Two solvers of (3) and of the components' problem (15):
+
+* ``"cd"`` (the default of the models).  For h fixed, r is in closed form,
+  ``r = max(0, x - h W - lam)``, so (3) is ``min_{h >= 0} sum_j psi(x_j - (h W)_j)`` with
+  the one-sided Huber function ``psi(e) = e^2 / 2`` (e <= lam), ``lam e - lam^2 / 2``
+  (e > lam).  :func:`solve_codes_cd` alternates the exact r and the exact non-negative
+  least squares h for ``x - r`` (a k x k Gram matrix ``W W^T`` shared by the rows; the
+  active-set solver of :mod:`daskrnmf.kernels.nnls`, warm-started from the previous h):
+  each round minimises a majoriser of the row's objective, which therefore never rises,
+  and each row stops on its own tolerance.  W given the statistics A, B, C is solved by
+  block coordinate descent over its rows (HALS; Mairal et al., JMLR 2010; Cichocki & Phan
+  2009), :func:`update_components_cd`; the batch model's H by HALS sweeps
+  (:func:`hals_codes`).
+* ``"mu"``: the paper's multiplicative rounds (16)-(18) literally
+  (:func:`solve_codes`, :func:`update_components`); they never leave the non-negative
+  orthant and never increase their block of (5) (the paper's Lemmas 1-2); 0/0 keeps 0.
 """
 
 import numpy as np
+from numba import njit
+
+from .nnls import nnls_codes
 
 _TINY = 1e-300
 
@@ -35,8 +52,142 @@ def initial_codes(x, W, lam):
     return h, r
 
 
-def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None):
+def huber_rows(e, lam):
+    """Per-row objective (3) for residuals ``e = x - h W`` with the exact r:
+    ``sum_j psi(e_j)``, ``psi(e) = q (e - q / 2)``, ``q = min(e, lam)`` (float64 sums)."""
+    q = np.minimum(e, lam)
+    return np.einsum("ij,ij->i", q, e - 0.5 * q, dtype=np.float64)
+
+
+def work_dtype(x):
+    """The dtype the solvers compute in: float32 input stays float32 (half the bytes and
+    twice the GEMM speed) unless its values are large enough for squares to overflow."""
+    x = np.asarray(x)
+    if x.dtype == np.float32 and (not x.size or float(np.abs(x).max()) < 1e15):
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
+
+
+def solve_codes_cd(x, W, lam, max_iter, tol, h=None):
+    """Exact r, exact NNLS h, alternated until each row's objective (3) stalls.
+
+    Parameters
+    ----------
+    x : ndarray (m, d), non-negative
+        Computed in :func:`work_dtype` (float32 stays float32).
+    W : ndarray (k, d), non-negative components
+    lam : float, weight of ||r||_1
+    max_iter : int >= 0
+        Most (r, h) rounds per row.
+    tol : float >= 0
+        A row stops when a round lowers its objective by at most ``tol`` relative.
+    h : ndarray (m, k), optional
+        Warm start; default the NNLS codes of x itself (r = 0).
+
+    Returns
+    -------
+    h : ndarray (m, k) float64
+    r : ndarray (m, d), ``max(0, x - h W - lam)`` in the work dtype
+    rounds : ndarray (m,) int
+        Rounds each row took.  Rows are solved independently (the result of a row does
+        not depend on the other rows of the block).
+    """
+    dt = work_dtype(x)
+    x = np.ascontiguousarray(x, dtype=dt)
+    W64 = np.asarray(W, dtype=np.float64)
+    Wd = W64.astype(dt)
+    Wt = np.ascontiguousarray(Wd.T)
+    G = W64 @ W64.T
+    xWt = (x @ Wt).astype(np.float64)
+    if h is None:       # the NNLS codes of x, warm-started from clipped least squares
+        ls = np.linalg.solve(G + (1e-12 * np.trace(G) + 1e-300) * np.eye(G.shape[0]), xWt.T)
+        h = nnls_codes(G, xWt, init=np.maximum(ls.T, 0.0))
+    else:
+        h = np.array(h, dtype=np.float64)
+    m = x.shape[0]
+    rounds = np.zeros(m, dtype=np.int64)
+    f_prev = np.full(m, np.inf)
+    idx = np.arange(m)
+    xa, ha, ba = x, h, xWt
+    for it in range(max_iter + 1):
+        e = xa - ha.astype(dt) @ Wd
+        f = huber_rows(e, lam)
+        done = (f_prev[idx] - f <= tol * f_prev[idx]) if it else np.zeros(idx.size, bool)
+        if it == max_iter:
+            done[:] = True
+        f_prev[idx] = f
+        if done.any():
+            h[idx[done]] = ha[done]
+            keep = ~done
+            idx, xa, ha, ba, e = idx[keep], xa[keep], ha[keep], ba[keep], e[keep]
+            if not idx.size:
+                break
+        np.subtract(e, lam, out=e)
+        np.maximum(e, 0.0, out=e)                   # r of the active rows
+        ha = nnls_codes(G, ba - (e @ Wt), init=ha)
+        rounds[idx] += 1
+    r = x - h.astype(dt) @ Wd
+    r -= lam
+    np.maximum(r, 0.0, out=r)
+    return h, r, rounds
+
+
+def update_components_cd(W, A, B, C, max_iter, tol):
+    """Block coordinate descent on the rows of W for (15), ``min_{W >= 0} 1/2 tr(W^T B W)
+    - tr(W^T (A - C))``: each row takes its exact minimiser with the others fixed (HALS),
+    sweeps until one moves W by at most ``tol`` relative (Frobenius) or ``max_iter``.
+
+    Returns ``W`` (k, d) float64 and the number of sweeps.  A component no sample uses
+    (``B[j, j] = 0``) is left as it is."""
+    W = np.array(W, dtype=np.float64)
+    D = np.asarray(A, dtype=np.float64) - np.asarray(C, dtype=np.float64)
+    k = W.shape[0]
+    sweeps = 0
+    for sweeps in range(1, max_iter + 1):
+        moved = 0.0
+        for j in range(k):
+            if B[j, j] <= 0.0:
+                continue
+            new = W[j] + (D[j] - B[j] @ W) / B[j, j]
+            np.maximum(new, 0.0, out=new)
+            moved += float(np.dot(new - W[j], new - W[j]))
+            W[j] = new
+        if moved <= tol * tol * float(np.einsum("ij,ij->", W, W)):
+            break
+    return W, sweeps
+
+
+def hals_codes(h, G, b, n_sweeps):
+    """``n_sweeps`` HALS sweeps over the columns of h for ``min_{h >= 0} 1/2 h G h^T -
+    h b^T`` row by row (``G = W W^T`` (k, k), ``b = (x - r) W^T`` (m, k)); h is updated
+    in place and returned."""
+    h = np.ascontiguousarray(h, dtype=np.float64)
+    _hals_rows(h, np.ascontiguousarray(G, dtype=np.float64),
+               np.ascontiguousarray(b, dtype=np.float64), int(n_sweeps))
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _hals_rows(h, G, b, n_sweeps):
+    m, k = h.shape
+    for i in range(m):
+        for _ in range(n_sweeps):
+            for j in range(k):
+                if G[j, j] <= 0.0:
+                    h[i, j] = 0.0
+                    continue
+                acc = b[i, j]
+                for t in range(k):
+                    acc -= h[i, t] * G[t, j]
+                v = h[i, j] + acc / G[j, j]
+                h[i, j] = v if v > 0.0 else 0.0
+
+
+def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None, tol=0.0):
     """``n_iter`` rounds of (16) then (17) for all samples of the block, W fixed.
+
+    With ``tol > 0`` the rounds stop early when one lowers the block's objective (3) by
+    at most ``tol`` relative (evaluated from the round's own products, no extra GEMM).
 
     Parameters
     ----------
@@ -53,6 +204,7 @@ def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None):
     h : ndarray (m, k), r : ndarray (m, d)
         (16): ``h <- h * (x W^T) / (h W W^T + r W^T)``;
         (17): ``r <- r * x / (h W + r + lam)`` with the new h.
+    rounds : int (only with ``tol > 0``)
     """
     if h is None or r is None:
         h0, r0 = initial_codes(x, W, lam)
@@ -64,19 +216,27 @@ def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None):
     xWt = x @ W.T
     Wt = np.ascontiguousarray(W.T)
     rx = np.empty_like(r)
+    prev, rounds = np.inf, 0
     for _ in range(n_iter):
         den = h @ WWt
         den += r @ Wt
         h = _ratio(h * xWt, den)
         den = h @ W                 # (m, d): updated in place to spare temporaries
         den += r
+        if tol > 0:                 # (3) at (new h, old r): x - den is the residual
+            res = x - den
+            f = 0.5 * float(np.einsum("ij,ij->", res, res)) + lam * float(r.sum())
+            if np.isfinite(prev) and prev - f <= tol * prev:
+                break
+            prev = f
+        rounds += 1
         if lam > 0:                 # den >= lam > 0: no 0/0 to guard
             den += lam
             np.multiply(r, x, out=rx)
             np.divide(rx, den, out=r)
         else:
             r = _ratio(r * x, den)
-    return h, r
+    return (h, r, rounds) if tol > 0 else (h, r)
 
 
 def _ratio(num, den):
@@ -86,7 +246,8 @@ def _ratio(num, den):
 
 
 def block_statistics(x, h, r, W, lam):
-    """The block's sufficient statistics and its part of objective (5).
+    """The block's sufficient statistics and its part of objective (5) (computed in x's
+    dtype when it is float32, summed in float64).
 
     Returns
     -------
@@ -94,9 +255,14 @@ def block_statistics(x, h, r, W, lam):
     summed over the block — ``loss`` = sum of 1/2 ||x - h W - r||^2 + lam ||r||_1 and
     ``n`` = m.
     """
-    res = x - h @ W - r
-    return {"A": h.T @ x, "B": h.T @ h, "C": h.T @ r,
-            "loss": 0.5 * float(np.einsum("ij,ij->", res, res)) + lam * float(r.sum()),
+    dt = x.dtype if x.dtype == np.float32 else np.float64
+    hd, Wd = h.astype(dt, copy=False), np.asarray(W, dtype=dt)
+    res = x - hd @ Wd
+    res -= r
+    return {"A": (hd.T @ x).astype(np.float64), "B": h.T @ h,
+            "C": (hd.T @ r.astype(dt, copy=False)).astype(np.float64),
+            "loss": 0.5 * float(np.einsum("ij,ij->", res, res, dtype=np.float64))
+            + lam * float(r.sum(dtype=np.float64)),
             "n": x.shape[0]}
 
 

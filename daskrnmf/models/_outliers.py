@@ -4,67 +4,116 @@ For W fixed, the codes h and outliers r of a sample x solve
 
     min_{h, r >= 0} 1/2 ||x - h W - r||^2 + alpha_R ||r||_1                          (3)
 
-by the multiplicative rounds (16)-(17) (:func:`daskrnmf.kernels.outliers.solve_codes`);
-a row block reduces to the statistics A = H^T X, B = H^T H, C = H^T R and its objective
-(:func:`daskrnmf.kernels.outliers.block_statistics`), from which W takes steps of (18)
-(:func:`daskrnmf.kernels.outliers.update_components`).  The functions here run on the
-workers (NumPy in, small arrays out; they import neither Dask nor scikit-learn).
+by the exact alternation of :func:`daskrnmf.kernels.outliers.solve_codes_cd` (``solver=
+"cd"``) or the paper's multiplicative rounds (16)-(17) (``"mu"``,
+:func:`daskrnmf.kernels.outliers.solve_codes`); a row block reduces to the statistics
+A = H^T X, B = H^T H, C = H^T R and its objective (:func:`daskrnmf.kernels.outliers.
+block_statistics`), from which W is updated (:func:`daskrnmf.kernels.outliers.
+update_components_cd` or (18)).  The functions here run on the workers (NumPy in, small
+arrays out; they import neither Dask nor scikit-learn).
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.blocks import as_float_block, check_values, sum_arrays
-from ..kernels.outliers import block_statistics, initial_codes, solve_codes
+from ..kernels.blocks import check_values
+from ..kernels.outliers import (block_statistics, hals_codes, huber_rows, initial_codes,
+                                solve_codes, solve_codes_cd, update_components,
+                                update_components_cd, work_dtype)
 
 SOLVE_ROWS = 2048  # rows solved at a time: bounds the kernels' temporaries
+H_SWEEPS = 4       # RobustNMF (cd): HALS sweeps over H per pass (cheap beside the pass's GEMMs)
+W_SWEEPS = 8       # RobustNMF (cd): most HALS sweeps over W per iteration
 
 
 def add_statistics(parts):
-    """Sum of :func:`block_statistics` dicts (associative; the tree keeps the order)."""
-    return {"A": sum_arrays([p["A"] for p in parts]), "B": sum_arrays([p["B"] for p in parts]),
-            "C": sum_arrays([p["C"] for p in parts]), "loss": sum(p["loss"] for p in parts),
-            "n": sum(p["n"] for p in parts)}
+    """Key-wise sum of statistics dicts (associative; the tree keeps the order)."""
+    return {key: (sum(p[key] for p in parts) if np.isscalar(parts[0][key])
+                  else _sum([p[key] for p in parts])) for key in parts[0]}
+
+
+def _sum(arrays):
+    out = np.array(arrays[0], dtype=np.float64)
+    for a in arrays[1:]:
+        out += a
+    return out
 
 
 @dataclass(frozen=True)
 class SolveSpec:
-    """The (h, r) solve of a batch: ``alpha_R``, ``n_iter`` rounds of (16)-(17), and
-    ``where`` (the estimator, for error messages)."""
+    """The (h, r) solve of a batch: ``alpha_R``, ``solver`` ("cd" or "mu"), at most
+    ``n_iter`` rounds, stopping at relative decrease ``tol``, and ``where`` (the
+    estimator, for error messages)."""
 
     alpha_R: float
     n_iter: int
     where: str
+    solver: str = "cd"
+    tol: float = 0.0
+
+
+def solve_rows(x, W, spec):
+    """h (m, k), r (m, d) and the rounds taken (summed over rows) for rows x."""
+    if spec.solver == "cd":
+        h, r, rounds = solve_codes_cd(x, W, spec.alpha_R, spec.n_iter, spec.tol)
+        return h, r, int(rounds.sum())
+    if spec.tol > 0:
+        h, r, rounds = solve_codes(x, W, spec.alpha_R, spec.n_iter, tol=spec.tol)
+        return h, r, rounds * x.shape[0]
+    h, r = solve_codes(x, W, spec.alpha_R, spec.n_iter)
+    return h, r, spec.n_iter * x.shape[0]
+
+
+def as_work_block(block):
+    """One row block, C-contiguous, in the solvers' dtype (float32 kept)."""
+    block = np.asarray(block)
+    return np.ascontiguousarray(block, dtype=work_dtype(block) if block.dtype.kind == "f"
+                                else np.float64)
 
 
 def solve_batch_piece(block, start, W, spec):
-    """Codes and outliers of one piece of a batch (W fixed), reduced to its statistics.
+    """Codes and outliers of one piece of a batch (W fixed), reduced to its statistics
+    (with ``rounds``: the inner rounds its rows took).
 
     Checks the piece (finite, non-negative), then solves ``SOLVE_ROWS`` rows at a time.
     ``spec``: a :class:`SolveSpec`.
     """
-    x = as_float_block(block)
+    x = as_work_block(block)
     check_values(x, spec.where, non_negative=True,
                  rows=f", in rows {start}..{start + x.shape[0] - 1}")
     parts = []
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs = x[s:s + SOLVE_ROWS]
-        h, r = solve_codes(xs, W, spec.alpha_R, spec.n_iter)
-        parts.append(block_statistics(xs, h, r, W, spec.alpha_R))
+        h, r, rounds = solve_rows(xs, W, spec)
+        st = block_statistics(xs, h, r, W, spec.alpha_R)
+        st["rounds"] = rounds
+        parts.append(st)
+    if not parts:
+        k, d = W.shape
+        return {"A": np.zeros((k, d)), "B": np.zeros((k, k)), "C": np.zeros((k, d)),
+                "loss": 0.0, "n": 0, "rounds": 0}
     return add_statistics(parts)
 
 
-def codes_block(block, W, alpha_R, n_iter, what):
+def codes_block(block, W, spec, what):
     """``what="h"``: H (m, k); ``"hr"``: [H | R] (m, k + d) of one (checked) block of X."""
-    x = as_float_block(block)
-    out = np.empty((x.shape[0], W.shape[0] + (x.shape[1] if what == "hr" else 0)))
+    x = as_work_block(block)
+    k = W.shape[0]
+    out = np.empty((x.shape[0], k + (x.shape[1] if what == "hr" else 0)), dtype=x.dtype)
     for s in range(0, x.shape[0], SOLVE_ROWS):
-        h, r = solve_codes(x[s:s + SOLVE_ROWS], W, alpha_R, n_iter)
-        out[s:s + SOLVE_ROWS, :W.shape[0]] = h
+        h, r, _ = solve_rows(x[s:s + SOLVE_ROWS], W, spec)
+        out[s:s + SOLVE_ROWS, :k] = h
         if what == "hr":
-            out[s:s + SOLVE_ROWS, W.shape[0]:] = r
+            out[s:s + SOLVE_ROWS, k:] = r
     return out
+
+
+def update_W(W, A, B, C, solver, n_iter, tol):
+    """W's update from the statistics: HALS sweeps (``"cd"``) or rounds of (18)."""
+    if solver == "cd":
+        return update_components_cd(W, A, B, C, n_iter, tol)[0]
+    return update_components(W, A, B, C, n_iter)
 
 
 def initial_components(seed, k, d, mean):
@@ -76,8 +125,9 @@ def initial_components(seed, k, d, mean):
 # ---------------------------------------------------------------- the batch model's pass
 def batch_init_chunk(block, start, W, alpha_R):
     """A block's starting H, R (kept on its worker) and its row count."""
-    h, r = initial_codes(as_float_block(block), W, alpha_R)
-    return block.shape[0], (h, r)
+    x = as_work_block(block)
+    h, r = initial_codes(x.astype(np.float64, copy=False), W, alpha_R)
+    return block.shape[0], (h, r.astype(x.dtype, copy=False))
 
 
 def count(parts):
@@ -87,8 +137,44 @@ def count(parts):
 def batch_chunk(block, start, hr, W, alpha_R, update):
     """(7) then (8) for the block's rows with W fixed (when ``update``), then its
     statistics; the new H, R stay with the block."""
-    x = as_float_block(block)
+    x = as_work_block(block).astype(np.float64, copy=False)
     h, r = hr
     if update:
         h, r = solve_codes(x, W, alpha_R, 1, h=h, r=r)
     return block_statistics(x, h, r, W, alpha_R), (h, r)
+
+
+def batch_chunk_cd(block, start, hr, W, alpha_R, update):
+    """One block-coordinate step of the batch model on a block (``solver="cd"``).
+
+    At the block's current h: r = max(0, x - h W - alpha_R) exactly, the objective (3)
+    summed over the rows; then (when ``update``) ``H_SWEEPS`` HALS sweeps of h for
+    ``x - r``, and W's statistics ``A = h^T (x - r)`` (so C = 0), ``B = h^T h``.  Every
+    step lowers (5): r is exact, each sweep minimises over one column of h.  Only h (m, k)
+    stays with the block (r is recomputed from it)."""
+    x = as_work_block(block)
+    h = hr[0] if isinstance(hr, tuple) else hr
+    dt = x.dtype
+    Wd = np.asarray(W, dtype=dt)
+    e = x - h.astype(dt) @ Wd
+    loss = float(huber_rows(e, alpha_R).sum())
+    k, d = W.shape
+    if not update:
+        return {"loss": loss, "n": x.shape[0]}, h
+    np.subtract(x, e, out=e)            # h W
+    e += alpha_R
+    np.minimum(e, x, out=e)             # x - r = min(x, h W + alpha_R)
+    y = e
+    W64 = np.asarray(W, dtype=np.float64)
+    h = hals_codes(np.array(h, dtype=np.float64), W64 @ W64.T,
+                   (y @ Wd.T).astype(np.float64), H_SWEEPS)
+    hd = h.astype(dt)
+    return {"A": (hd.T @ y).astype(np.float64), "B": h.T @ h, "C": np.zeros((k, d)),
+            "loss": loss, "n": x.shape[0]}, h
+
+
+def batch_init_chunk_cd(block, start, W, alpha_R):
+    """A block's starting h (the constant code of :func:`initial_codes`) and row count."""
+    x = as_work_block(block).astype(np.float64, copy=False)
+    h, _ = initial_codes(x, W, alpha_R)
+    return block.shape[0], h

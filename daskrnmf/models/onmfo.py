@@ -38,10 +38,11 @@ from sklearn.utils.validation import check_is_fitted
 from .. import _checkpoint
 from .. import _validation as v
 from .._base import BaseModel, FactorizationMixin
-from .._stream import Feed, batch_order, make_batches, upcoming
-from ..kernels.outliers import update_components
-from ._outliers import (SolveSpec, add_statistics, batch_chunk, batch_init_chunk, codes_block,
-                        count, initial_components, solve_batch_piece)
+from .._stream import Feed, batch_order, batch_rows, make_batches, upcoming
+from ..kernels.outliers import update_components, update_components_cd
+from ._outliers import (W_SWEEPS, SolveSpec, add_statistics, batch_chunk, batch_chunk_cd,
+                        batch_init_chunk, batch_init_chunk_cd, codes_block, count,
+                        initial_components, solve_batch_piece, update_W)
 
 logger = logging.getLogger("daskrnmf")
 
@@ -55,18 +56,21 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
         **BaseModel._parameter_constraints,
         "n_components": [v.Interval(int, 1, None)],
         "alpha_R": [v.Interval(float, 0, None, closed="neither")],
+        "solver": [v.Options(("cd", "mu"))],
         "max_inner_iter": [v.Interval(int, 1, None)],
+        "inner_tol": [v.Interval(float, 0, None)],
     }
 
     def _codes(self, X, what, method):
         X = self._checked_input(X, method)
         width = self.n_components_ + (X.shape[1] if what == "hr" else 0)
         W = np.asarray(self.components_, dtype=np.float64)
-        return self._map_rows(X, codes_block, width, self._output_dtype(X), W,
-                              float(self.alpha_R), int(self.max_inner_iter), what)
+        return self._map_rows(X, codes_block, width, self._output_dtype(X), W, self._spec(),
+                              what)
 
     def transform(self, X):
-        """Codes H of X for the fitted components (eq. 16-17 with W fixed).
+        """Codes H of X for the fitted components (problem (3) per sample, W fixed, by
+        the model's ``solver``).
 
         Parameters
         ----------
@@ -120,7 +124,7 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
 
     def _spec(self):
         return SolveSpec(alpha_R=float(self.alpha_R), n_iter=int(self.max_inner_iter),
-                         where=self._name)
+                         where=self._name, solver=self.solver, tol=float(self.inner_tol))
 
 
 # ---------------------------------------------------------------- ONMFO
@@ -136,6 +140,8 @@ class ONMFO(_OutlierFactorization):
     B = sum h_i^T h_i, C = sum h_i^T r_i: memory independent of n_samples.  W starts
     uniform random with entries of the size that reproduces the first batch's mean; each
     batch solves its codes and outliers with W fixed, adds its statistics and updates W.
+    The stream makes passes over X until a pass lowers the mean per-sample objective by
+    at most ``tol`` relative (or ``max_iter`` passes).
 
     Parameters
     ----------
@@ -144,18 +150,39 @@ class ONMFO(_OutlierFactorization):
     alpha_R : float > 0, default=1.0
         Weight of the L1 penalty on the outlier matrix R (the paper's lambda; it uses 1
         for pixels scaled to [0, 50]).  Larger values find fewer outliers.
-    n_passes : int, default=2
-        Passes over X (the paper: two).
+    solver : {"cd", "mu"}, default="cd"
+        ``"cd"``: per sample, the exact r = max(0, x - h W - alpha_R) alternated with the
+        exact non-negative least-squares h (active set, warm-started), each sample
+        stopping on ``inner_tol``; W by block coordinate descent over its rows (HALS) on
+        the statistics.  ``"mu"``: the paper's multiplicative updates (16)-(18)
+        literally.  Both minimise the same objective; "cd" reaches it in far fewer
+        rounds (:mod:`daskrnmf.kernels.outliers`).
+    max_iter : int, default=50
+        Most passes over X (the paper makes two).
+    tol : float >= 0, default=1e-3
+        Stop when two passes in a row have not lowered the best mean per-sample objective
+        of the earlier passes by more than ``tol`` relative (the pass objective varies by
+        about 1 % with the batch order, hence two); 0 makes exactly ``max_iter`` passes.
+        On a few hundred samples this takes 10-20 passes; on large data, whose first pass
+        already makes many updates, a few.
     batch_size : int or None, default=None
-        Samples per batch (one W update per batch).  None: X's row chunks for Dask/Zarr
-        input, 1024 rows for NumPy.  A fixed ``batch_size`` makes the fit independent of
-        the chunking; with 1 it is the paper's per-sample algorithm.
-    max_inner_iter : int, default=300
-        Rounds of (16)-(17) per batch (100 leave a 2-3 % gap on (11), 300 under 1 %);
-        also used by :meth:`transform` and :meth:`decompose`.
+        Samples per batch (one W update per batch).  None adapts the batches to X
+        (:mod:`daskrnmf._stream`): about ``n_samples / 8`` rows, at most 256 MiB (as
+        float64), made of whole chunks of a Dask/Zarr X (a chunk larger than that is cut
+        into consecutive sub-batches read once); the batches then depend on X's
+        chunking.  A ``batch_size`` you set is used exactly and makes the fit independent
+        of the chunking; with 1 it is the paper's per-sample algorithm.
+    max_inner_iter : int, default=100
+        Most rounds per sample of the (h, r) solve (``"cd"``: exact r then exact h;
+        ``"mu"``: (16) then (17)); also used by :meth:`transform` and :meth:`decompose`.
+    inner_tol : float >= 0, default=1e-3
+        A sample's solve stops when a round lowers its objective (3) by at most this,
+        relative (``"mu"``: the piece's summed objective); 0 runs ``max_inner_iter``
+        rounds (the paper's fixed 300 rounds are ``solver="mu", max_inner_iter=300,
+        inner_tol=0``).
     max_w_iter : int, default=10
-        Rounds of (18) per batch (1 instead of 10 raises the reconstruction error by
-        about 35 %).
+        Most sweeps (``"cd"``, stopping when a sweep moves W by at most ``inner_tol``
+        relative) or rounds of (18) (``"mu"``) per batch.
     reset_statistics : bool, default=True
         Start A, B, C again from zero at each pass after the first (W is kept), so that
         codes found with the early, poor W stop weighing on it; measured to lower the
@@ -177,14 +204,14 @@ class ONMFO(_OutlierFactorization):
         >= 1 logs one line per batch and one per pass (``daskrnmf`` logger, INFO).
     callback : callable or None, default=None
         ``callback(info) -> bool`` after each batch with the driver's dict (``iteration``
-        = batches done, ``max_iter`` = ``n_passes * n_batches``, ``objective``) and
+        = batches done, ``max_iter`` = ``max_iter * n_batches``, ``objective``) and
         ``pass``, ``batch`` (position in the pass), ``n_batches``, ``n_samples_seen``,
         ``loss`` (mean per-sample objective of the batch under the W it was solved
-        with); True stops the fit (the attributes describe the W reached, and the
+        with), ``inner_rounds`` (mean rounds of its (h, r) solve); True stops the fit (the attributes describe the W reached, and the
         checkpoint is saved).
     **renamed
-        ``lam`` (the old name of ``alpha_R``) is accepted with a FutureWarning until
-        daskrnmf 0.3.
+        ``lam`` (the old name of ``alpha_R``) and ``n_passes`` (the old name of
+        ``max_iter``) are accepted with a FutureWarning until daskrnmf 0.3.
 
     Attributes
     ----------
@@ -195,6 +222,9 @@ class ONMFO(_OutlierFactorization):
         W it was solved with (the online surrogate; no extra pass over X).
     n_iter_ : int
         Passes over X started.
+    n_inner_iter_ : float
+        Mean rounds of the (h, r) solve per sample in the last pass (how many inner
+        rounds ``inner_tol`` needed).
     n_steps_ : int
         W updates (batches) since the model was created (fit and partial_fit).
     n_passes_ : int
@@ -223,7 +253,7 @@ class ONMFO(_OutlierFactorization):
     >>> import numpy as np
     >>> from daskrnmf import ONMFO
     >>> X = np.random.default_rng(0).uniform(size=(200, 10))
-    >>> model = ONMFO(n_components=3, batch_size=50, max_inner_iter=30, random_state=0)
+    >>> model = ONMFO(n_components=3, random_state=0)
     >>> H = model.fit_transform(X)
     >>> H.shape, model.components_.shape
     ((200, 3), (3, 10))
@@ -231,10 +261,12 @@ class ONMFO(_OutlierFactorization):
     """
 
     _first_pass = False     # every batch is checked as it is streamed
+    _renamed_params = {"lam": "alpha_R", "n_passes": "max_iter"}
 
     _parameter_constraints = {
         **_OutlierFactorization._parameter_constraints,
-        "n_passes": [v.Interval(int, 1, None)],
+        "max_iter": [v.Interval(int, 1, None)],
+        "tol": [v.Interval(float, 0, None)],
         "batch_size": [v.Interval(int, 1, None), v.Kind((type(None),), "None")],
         "max_w_iter": [v.Interval(int, 1, None)],
         "reset_statistics": [v.Kind((bool,), "a bool")],
@@ -244,15 +276,18 @@ class ONMFO(_OutlierFactorization):
         "checkpoint_every": [v.Interval(int, 1, None)],
     }
 
-    def __init__(self, n_components=8, *, alpha_R=1.0, n_passes=2, batch_size=None,
-                 max_inner_iter=300, max_w_iter=10, reset_statistics=True, shuffle=True,
-                 prefetch=2, checkpoint=None, checkpoint_every=10, random_state=None, verbose=0,
-                 callback=None, **renamed):
+    def __init__(self, n_components=8, *, alpha_R=1.0, solver="cd", max_iter=50, tol=1e-3,
+                 batch_size=None, max_inner_iter=100, inner_tol=1e-3, max_w_iter=10,
+                 reset_statistics=True, shuffle=True, prefetch=2, checkpoint=None,
+                 checkpoint_every=10, random_state=None, verbose=0, callback=None, **renamed):
         self.n_components = n_components
         self.alpha_R = alpha_R
-        self.n_passes = n_passes
+        self.solver = solver
+        self.max_iter = max_iter
+        self.tol = tol
         self.batch_size = batch_size
         self.max_inner_iter = max_inner_iter
+        self.inner_tol = inner_tol
         self.max_w_iter = max_w_iter
         self.reset_statistics = reset_statistics
         self.shuffle = shuffle
@@ -266,7 +301,7 @@ class ONMFO(_OutlierFactorization):
 
     # -- the stream
     def fit(self, X, y=None, *, resume=False, overwrite_checkpoint=False):
-        """Stream X ``n_passes`` times.
+        """Stream X until the passes converge (``tol``) or ``max_iter`` passes.
 
         Parameters
         ----------
@@ -277,7 +312,7 @@ class ONMFO(_OutlierFactorization):
             Ignored.
         resume : bool, default=False
             Continue from ``checkpoint`` if it holds a run of this model on this X (same
-            data, batches, parameters and seed; ``n_passes`` may differ); the result is
+            data, batches, parameters and seed; ``max_iter`` may differ); the result is
             the W of an uninterrupted run.  Without a checkpoint the fit starts afresh.
             A damaged checkpoint, or one made from other data, is a ValueError.
         overwrite_checkpoint : bool, default=False
@@ -301,7 +336,7 @@ class ONMFO(_OutlierFactorization):
     def _fit_blocks(self, X, blocks, stats, seed, y, *, resume, overwrite_checkpoint):
         n, d = X.shape
         k = self.n_components
-        batches, pieces = make_batches(X, self.batch_size)
+        batches, pieces, units = make_batches(X, self.batch_size)
         saved, data, claimed = None, None, None
         if self.checkpoint is not None:
             saved = _checkpoint.load(self.checkpoint) if resume else None
@@ -310,17 +345,17 @@ class ONMFO(_OutlierFactorization):
             data = _checkpoint.data_fingerprint(X)
         if saved and self.random_state is None:
             seed = int(saved[1]["seed"])
-        key = self._fingerprint(n, d, batches, seed)
+        key = self._fingerprint(n, d, batches, units, seed)
         feed = Feed(X, pieces)
         try:
             if saved:
                 _checkpoint.check_same_data(saved[1].get("data", {}), data, saved[1]["_file"])
                 run = self._restore(saved, key, len(batches))
             else:
-                first = batch_order(seed, 0, len(batches), self.shuffle)[0]
+                first = batch_order(seed, 0, units, self.shuffle)[0]
                 W = initial_components(seed, k, d, feed.mean(first))
                 run = _Run(W=W, A=np.zeros((k, d)), B=np.zeros((k, k)), C=np.zeros((k, d)))
-            run = self._stream(run, feed, batches, seed, key, data)
+            run = self._stream(run, feed, batches, units, seed, key, data)
         except ValueError:
             # bad data found while streaming (each batch is checked as it is read): a
             # fresh run leaves no checkpoint behind (an interrupted one keeps its own)
@@ -334,21 +369,30 @@ class ONMFO(_OutlierFactorization):
         self.components_ = run.W
         self.objective_history_ = np.array(run.history, dtype=np.float64)
         self.n_iter_ = run.pass_ + (1 if run.pos else 0)
+        self.n_inner_iter_ = run.inner_rounds / max(run.inner_n, 1)
+        if self.tol > 0 and not run.converged and not run.stopped:
+            from .._driver import warn_if_not_converged
+
+            warn_if_not_converged(self._name, False, self.max_iter, stacklevel=5)
         self.n_steps_ = run.n_steps
         self._stream_passes = run.passes_done
         self.n_samples_seen_ = run.n_seen
         self.n_components_ = k
         return self
 
-    def _stream(self, run, feed, batches, seed, key, data):
-        """One driver step per batch, from the run's position to the end of pass n_passes."""
+    def _update_W(self, W, A, B, C):
+        return update_W(W, A, B, C, self.solver, self.max_w_iter, float(self.inner_tol))
+
+    def _stream(self, run, feed, batches, units, seed, key, data):
+        """One driver step per batch, from the run's position until the passes converge
+        or ``max_iter`` passes."""
         nb = len(batches)
         spec = self._spec()
         orders = {}
 
         def order(p):
             if p not in orders:
-                orders[p] = batch_order(seed, p, nb, self.shuffle)
+                orders[p] = batch_order(seed, p, units, self.shuffle)
             return orders[p]
 
         def step(run, active):
@@ -356,26 +400,36 @@ class ONMFO(_OutlierFactorization):
             if j == 0:
                 run.tic_pass = time.perf_counter()
                 run.loss_sum, run.pass_n = 0.0, 0
+                run.inner_rounds, run.inner_n = 0, 0
                 if p > 0 and self.reset_statistics:
                     run.A[:], run.B[:], run.C[:] = 0.0, 0.0, 0.0
-            for b in upcoming(order, nb, self.n_passes, p, j, 1 + self.prefetch):
+            for b in upcoming(order, nb, self.max_iter, p, j, 1 + self.prefetch):
                 feed.want(b)
-            st = feed.solve(int(order(p)[j]), solve_batch_piece, add_statistics, run.W, spec)
+            b = int(order(p)[j])
+            rows = (batch_rows(seed, p, units, batches, b)
+                    if self.shuffle and self.batch_size is None else None)
+            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, spec, rows=rows)
             run.A += st["A"]
             run.B += st["B"]
             run.C += st["C"]
-            run.W = update_components(run.W, run.A, run.B, run.C, self.max_w_iter)
+            run.W = self._update_W(run.W, run.A, run.B, run.C)
+            run.inner_rounds += st["rounds"]
+            run.inner_n += st["n"]
             run.loss_sum += st["loss"]
             run.pass_n += st["n"]
             run.n_seen += st["n"]
             run.n_steps += 1
             run.pos += 1
             run.last = {"pass": p, "batch": j, "n_batches": nb, "n_samples_seen": run.n_seen,
-                        "loss": st["loss"] / max(st["n"], 1)}
+                        "loss": st["loss"] / max(st["n"], 1),
+                        "inner_rounds": st["rounds"] / max(st["n"], 1)}
             if run.pos == nb:
                 run.history.append(run.loss_sum / max(run.pass_n, 1))
                 run.pass_, run.pos = p + 1, 0
                 run.passes_done += 1
+                h = run.history      # noisy (batch order): two passes without a new best
+                run.converged = bool(self.tol > 0 and len(h) >= 3
+                                     and min(h[-2:]) > (1 - self.tol) * min(h[:-2]))
                 if self.verbose:
                     logger.info("%s pass %d: objective %.6g per sample, %d batches, %.3f s",
                                 self._name, p + 1, run.history[-1], nb,
@@ -388,16 +442,23 @@ class ONMFO(_OutlierFactorization):
                 self._save(run, key, data)
 
         # ``blocks=run``: the driver reports ``run.n_passes`` (complete passes) as n_passes
-        run, _ = self._run(step, run, max_iter=self.n_passes * nb, tol=0.0, rule="none",
-                           blocks=run, start=run.n_steps, after_step=after_step,
-                           step_info=lambda run: dict(run.last))
+        if run.converged:       # a resumed run that had converged: nothing left to do
+            return run
+        run, log = self._run(step, run, max_iter=self.max_iter * nb, tol=0.0, rule="none",
+                             blocks=run, start=run.n_steps, after_step=after_step,
+                             step_info=lambda run: dict(run.last),
+                             converged=lambda run: run.converged)
+        run.stopped = log.stopped_by_callback
         return run
 
     # -- checkpoints
-    def _fingerprint(self, n, d, batches, seed):
-        bounds = np.array(batches, dtype=np.int64).tobytes()
+    def _fingerprint(self, n, d, batches, units, seed):
+        bounds = (np.array(batches, dtype=np.int64).tobytes()
+                  + np.array([len(u) for u in units], dtype=np.int64).tobytes())
         return {"model": self._name, "n_samples": int(n), "n_features": int(d),
                 "n_components": int(self.n_components), "alpha_R": float(self.alpha_R),
+                "solver": self.solver, "tol": float(self.tol),
+                "inner_tol": float(self.inner_tol),
                 "max_inner_iter": int(self.max_inner_iter), "max_w_iter": int(self.max_w_iter),
                 "reset_statistics": bool(self.reset_statistics), "shuffle": bool(self.shuffle),
                 "batches": hashlib.sha256(bounds).hexdigest()[:16], "seed": str(seed)}
@@ -408,7 +469,8 @@ class ONMFO(_OutlierFactorization):
         attrs = {"fingerprint": key, "data": data, "seed": key["seed"], "pass": run.pass_,
                  "position": run.pos, "n_steps": run.n_steps, "n_samples_seen": run.n_seen,
                  "passes_done": run.passes_done, "loss_sum": run.loss_sum,
-                 "pass_n": run.pass_n}
+                 "pass_n": run.pass_n, "inner_rounds": int(run.inner_rounds),
+                 "inner_n": int(run.inner_n), "converged": bool(run.converged)}
         _checkpoint.save(self.checkpoint, arrays, attrs)
 
     def _restore(self, saved, key, n_batches):
@@ -427,7 +489,10 @@ class ONMFO(_OutlierFactorization):
                        history=list(arrays["history"]), pass_=p, pos=pos, n_steps=steps,
                        n_seen=int(attrs["n_samples_seen"]),
                        passes_done=int(attrs["passes_done"]),
-                       loss_sum=float(attrs["loss_sum"]), pass_n=int(attrs["pass_n"]))
+                       loss_sum=float(attrs["loss_sum"]), pass_n=int(attrs["pass_n"]),
+                       inner_rounds=int(attrs.get("inner_rounds", 0)),
+                       inner_n=int(attrs.get("inner_n", 0)),
+                       converged=bool(attrs.get("converged", False)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"The checkpoint {where} is damaged: {type(exc).__name__}: "
                              f"{exc}.") from exc
@@ -467,7 +532,7 @@ class ONMFO(_OutlierFactorization):
         if first:
             self._validate_params()
         X = self._validate_data(X, reset=first, method="partial_fit")
-        _, pieces = make_batches(X, X.shape[0])
+        _, pieces, _ = make_batches(X, X.shape[0])
         feed = Feed(X, pieces)
         try:
             if first:
@@ -481,7 +546,7 @@ class ONMFO(_OutlierFactorization):
         finally:
             feed.close()
         A, B, C = A + st["A"], B + st["B"], C + st["C"]
-        self._W = update_components(W, A, B, C, self.max_w_iter)
+        self._W = self._update_W(W, A, B, C)
         self._A, self._B, self._C = A, B, C
         if first:
             self._stream_seed = seed
@@ -489,6 +554,7 @@ class ONMFO(_OutlierFactorization):
             self.n_components_ = self.n_components
             self.n_steps_, self.n_samples_seen_, self.n_passes_, self.n_iter_ = 0, 0, 0, 0
             self.objective_history_ = np.array([])
+        self.n_inner_iter_ = st["rounds"] / max(st["n"], 1)
         self.components_ = self._W
         self._cast_fitted()
         self.n_steps_ += 1
@@ -500,12 +566,15 @@ class _Run:
     """State of a streaming fit (everything a checkpoint holds)."""
 
     def __init__(self, *, W, A, B, C, history=None, pass_=0, pos=0, n_steps=0, n_seen=0,
-                 passes_done=0, loss_sum=0.0, pass_n=0):
+                 passes_done=0, loss_sum=0.0, pass_n=0, inner_rounds=0, inner_n=0,
+                 converged=False):
         self.W = np.array(W, dtype=np.float64)
         self.A, self.B, self.C = (np.array(M, dtype=np.float64) for M in (A, B, C))
         self.history = [float(h) for h in (history or [])]
         self.pass_, self.pos, self.n_steps, self.n_seen = pass_, pos, n_steps, n_seen
         self.passes_done, self.loss_sum, self.pass_n = passes_done, loss_sum, pass_n
+        self.inner_rounds, self.inner_n = inner_rounds, inner_n
+        self.converged, self.stopped = converged, False
         self.last = {}
 
     @property
@@ -519,16 +588,24 @@ class RobustNMF(_OutlierFactorization):
 
     Factorizes non-negative X (n_samples, n_features) as ``H W + R`` by minimising
 
-        1/2 ||X - H W - R||_F^2 + alpha_R ||R||_{1,1}   subject to W, H, R >= 0
+        1/2 ||X - H W - R||_F^2 + alpha_R ||R||_{1,1}   subject to W, H, R >= 0     (5)
 
-    with the multiplicative updates (6)-(8).  W starts uniform random with entries of the
-    size that reproduces X's mean, H and R from :func:`daskrnmf.kernels.outliers.
-    initial_codes`.  One pass over X per iteration: each block updates its H (7) and R
-    (8) with the current W, then returns ``H^T X``, ``H^T H``, ``H^T R`` and its
-    objective; W takes one step of (6) from their tree-reduced sums.  The objective cannot
-    increase (the paper's Lemmas 1-2); the fit stops when it falls by at most ``tol``
-    relative.  H (n x k) and R (n x d, as large as X) stay with X's blocks on the
-    workers, where Dask may spill them to disk; neither is gathered.
+    by block coordinate descent (``solver="cd"``, the default) or the paper's
+    multiplicative updates (6)-(8) (``"mu"``).  W starts uniform random with entries of
+    the size that reproduces X's mean, H from :func:`daskrnmf.kernels.outliers.
+    initial_codes`.  One pass over X per iteration:
+
+    * ``"cd"``: each block takes R exactly (``max(0, X - H W - alpha_R)``), a few HALS
+      sweeps over its H for ``X - R``, and returns ``H^T (X - R)``, ``H^T H`` and its
+      objective; W takes HALS sweeps over its rows from their tree-reduced sums.  Only H
+      (n x k) stays with X's blocks (R is recomputed from it).
+    * ``"mu"``: each block updates its H (7) and R (8), returns ``H^T X``, ``H^T H``,
+      ``H^T R`` and its objective; W takes one step of (6).  H and R (n x d, as large as
+      X) stay with X's blocks on the workers, where Dask may spill them to disk.
+
+    Every step of either solver lowers (5) or leaves it (for "mu", the paper's Lemmas
+    1-2); the fit stops when an iteration lowers it by at most ``tol`` relative.  Nothing
+    of size n_samples is gathered.
 
     Parameters
     ----------
@@ -536,13 +613,20 @@ class RobustNMF(_OutlierFactorization):
         Number of components k.
     alpha_R : float > 0, default=1.0
         Weight of the L1 penalty on the outlier matrix R (the paper's lambda).
-    max_iter : int, default=200
+    solver : {"cd", "mu"}, default="cd"
+        Block coordinate descent (exact R, HALS sweeps over H and W) or the paper's
+        multiplicative updates (6)-(8) literally; both minimise (5).  Also the solver of
+        :meth:`transform` and :meth:`decompose` (see :class:`ONMFO`).
+    max_iter : int, default=300
         Maximum number of iterations (passes over X).
     tol : float >= 0, default=1e-4
         Stop when the objective falls by at most ``tol`` relative in one iteration.
-    max_inner_iter : int, default=300
-        Rounds of (16)-(17) in :meth:`transform`, :meth:`decompose` and
-        :meth:`fit_transform` (W fixed).
+    max_inner_iter : int, default=100
+        Most rounds of the per-sample (h, r) solve in :meth:`transform`,
+        :meth:`decompose` and :meth:`fit_transform` (W fixed).
+    inner_tol : float >= 0, default=1e-3
+        A sample's solve in those methods stops when a round lowers its objective by at
+        most this, relative.
     random_state : int, RandomState instance, Generator or None, default=None
         Seeds W's start.
     verbose : int, default=0
@@ -599,13 +683,16 @@ class RobustNMF(_OutlierFactorization):
         "tol": [v.Interval(float, 0, None)],
     }
 
-    def __init__(self, n_components=8, *, alpha_R=1.0, max_iter=200, tol=1e-4,
-                 max_inner_iter=300, random_state=None, verbose=0, callback=None, **renamed):
+    def __init__(self, n_components=8, *, alpha_R=1.0, solver="cd", max_iter=300, tol=1e-4,
+                 max_inner_iter=100, inner_tol=1e-3, random_state=None, verbose=0,
+                 callback=None, **renamed):
         self.n_components = n_components
         self.alpha_R = alpha_R
+        self.solver = solver
         self.max_iter = max_iter
         self.tol = tol
         self.max_inner_iter = max_inner_iter
+        self.inner_tol = inner_tol
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback
@@ -614,9 +701,8 @@ class RobustNMF(_OutlierFactorization):
     def fit_transform(self, X, y=None):
         """Factorize X and return its codes: ``fit(X).transform(X)``.
 
-        The codes are solved again with the final W (``max_inner_iter`` rounds, as
-        :meth:`transform` does), so that ``fit_transform`` and ``fit(X).transform(X)``
-        agree.
+        The codes are solved again with the final W (as :meth:`transform` does), so that
+        ``fit_transform`` and ``fit(X).transform(X)`` agree.
 
         Parameters
         ----------
@@ -637,21 +723,29 @@ class RobustNMF(_OutlierFactorization):
         alpha_R = float(self.alpha_R)
         mean = stats["sum"] / max(1, n * d)
         W = initial_components(seed, self.n_components, d, mean)
-        _, hr = blocks.map_reduce(batch_init_chunk, count, args=(W, alpha_R), keep_state=True,
-                                  name="initial H, R")
+        cd = self.solver == "cd"
+        init, chunk = ((batch_init_chunk_cd, batch_chunk_cd) if cd
+                       else (batch_init_chunk, batch_chunk))
+        _, hr = blocks.map_reduce(init, count, args=(W, alpha_R), keep_state=True,
+                                  name="initial H" if cd else "initial H, R")
         state = _BatchState(W=W[None], hr=hr)
 
         def step(state, active):
-            res, state.hr = blocks.map_reduce(batch_chunk, add_statistics,
+            res, state.hr = blocks.map_reduce(chunk, add_statistics,
                                               args=(state.W[0], alpha_R, True), state=state.hr,
                                               keep_state=True, name="H, R + W statistics")
-            state.W = update_components(state.W[0], res["A"], res["B"], res["C"], 1)[None]
+            if cd:
+                W = update_components_cd(state.W[0], res["A"], res["B"], res["C"], W_SWEEPS,
+                                         1e-3)[0]
+            else:
+                W = update_components(state.W[0], res["A"], res["B"], res["C"], 1)
+            state.W = W[None]
             return state, np.array([res["loss"]])
 
         state, log = self._run(step, state, blocks=blocks)
         self._set_iterations(log)
         W = state.W[0]
-        final, _ = blocks.map_reduce(batch_chunk, add_statistics, args=(W, alpha_R, False),
+        final, _ = blocks.map_reduce(chunk, add_statistics, args=(W, alpha_R, False),
                                      state=state.hr, keep_state=True, name="final objective")
         self.components_ = W
         self.objective_ = float(final["loss"])
@@ -660,7 +754,8 @@ class RobustNMF(_OutlierFactorization):
 
 
 class _BatchState:
-    """RobustNMF's state: W (1, k, d) on the client, per-block (H, R) with X's blocks."""
+    """RobustNMF's state: W (1, k, d) on the client, per-block H ("cd") or (H, R) ("mu")
+    with X's blocks."""
 
     def __init__(self, *, W, hr):
         self.W, self.hr = W, hr
