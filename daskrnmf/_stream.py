@@ -10,7 +10,7 @@ the model gives it and sums the pieces' partial results with the model's ``combi
 * the target is ``ceil(n_samples / UPDATES_PER_PASS)`` rows, so that even a small X gives
   :data:`UPDATES_PER_PASS` dictionary updates per pass, and at most
   :data:`MAX_BATCH_BYTES` (as float64) so that a large X gives large, GEMM-friendly
-  batches of bounded memory (for 256 features: 131,072 rows);
+  batches of bounded memory (for 256 features: 262,144 rows);
 * for Dask/Zarr input a batch is made of X's chunks: consecutive chunks up to the target
   (their pieces are solved in parallel on the workers that hold them); a chunk larger
   than the target is cut into sub-batches, solved one after the other from one read of
@@ -34,7 +34,7 @@ from ._blocks import active_client, tree_reduce
 from .kernels.blocks import as_float_block
 
 UPDATES_PER_PASS = 8        # default batches: at least this many W updates per pass
-MAX_BATCH_BYTES = 2 ** 28    # default batches: at most this many bytes (as float64)
+MAX_BATCH_BYTES = 2 ** 29    # default batches: at most this many bytes (as float64)
 
 
 def make_batches(X, batch_size):

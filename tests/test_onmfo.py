@@ -261,7 +261,7 @@ def test_batches_and_pieces():
     # NumPy: n/8 rows, at most MAX_BATCH_BYTES
     assert make_batches(np.zeros((2500, 3)), None)[0][:2] == [(0, 312), (312, 625)]
     big = np.broadcast_to(np.zeros(1), (10**6, 4096))      # no memory: only its shape is read
-    assert 8000 < max(b - a for a, b in make_batches(big, None)[0]) <= 8192
+    assert 16000 < max(b - a for a, b in make_batches(big, None)[0]) <= 16384
 
 
 def test_sub_batches_cover_their_unit_once_per_pass_in_random_rows():

@@ -167,7 +167,7 @@ class ONMFO(_OutlierFactorization):
         already makes many updates, a few.
     batch_size : int or None, default=None
         Samples per batch (one W update per batch).  None adapts the batches to X
-        (:mod:`daskrnmf._stream`): about ``n_samples / 8`` rows, at most 256 MiB (as
+        (:mod:`daskrnmf._stream`): about ``n_samples / 8`` rows, at most 512 MiB (as
         float64), made of whole chunks of a Dask/Zarr X (a chunk larger than that is cut
         into consecutive sub-batches read once); the batches then depend on X's
         chunking.  A ``batch_size`` you set is used exactly and makes the fit independent
@@ -262,6 +262,9 @@ class ONMFO(_OutlierFactorization):
 
     _first_pass = False     # every batch is checked as it is streamed
     _renamed_params = {"lam": "alpha_R", "n_passes": "max_iter"}
+    # what save/load keeps beyond the public attributes: partial_fit continues after load
+    _saved_private = BaseModel._saved_private + ("_W", "_A", "_B", "_C", "_stream_seed",
+                                                 "_stream_passes")
 
     _parameter_constraints = {
         **_OutlierFactorization._parameter_constraints,
