@@ -16,6 +16,7 @@ from .models import REGISTRY
 _LAZY = {
     **{name: (spec.module, name) for name, spec in REGISTRY.items()},
     "REGISTRY": ("daskrnmf.models", "REGISTRY"),
+    "load": ("daskrnmf._persist", "load"),
     "datasets": ("daskrnmf.datasets", None),
     "io": ("daskrnmf.io", None),
     "metrics": ("daskrnmf.metrics", None),

@@ -20,8 +20,11 @@ A model supplies its constraint additions, ``_fit_blocks`` (its initial state an
 ``step``, run through :meth:`BaseModel._run`) and its fitted attributes.
 """
 
+from __future__ import annotations
+
 import inspect
 import warnings
+from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
@@ -29,6 +32,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _validation as v
 from ._driver import iterate, warn_if_not_converged
+from ._typing import Data, Labels, PathLike
 from .kernels.blocks import MAX_ABS, checked_apply
 
 FLOAT_DTYPES = (np.float64, np.float32)
@@ -48,6 +52,9 @@ class BaseModel(BaseEstimator):
         The model factorizes non-negative data only (scikit-learn's ``positive_only`` tag).
     _fitted_attribute : str
         An attribute that exists once fitted (for ``check_is_fitted``).
+    _saved_private : tuple of str
+        Private attributes :meth:`save` keeps besides the public fitted ones (``name_``):
+        what the model needs to continue (e.g. ``partial_fit``'s statistics).
     """
 
     _parameter_constraints = {
@@ -61,6 +68,7 @@ class BaseModel(BaseEstimator):
     # first pass would read all of X once more before the one pass the user asked for
     _first_pass = True
     _fitted_attribute = "components_"
+    _saved_private = ("_fit_dtype",)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -169,7 +177,7 @@ class BaseModel(BaseEstimator):
     def _seed(self):
         return v.seed_from(self.random_state)
 
-    def fit(self, X, y=None, **fit_params):
+    def fit(self, X: Data, y: Labels | None = None, **fit_params: Any) -> BaseModel:
         """Fit the model to X.
 
         Parameters
@@ -201,10 +209,14 @@ class BaseModel(BaseEstimator):
             rows = max(X.chunks[0]) if X.chunks[0] else 0
             check_block_fits(rows * X.shape[1] * 8, f"X passed to {self._name}")
         blocks, stats = self._check_blocks(X) if self._first_pass else (None, None)
-        self._fit_dtype = self._output_dtype(X)
-        out = self._fit_blocks(X, blocks, stats, self._seed(), y, **fit_params)
-        if blocks is not None:
-            self.n_passes_ = blocks.n_passes
+        try:
+            self._fit_dtype = self._output_dtype(X)
+            out = self._fit_blocks(X, blocks, stats, self._seed(), y, **fit_params)
+            if blocks is not None:
+                self.n_passes_ = blocks.n_passes
+        finally:
+            if blocks is not None:   # spilled state: removed on success, error and Ctrl-C
+                blocks.close()
         self._cast_fitted()
         return out
 
@@ -251,6 +263,36 @@ class BaseModel(BaseEstimator):
             value = getattr(self, key, None)
             if isinstance(value, np.ndarray) and value.dtype.kind == "f":
                 setattr(self, key, value.astype(dt, copy=False))
+
+    # ------------------------------------------------------------ saving
+    def save(self, path: PathLike, *, overwrite: bool = False) -> str:
+        """Save the model (parameters and fitted state) to a Zarr group at ``path``.
+
+        The group is written under a temporary name next to ``path`` and renamed into
+        place when complete.  It holds JSON attributes and numeric Zarr arrays only — no
+        pickle: :func:`daskrnmf.load` runs no code from the file.  A ``callback`` (code)
+        is not saved; the loaded model has ``callback=None``.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Local directory to create.
+        overwrite : bool, default=False
+            Replace an existing ``path``; otherwise an existing path is a
+            FileExistsError.
+
+        Returns
+        -------
+        path : str
+            The absolute path written.
+
+        See Also
+        --------
+        daskrnmf.load : the model back, fitted.
+        """
+        from ._persist import save
+
+        return save(self, path, overwrite=overwrite)
 
     # ------------------------------------------------------------ results for the CLI
     def _outputs(self, X):

@@ -184,6 +184,14 @@ class RowBlocks:
             parts = dask.compute(*[delayed(fn or _identity, pure=True)(st, *args) for st in state])
         return np.concatenate([np.asarray(p) for p in parts])
 
+    def close(self):
+        """Remove the scratch directory of spilled state now (the fit is over, or failed):
+        not when garbage collection gets to it, which an exception's traceback can delay
+        for as long as the session runs."""
+        if self._scratch:
+            self._scratch.remove()
+        self._scratch = False
+
     def _scratch_directory(self):
         """The :class:`_Scratch` chained state is spilled to, or None (kept in memory)."""
         if self._scratch is False:
@@ -299,8 +307,13 @@ class _Scratch:
 
     def __init__(self, root):
         self.path = tempfile.mkdtemp(prefix="daskrnmf-state-", dir=root)
+        # removed by remove(), else when collected, else at interpreter exit
         self._remove = weakref.finalize(self, shutil.rmtree, self.path, ignore_errors=True)
         self._generation = 0
+
+    def remove(self):
+        """Delete the directory and everything in it (once)."""
+        self._remove()
 
     def spill(self, root, states, consumed):
         """Compute ``root`` and write every state block; return the root's value and the

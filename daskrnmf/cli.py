@@ -10,7 +10,9 @@
 names are case-insensitive); ``daskrnmf fit MODEL --help`` lists that model's parameters,
 with their defaults and help text, read from the estimator's signature and docstring.
 The per-sample outputs written are the model's (``ModelSpec.outputs``), chunked like the
-input's stored rows and in its float dtype, next to the model's small fitted arrays.
+input's stored rows and in its float dtype, next to the model's small fitted arrays; the
+fitted model itself goes to the store's ``model`` group, which ``daskrnmf.load(STORE)``
+turns back into an estimator.
 
 Where a command runs: ``--cluster CONFIG.yaml``, ``--scheduler-file FILE`` or
 ``--scheduler-address ADDR`` (with ``--tls-ca-file``, ``--tls-client-cert`` and
@@ -29,6 +31,7 @@ existing output is kept unless ``--overwrite``.
 """
 
 import argparse
+import contextlib
 import inspect
 import json
 import logging
@@ -445,7 +448,8 @@ def _partial_name(path):
     return f"{os.path.abspath(os.fspath(path))}.partial-{uuid.uuid4().hex[:8]}"
 
 
-def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, tmp=None):
+def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, tmp=None,
+                model=None):
     """Write a Zarr group atomically: under a temporary name, renamed when complete.
 
     ``arrays``: name -> NumPy array (small) or Dask array (written chunk by chunk on the
@@ -453,6 +457,8 @@ def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, 
     input's stored chunking), the others in one chunk (Dask: their largest block) along
     the rows; every other axis whole.  ``attrs``: JSON-able metadata.  ``tmp``: the
     temporary name to use (a caller that must remove it after a cluster closes).
+    ``model``: a fitted estimator saved in the ``model`` subgroup (``daskrnmf.load`` of
+    the store, or of ``STORE/model``, gives it back).
     """
     import dask.array as da
     import zarr
@@ -483,6 +489,10 @@ def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, 
                                    chunks=chunks)[...] = value
         if sources:
             da.store(sources, targets, lock=False)
+        if model is not None:
+            from ._persist import write_group
+
+            write_group(model, os.path.join(tmp, "model"))
         group.attrs.update(json.loads(json.dumps(attrs, default=_json_default)))
         if os.path.lexists(path):
             if not overwrite:
@@ -528,14 +538,20 @@ def _protected(args, *paths):
     return out
 
 
+@contextlib.contextmanager
 def _connect(args):
-    from .cluster import connect
+    """The command's Client; Dask's own logging at WARNING unless ``--debug`` (the
+    model's ``--progress`` lines are the log), silent while the cluster shuts down."""
+    from .cluster import connect, dask_log_level
 
     tls = {k: getattr(args, k, None) for k in ("tls_ca_file", "tls_client_cert",
                                                "tls_client_key")}
-    return connect(args.cluster, scheduler_file=args.scheduler_file,
-                   scheduler_address=args.scheduler_address,
-                   tls={k: v for k, v in tls.items() if v} or None)
+    levels = contextlib.nullcontext() if getattr(args, "debug", False) \
+        else dask_log_level(logging.WARNING)
+    with levels, connect(args.cluster, scheduler_file=args.scheduler_file,
+                         scheduler_address=args.scheduler_address,
+                         tls={k: v for k, v in tls.items() if v} or None) as client:
+        yield client
 
 
 class _Run:
@@ -604,7 +620,7 @@ def cmd_fit(args, parser):
     v.validate_params(model, model._parameter_constraints)
     v.check_array(z, estimator_name=spec.name)
     logger, handler, level = logging.getLogger("daskrnmf"), None, None
-    if args.progress:    # the model's lines only; Dask's logging stays at its own level
+    if args.progress:    # the model's lines only; Dask's logging is quiet (see _connect)
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
         level = logger.level
@@ -640,14 +656,15 @@ def cmd_fit(args, parser):
                      "outputs": sorted(arrays), "fit_seconds": fit_seconds,
                      "scalars": _scalars(model), "versions": _versions()}
             write_store(args.output, arrays, attrs, args.overwrite, n_rows=z.shape[0],
-                        row_chunk=int(z.chunks[0]), tmp=tmp)
+                        row_chunk=int(z.chunks[0]), tmp=tmp, model=model)
     finally:
         run.cleanup()
         if handler is not None:
             logger.removeHandler(handler)
             logger.setLevel(level)
     print(f"{spec.name} fitted in {fit_seconds:.1f} s; wrote {', '.join(sorted(arrays))} "
-          f"to {args.output} ({time.perf_counter() - tic:.1f} s)")
+          f"and the fitted model (daskrnmf.load) to {args.output} "
+          f"({time.perf_counter() - tic:.1f} s)")
     return 0
 
 
@@ -774,6 +791,10 @@ def cmd_info(args, parser):
     print(f"group {args.store}")
     for name, arr in sorted(node.arrays()):
         print(f"  {name}: shape {arr.shape}, dtype {arr.dtype}, chunks {arr.chunks}")
+    for name, group in sorted(node.groups()):
+        saved = dict(group.attrs).get("format") == "daskrnmf-model"
+        print(f"  {name}/: " + (f"a fitted {group.attrs.get('model')} (daskrnmf.load)"
+                                if saved else "group"))
     attrs = dict(node.attrs)
     for key in sorted(attrs):
         text = json.dumps(attrs[key])
@@ -817,8 +838,9 @@ class _Signals:
 
 
 def _quiet_dask():
-    for name in ("distributed", "tornado", "asyncio", "bokeh"):
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    from .cluster import SILENT, raise_log_levels
+
+    raise_log_levels(SILENT)
 
 
 def main(argv=None):

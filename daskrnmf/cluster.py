@@ -25,16 +25,23 @@ Relative certificate paths in a YAML file are relative to the file's own directo
 to the working directory.
 """
 
+from __future__ import annotations
+
 import contextlib
 import functools
+import logging
 import os
 import time
+from collections.abc import Iterator
+from typing import Any
 
 KINDS = ("local", "slurm", "pbs", "scheduler-file", "address")
 _TLS_KEYS = ("tls_ca_file", "tls_client_cert", "tls_client_key")
+DASK_LOGGERS = ("distributed", "tornado", "asyncio", "bokeh")
+SILENT = logging.CRITICAL + 1
 
 
-def load_config(path):
+def load_config(path: str | os.PathLike) -> dict:
     """Read a YAML cluster configuration; a clear ValueError for anything malformed."""
     import yaml
 
@@ -58,7 +65,7 @@ def load_config(path):
     return config
 
 
-def security_from(config):
+def security_from(config: dict) -> Any:
     """``distributed.security.Security`` for the TLS keys of ``config``, or None."""
     given = [k for k in _TLS_KEYS if config.get(k)]
     if not given:
@@ -92,7 +99,7 @@ def _tls_from_dask_config(address):
         "distributed.comm.tls.client.cert and distributed.comm.tls.client.key.")
 
 
-def make_cluster(config):
+def make_cluster(config: dict) -> Any:
     """The cluster object for a ``local``, ``slurm`` or ``pbs`` configuration (jobqueue
     clusters are created without submitting anything; see ``job_script()``)."""
     config = dict(config)
@@ -134,7 +141,7 @@ def _workers_ignore_sigint():
         signal.signal(signal.SIGINT, previous)
 
 
-def local_default():
+def local_default() -> dict:
     """LocalCluster sized to the machine: one single-threaded worker per core (at most 8)."""
     import psutil
 
@@ -198,15 +205,88 @@ def _client(*args, **kwargs):
     return _client_class(distributed.Client)(*args, **kwargs)
 
 
+def raise_log_levels(level: int) -> list:
+    """Raise Dask's loggers (``distributed``, ``tornado``, ``asyncio``, ``bokeh`` and
+    every logger below them that exists) to at least ``level`` in this process.
+
+    Returns the ``(logger, old level)`` pairs changed, for :func:`restore_log_levels`.
+    """
+    names = set(DASK_LOGGERS) | {name for name in list(logging.Logger.manager.loggerDict)
+                                 if name.split(".")[0] in DASK_LOGGERS}
+    changed = []
+    for name in sorted(names):
+        log = logging.getLogger(name)
+        if log.level < level:
+            changed.append((log, log.level))
+            log.setLevel(level)
+    return changed
+
+
+def restore_log_levels(changed: list) -> None:
+    """Undo :func:`raise_log_levels`."""
+    for log, level in reversed(changed):
+        log.setLevel(level)
+
+
 @contextlib.contextmanager
-def connect(config=None, *, scheduler_file=None, scheduler_address=None, tls=None,
-            timeout="30s"):
+def dask_log_level(level: int = logging.WARNING) -> Iterator[None]:
+    """Dask's own log records below ``level`` dropped in this process while inside (the
+    CLI runs at WARNING unless ``--debug``: no scheduler chatter, no dashboard hints).
+    Imports distributed first, whose logging configuration would reset the levels."""
+    import distributed  # noqa: F401
+
+    changed = raise_log_levels(level)
+    try:
+        yield
+    finally:
+        restore_log_levels(changed)
+
+
+def _silence_worker(client_pid: int) -> None:
+    """On a worker process: no more Dask logging (its cluster is about to shut down).
+    Workers in the client's own process are left alone (the client restores its levels
+    after the shutdown)."""
+    if os.getpid() != client_pid:
+        raise_log_levels(SILENT)
+
+
+@contextlib.contextmanager
+def _quiet_shutdown() -> Iterator[Any]:
+    """Yields ``quiet(client)``: called as a cluster's work ends, it silences Dask's
+    logging on the cluster's worker processes and in this process until the context
+    exits, after the client and the cluster have closed.  Connections that close in the
+    wrong order while a cluster shuts down (a worker's heartbeat to a scheduler that
+    is gone) are then not printed as CommClosedError tracebacks."""
+    changed = []
+
+    def quiet(client=None):
+        """``client``: of a cluster started here, whose workers are silenced too (those of
+        a cluster that others share are not touched)."""
+        if client is not None:
+            try:
+                client.run(_silence_worker, os.getpid(), on_error="ignore")
+            except Exception:   # a worker already gone: nothing to silence there
+                pass
+        changed.extend(raise_log_levels(SILENT))
+
+    try:
+        yield quiet
+    finally:
+        restore_log_levels(changed)
+
+
+@contextlib.contextmanager
+def connect(config: str | os.PathLike | dict | None = None, *,
+            scheduler_file: str | os.PathLike | None = None,
+            scheduler_address: str | None = None, tls: dict | None = None,
+            timeout: str = "30s") -> Iterator[Any]:
     """A running ``distributed.Client`` for a configuration (path, dict or None).
 
     Exactly one of ``config``, ``scheduler_file`` and ``scheduler_address`` may be given;
     with none, a LocalCluster sized to the machine.  ``tls``: the ``tls_*`` keys (paths)
-    for ``scheduler_address``.  Clusters started here are closed on exit; existing
-    schedulers are only disconnected from.
+    for ``scheduler_address``.  Clusters started here are closed on exit, client first,
+    with Dask's logging silenced while they shut down; existing schedulers are only
+    disconnected from.
 
     Yields
     ------
@@ -236,8 +316,11 @@ def connect(config=None, *, scheduler_file=None, scheduler_address=None, tls=Non
             time.sleep(0.2)   # a batch script starts the scheduler just before the command
         if not path or not os.path.exists(path):
             raise ValueError(f"scheduler file {path} does not exist (is the scheduler running?).")
-        with _client(scheduler_file=path, timeout=timeout) as client:
-            yield client
+        with _quiet_shutdown() as quiet, _client(scheduler_file=path, timeout=timeout) as client:
+            try:
+                yield client
+            finally:
+                quiet()
         return
     if kind == "address":
         if not config.get("address"):
@@ -245,12 +328,19 @@ def connect(config=None, *, scheduler_file=None, scheduler_address=None, tls=Non
         security = security_from(config)
         if security is None and str(config["address"]).startswith("tls://"):
             _tls_from_dask_config(config["address"])
-        with _client(config["address"], security=security, timeout=timeout) as client:
-            yield client
+        with _quiet_shutdown() as quiet, \
+                _client(config["address"], security=security, timeout=timeout) as client:
+            try:
+                yield client
+            finally:
+                quiet()
         return
     jobs = int(config.get("jobs", 1))
-    with make_cluster(config) as cluster:
+    with _quiet_shutdown() as quiet, make_cluster(config) as cluster:
         if kind in ("slurm", "pbs"):
             cluster.scale(jobs=jobs)
         with _client(cluster, timeout=timeout) as client:
-            yield client
+            try:
+                yield client
+            finally:
+                quiet(client)     # then the client closes, then the cluster

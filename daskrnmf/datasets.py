@@ -13,14 +13,19 @@ Real data
     :func:`load_orl`, :func:`load_yale`, :func:`load_digits`.
 """
 
+from __future__ import annotations
+
 import os
 from importlib import resources
 
 import numpy as np
 
+from ._typing import PathLike, RandomState
 
-def make_outlier_blobs(n_per_cluster=100, n_outliers=3, *, outlier_distance=100.0,
-                       random_state=0):
+
+def make_outlier_blobs(n_per_cluster: int = 100, n_outliers: int = 3, *,
+                       outlier_distance: float = 100.0,
+                       random_state: RandomState = 0) -> tuple[np.ndarray, np.ndarray]:
     """Generate two Gaussian clusters plus a few far outliers (robust-NMF toy set).
 
     Two isotropic Gaussians with unit covariance, centred at (-6, 0) and (6, 0), and
@@ -83,9 +88,11 @@ def make_outlier_blobs(n_per_cluster=100, n_outliers=3, *, outlier_distance=100.
     return X, y
 
 
-def make_coclusters(n_samples=1000, n_features=120, n_row_clusters=8, n_column_clusters=6, *,
-                    noise=1.0, outlier_fraction=0.05, outlier_high=100.0, block_low=0.0,
-                    block_high=10.0, random_state=0):
+def make_coclusters(n_samples: int = 1000, n_features: int = 120, n_row_clusters: int = 8,
+                    n_column_clusters: int = 6, *, noise: float = 1.0,
+                    outlier_fraction: float = 0.05, outlier_high: float = 100.0,
+                    block_low: float = 0.0, block_high: float = 10.0,
+                    random_state: RandomState = 0) -> tuple[np.ndarray, ...]:
     """Generate a planted co-clustering (checkerboard) problem with gross outliers.
 
     Rows and columns are split into groups of sizes as equal as possible, in shuffled
@@ -157,8 +164,9 @@ def make_coclusters(n_samples=1000, n_features=120, n_row_clusters=8, n_column_c
     return X, rows, cols, S
 
 
-def make_ordered_segments(n_features=400, n_segments=8, segment_length=20, *, noise=0.0,
-                          noise_mode="every-entry", random_state=0):
+def make_ordered_segments(n_features: int = 400, n_segments: int = 8, segment_length: int = 20,
+                          *, noise: float = 0.0, noise_mode: str = "every-entry",
+                          random_state: RandomState = 0) -> tuple[np.ndarray, np.ndarray]:
     """Generate a sequence of segments of identical samples (ORNMF's synthetic set).
 
     A matrix ``A`` of shape (n_features, n_segments) has entries uniform in [0, 1];
@@ -245,8 +253,10 @@ def make_ordered_segments(n_features=400, n_segments=8, segment_length=20, *, no
     return X, y
 
 
-def make_margin_gaussians(n_per_class=100, n_features=50, *, n_noise_directions=5,
-                          noise_scale=5.0, separation=3.0, offset=5.0, random_state=0):
+def make_margin_gaussians(n_per_class: int = 100, n_features: int = 50, *,
+                          n_noise_directions: int = 5, noise_scale: float = 5.0,
+                          separation: float = 3.0, offset: float = 5.0,
+                          random_state: RandomState = 0) -> tuple[np.ndarray, np.ndarray]:
     """Generate two Gaussian classes separated along a low-variance direction.
 
     A two-class toy in the manner of the Max-Margin Semi-NMF paper (Section 4, Figure
@@ -301,7 +311,7 @@ def make_margin_gaussians(n_per_class=100, n_features=50, *, n_noise_directions=
     References
     ----------
     .. [1] B. G. Vijay Kumar, I. Kotsia and I. Patras, "Max-Margin Semi-NMF", Proceedings
-       of the British Machine Vision Conference (BMVC), 2012.
+       of the British Machine Vision Conference (BMVC), 2011.
 
     Examples
     --------
@@ -351,9 +361,11 @@ def _blob_block(block_info, *, centers, seed, scale, outlier_fraction, corrupt_f
     return outlier
 
 
-def make_zarr_blobs(path, n_samples=1_000_000, n_features=64, n_clusters=10, *,
-                    outlier_fraction=0.05, corrupt_fraction=0.25, chunk_rows=50_000,
-                    cluster_std=1.0, dtype="float64", random_state=0, overwrite=False):
+def make_zarr_blobs(path: PathLike, n_samples: int = 1_000_000, n_features: int = 64,
+                    n_clusters: int = 10, *, outlier_fraction: float = 0.05,
+                    corrupt_fraction: float = 0.25, chunk_rows: int = 50_000,
+                    cluster_std: float = 1.0, dtype: str = "float64",
+                    random_state: RandomState = 0, overwrite: bool = False) -> str:
     """Write a large row-chunked clustering problem with gross outliers to a Zarr group.
 
     Non-negative Gaussian clusters: centres uniform in [2, 10] in every feature, samples
@@ -460,7 +472,7 @@ def _load_npz(name):
         return data["X"].astype(np.float64), data["y"].astype(np.int64)
 
 
-def load_orl():
+def load_orl() -> tuple[np.ndarray, np.ndarray]:
     """Load the ORL (AT&T) face set, 32 x 32 pixels: 40 subjects, 10 images each.
 
     Returns
@@ -497,7 +509,7 @@ def load_orl():
     return _load_npz("orl_32x32.npz")
 
 
-def load_yale():
+def load_yale() -> tuple[np.ndarray, np.ndarray]:
     """Load the Yale face set, 32 x 32 pixels: 15 subjects, 11 images each.
 
     Returns
@@ -532,7 +544,7 @@ def load_yale():
     return _load_npz("yale_32x32.npz")
 
 
-def load_digits():
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
     """Load scikit-learn's bundled 8 x 8 handwritten digits as float64 and int64.
 
     Returns
@@ -561,7 +573,9 @@ def load_digits():
     return d.data.astype(np.float64), d.target.astype(np.int64)
 
 
-def corrupt_images(X, rho, *, max_value=50.0, low=30.0, high=50.0, mode="add", random_state=0):
+def corrupt_images(X: np.ndarray, rho: float, *, max_value: float = 50.0, low: float = 30.0,
+                   high: float = 50.0, mode: str = "add",
+                   random_state: RandomState = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Add sparse non-negative outliers to images, following the ONMFO paper's protocol.
 
     The images are scaled so that the largest grey level of the whole set is

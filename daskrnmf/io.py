@@ -4,12 +4,16 @@ The estimators accept a ``zarr.Array`` or the path of one wherever they take dat
 :func:`open_array` is what they use to open a path.
 """
 
+from __future__ import annotations
+
 import os
 
 import zarr
 
+from ._typing import PathLike
 
-def open_array(url, component=None):
+
+def open_array(url: PathLike, component: str | None = None) -> zarr.Array:
     """Open a Zarr array read-only, with an informative error for anything else.
 
     Parameters

@@ -6,8 +6,12 @@ table (:func:`contingency_matrix`), which is tree-reduced chunk by chunk for Das
 so labels of size n_samples are never gathered in one place.
 """
 
+from __future__ import annotations
+
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
+from ._typing import Labels
 
 
 def _pairs_chunk(a, b):
@@ -23,7 +27,7 @@ def _pairs_combine(parts):
     return uniq, np.bincount(inv.ravel(), weights=counts).astype(np.int64)
 
 
-def contingency_matrix(labels_true, labels_pred):
+def contingency_matrix(labels_true: Labels, labels_pred: Labels) -> np.ndarray:
     """Count the samples of every (true class, predicted cluster) pair.
 
     Parameters
@@ -87,7 +91,7 @@ def contingency_matrix(labels_true, labels_pred):
     return table
 
 
-def clustering_accuracy(labels_true, labels_pred):
+def clustering_accuracy(labels_true: Labels, labels_pred: Labels) -> float:
     """Clustering accuracy: the fraction of samples right under the best cluster-to-class map.
 
     Each cluster is mapped to a distinct class so that the number of samples whose
@@ -138,7 +142,7 @@ def clustering_accuracy(labels_true, labels_pred):
     return float(table[rows, cols].sum() / table.sum())
 
 
-def purity(labels_true, labels_pred):
+def purity(labels_true: Labels, labels_pred: Labels) -> float:
     """Purity: the fraction of samples that belong to their cluster's majority class.
 
     Parameters
@@ -177,7 +181,7 @@ def purity(labels_true, labels_pred):
     return float(table.max(axis=0).sum() / table.sum())
 
 
-def normalized_mutual_info(labels_true, labels_pred):
+def normalized_mutual_info(labels_true: Labels, labels_pred: Labels) -> float:
     """Normalized mutual information: mutual information over the mean of the entropies.
 
     ``NMI = I(T; P) / ((H(T) + H(P)) / 2)`` for the true classes T and the predicted

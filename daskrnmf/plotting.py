@@ -1,15 +1,27 @@
 """Figures of fitted models (matplotlib, the ``[plot]`` extra).
 
 * :func:`plot_objective` — objective against iteration (any model with
-  ``objective_history_``; several models on one axes to compare them).
+  ``objective_history_``); one panel per quantity: a streaming model's per-sample mean
+  per pass (ONMFO) never shares an axis with a batch model's total per iteration.
 * :func:`plot_components` — components as a grid of images, as in the ONMFO paper's
   Figures 2-3 (Zhao and Tan, ICASSP 2016).
 * :func:`plot_ordered_codes` — H along the sample order with the jumps ||h_{i+1} - h_i||
   and the detected boundaries, as in the ORNMF paper's Figures 1-2 (Wang et al.,
   IJCNN 2017).
+* :func:`savefig` — save with the labels visible and what the axes show (labels,
+  ranges, ticks) in the PNG's metadata; :func:`read_png_metadata` reads it back.
 
-Each function draws on the axes it is given (or a new figure) and returns the figure.
+Each plotting function draws on the axes it is given (or a new figure) and returns the
+figure.  Iteration, pass and sample axes have integer ticks.
 """
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from typing import Any
 
 import numpy as np
 
@@ -22,29 +34,72 @@ def _pyplot():
     return plt
 
 
-def plot_objective(*models, labels=None, ax=None, log=True):
+def _integer_ticks(axis) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+ITERATION_AXES = ("iteration", "objective")
+STREAM_AXES = ("pass over X", "mean objective per sample")
+
+
+def history_axes(model: Any) -> tuple[str, str]:
+    """What a model's ``objective_history_`` measures: ``(x label, y label)``.
+
+    A class may say so itself (``_history_axes``); a streaming model (one with
+    ``n_samples_seen_``, ONMFO) records one value per pass over X, the mean per-sample
+    objective of its batches; every other model the total objective per iteration.
+    """
+    if isinstance(model, (np.ndarray, list, tuple)):
+        return ITERATION_AXES
+    axes = getattr(type(model), "_history_axes", None)
+    if axes:
+        return tuple(axes)
+    return STREAM_AXES if hasattr(model, "n_samples_seen_") else ITERATION_AXES
+
+
+def _histories(model, name):
+    hist = getattr(model, "objective_history_", model)
+    if isinstance(hist, list) and hist and all(np.ndim(h) == 1 for h in hist):
+        if len(hist) == 1:                    # MNMF: one history per binary problem
+            return [(np.asarray(hist[0], dtype=float), name)]
+        return [(np.asarray(h, dtype=float), f"{name} [{i}]") for i, h in enumerate(hist)]
+    return [(np.asarray(hist, dtype=float).ravel(), name)]
+
+
+def plot_objective(*models: Any, labels: list[str] | None = None, ax: Any = None,
+                   log: bool = True):
     """Plot the objective against the iteration for one or more fitted models.
 
-    One line per model, on one axes, so that models or settings can be compared.
+    Models whose histories measure the same quantity share a panel, one line each, so
+    that models or settings can be compared; histories of different quantities go to
+    separate panels (ONMFO's mean per-sample objective per pass next to, not on the
+    axis of, RobustNMF's total objective per iteration).
 
     Parameters
     ----------
     *models : fitted estimators or ndarrays of shape (n_iter,)
         Each either has an ``objective_history_`` attribute (any fitted daskrnmf
-        model), or is itself the history, one objective value per iteration (per pass
-        for ``ONMFO``).
+        model), or is itself the history, one objective value per iteration.
     labels : list of str, default=None
         Legend entry of every model; None uses the class name of an estimator and
         ``"run i"`` for the i-th argument when it is an ndarray.
-    ax : matplotlib.axes.Axes, default=None
-        Axes to draw on; None draws on a new figure.
+    ax : matplotlib.axes.Axes or sequence of Axes, default=None
+        Axes to draw on, one per quantity (see :func:`history_axes`); None draws on a
+        new figure with one panel per quantity.
     log : bool, default=True
-        Whether the objective axis is logarithmic.
+        Whether the objective axes are logarithmic.
 
     Returns
     -------
     fig : matplotlib.figure.Figure
         The figure of the axes drawn on.
+
+    Raises
+    ------
+    ValueError
+        If ``ax`` does not give one axes per quantity.
 
     Examples
     --------
@@ -55,29 +110,49 @@ def plot_objective(*models, labels=None, ax=None, log=True):
     ...                      labels=["alpha=0.1", "alpha=0.5"])
     >>> [line.get_label() for line in fig.axes[0].lines]
     ['alpha=0.1', 'alpha=0.5']
-    >>> fig.axes[0].get_yscale()
-    'log'
+    >>> fig.axes[0].get_xlabel(), fig.axes[0].get_yscale()
+    ('iteration', 'log')
     >>> plt.close(fig)
 
-    With fitted models, ``plot_objective(model_a, model_b)`` labels the lines by class.
+    With fitted models, ``plot_objective(model_a, model_b)`` labels the lines by class;
+    ``plot_objective(onmfo, robust_nmf)`` draws two panels.
     """
     plt = _pyplot()
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5, 3.5))
+    groups: dict[tuple[str, str], list] = {}
     for i, m in enumerate(models):
-        hist = np.asarray(getattr(m, "objective_history_", m), dtype=float)
-        name = labels[i] if labels else type(m).__name__ if not isinstance(m, np.ndarray) else f"run {i}"
-        ax.plot(np.arange(1, hist.size + 1), hist, marker="o", ms=3, label=name)
-    ax.set_xlabel("iteration (pass for ONMFO)")
-    ax.set_ylabel("objective")
-    if log:
-        ax.set_yscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return ax.figure
+        name = labels[i] if labels else (f"run {i}" if isinstance(m, np.ndarray)
+                                         else type(m).__name__)
+        groups.setdefault(history_axes(m), []).extend(_histories(m, name))
+    if not groups:
+        raise ValueError("plot_objective needs at least one model or history.")
+    created = ax is None
+    if created:
+        fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.5),
+                                 squeeze=False)
+        axes = list(axes[0])
+    else:
+        axes = list(ax) if isinstance(ax, (list, tuple, np.ndarray)) else [ax]
+        if len(axes) != len(groups):
+            raise ValueError(f"these histories measure {len(groups)} different quantities "
+                             f"({'; '.join(f'{y} per {x}' for x, y in groups)}), which do "
+                             f"not share an axis: pass ax as a list of {len(groups)} axes.")
+    for a, ((xlabel, ylabel), lines) in zip(axes, groups.items()):
+        for hist, name in lines:
+            a.plot(np.arange(1, hist.size + 1), hist, marker="o", ms=3, label=name)
+        a.set_xlabel(xlabel)
+        a.set_ylabel(ylabel)
+        _integer_ticks(a.xaxis)
+        if log:
+            a.set_yscale("log")
+        a.grid(alpha=0.3)
+        a.legend()
+    if created:
+        fig.tight_layout()
+    return axes[0].figure
 
 
-def plot_components(components, image_shape, *, n_cols=None, order="F", ax=None, title=None):
+def plot_components(components: Any, image_shape: tuple[int, int], *, n_cols: int | None = None,
+                    order: str = "F", ax: Any = None, title: str | None = None):
     """Show components (the rows of ``components_``) as a grid of grey images.
 
     Each component is scaled by its own maximum; tiles are separated by a one-pixel
@@ -152,7 +227,8 @@ def plot_components(components, image_shape, *, n_cols=None, order="F", ax=None,
     return ax.figure
 
 
-def plot_ordered_codes(H, *, boundaries=None, jumps=None, ax=None, max_samples=5000):
+def plot_ordered_codes(H: Any, *, boundaries: Any = None, jumps: Any = None, ax: Any = None,
+                       max_samples: int = 5000):
     """Plot codes along the sample order (top) and the jumps between neighbours (bottom).
 
     The top axes show H as an image (components against samples); the bottom axes show
@@ -215,7 +291,8 @@ def plot_ordered_codes(H, *, boundaries=None, jumps=None, ax=None, max_samples=5
         raise ValueError(f"H must be 2-D (n_samples, n_components); got shape {H.shape}.")
     J = np.sqrt((np.diff(H, axis=0) ** 2).sum(axis=1)) if jumps is None else np.asarray(jumps)
     step = max(1, int(np.ceil(H.shape[0] / max_samples)))
-    if ax is None:
+    created = ax is None
+    if created:
         fig, ax = plt.subplots(2, 1, figsize=(7, 4), sharex=True,
                                gridspec_kw={"height_ratios": [3, 1]})
     top, bottom = ax
@@ -223,9 +300,118 @@ def plot_ordered_codes(H, *, boundaries=None, jumps=None, ax=None, max_samples=5
                extent=(0, H.shape[0], H.shape[1] - 0.5, -0.5))
     top.set_ylabel("component")
     bottom.plot(np.arange(1, J.size + 1)[::step], J[::step], lw=0.8)
-    bottom.set_ylabel("||h_{i+1} - h_i||")
+    bottom.set_ylabel(r"$\|h_{i+1} - h_i\|$")
     bottom.set_xlabel("sample (stored order)")
+    _integer_ticks(bottom.xaxis)
+    _integer_ticks(top.yaxis)
     for b in [] if boundaries is None else np.asarray(boundaries):
         for a in (top, bottom):
             a.axvline(b, color="red", lw=0.8, alpha=0.7)
+    if created:
+        fig.tight_layout()
     return top.figure
+
+
+# ---------------------------------------------------------------- saving, with metadata
+def describe_axes(fig) -> list[dict]:
+    """What every axes of ``fig`` shows: labels, title, scales, limits, the ticks within
+    the limits, and each line's label and x range (the PNG metadata of :func:`savefig`)."""
+    out = []
+    for a in fig.axes:
+        if not a.axison:
+            out.append({"title": a.get_title(), "image": True})
+            continue
+        xlim, ylim = (float(v) for v in a.get_xlim()), (float(v) for v in a.get_ylim())
+        xlim, ylim = sorted(xlim), sorted(ylim)
+        ticks = [float(t) for t in a.get_xticks() if xlim[0] <= t <= xlim[1]]
+        lines = []
+        for line in a.lines:
+            x = np.asarray(line.get_xdata(), dtype=float)
+            if x.size and not line.get_label().startswith("_"):
+                lines.append({"label": line.get_label(), "x": [float(x.min()), float(x.max())],
+                              "n": int(x.size)})
+        out.append({"title": a.get_title(), "xlabel": a.get_xlabel(), "ylabel": a.get_ylabel(),
+                    "xscale": a.get_xscale(), "yscale": a.get_yscale(), "xlim": xlim,
+                    "ylim": ylim, "xticks": ticks, "lines": lines})
+    return out
+
+
+def savefig(fig, path: str | os.PathLike, *, title: str | None = None, **kwargs: Any) -> str:
+    """Save ``fig`` with nothing cut off (``bbox_inches="tight"``) and, in a PNG, what it
+    shows in its metadata: ``Title`` and ``Description`` (JSON of :func:`describe_axes`).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    path : str or os.PathLike
+    title : str, default=None
+        The ``Title`` entry; None uses the file name.
+    **kwargs
+        Passed to ``fig.savefig`` (``dpi``, ...).
+
+    Returns
+    -------
+    path : str
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import matplotlib.pyplot as plt
+    >>> from daskrnmf.plotting import plot_objective, read_png_metadata, savefig
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> fig = plot_objective(np.array([4.0, 2.0, 1.5]))
+    >>> path = savefig(fig, os.path.join(tmp.name, "objective.png"), dpi=50)
+    >>> meta = read_png_metadata(path)
+    >>> import json
+    >>> axes = json.loads(meta["Description"])
+    >>> axes[0]["xlabel"], axes[0]["lines"][0]["x"]
+    ('iteration', [1.0, 3.0])
+    >>> plt.close(fig); tmp.cleanup()
+    """
+    path = os.fspath(path)
+    kwargs.setdefault("bbox_inches", "tight")
+    if path.lower().endswith(".png"):
+        meta = {"Title": title or os.path.basename(path),
+                "Description": json.dumps(describe_axes(fig)), "Software": "daskrnmf"}
+        kwargs["metadata"] = {**meta, **kwargs.get("metadata", {})}
+    fig.savefig(path, **kwargs)
+    return path
+
+
+def read_png_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The text entries of a PNG (``tEXt``, ``zTXt`` and ``iTXt`` chunks), with the
+    standard library only.
+
+    Raises
+    ------
+    ValueError
+        If ``path`` is not a PNG file.
+    """
+    out = {}
+    with open(path, "rb") as fh:
+        if fh.read(8) != b"\x89PNG\r\n\x1a\n":
+            raise ValueError(f"{os.fspath(path)} is not a PNG file.")
+        while True:
+            head = fh.read(8)
+            if len(head) < 8:
+                break
+            length, kind = struct.unpack(">I4s", head)
+            data = fh.read(length)
+            fh.read(4)                                     # CRC
+            if kind == b"tEXt":
+                key, _, value = data.partition(b"\0")
+                out[key.decode("latin-1")] = value.decode("latin-1")
+            elif kind == b"zTXt":
+                key, _, rest = data.partition(b"\0")
+                out[key.decode("latin-1")] = zlib.decompress(rest[1:]).decode("latin-1")
+            elif kind == b"iTXt":
+                key, _, rest = data.partition(b"\0")
+                compressed, rest = rest[0], rest[2:]
+                _, _, rest = rest.partition(b"\0")        # language tag
+                _, _, text = rest.partition(b"\0")        # translated keyword
+                out[key.decode("latin-1")] = (zlib.decompress(text) if compressed
+                                              else text).decode("utf-8")
+            elif kind == b"IEND":
+                break
+    return out

@@ -62,6 +62,7 @@ class ProgressBar:
         self._t0 = None
         self._width = 0
         self._known = None
+        self._iters = None
 
     def describe(self, info):
         """One line for the driver's ``info`` dict (:mod:`daskrnmf._driver`).
@@ -86,9 +87,12 @@ class ProgressBar:
             np.asarray(info.get("objective", np.nan), dtype=float))
         best = min(int(info.get("best", 0)), obj.size - 1)
         value = float(obj[best])       # a restart that has stopped keeps its last objective
+        # ... and its own iteration count (others may run on): what the model stores
+        it = int(self._iters[best]) if self._iters is not None and self._iters[best] \
+            else info["iteration"]
         which = f" (restart {best + 1} of {obj.size})" if obj.size > 1 else ""
         passes = info.get("n_passes")
-        return (f"{head}iteration {info['iteration']}, objective {value:.6g}{which}"
+        return (f"{head}iteration {it}, objective {value:.6g}{which}"
                 + (f", {passes} passes" if passes is not None else "") + f", {elapsed:.1f} s")
 
     def __call__(self, info):
@@ -110,7 +114,8 @@ class ProgressBar:
         return False
 
     def _track(self, info):
-        """The last finite objective of every restart (NaN marks a stopped one)."""
+        """The last finite objective of every restart (NaN marks a stopped one) and the
+        iteration it was reached at (the restart's ``n_iter_`` if the model keeps it)."""
         import numpy as np
 
         obj = info.get("objective")
@@ -119,7 +124,9 @@ class ProgressBar:
         obj = np.atleast_1d(np.asarray(obj, dtype=float))
         if self._known is None or self._known.shape != obj.shape:
             self._known = np.full(obj.shape, np.nan)
+            self._iters = np.zeros(obj.shape, dtype=int)
         self._known = np.where(np.isfinite(obj), obj, self._known)
+        self._iters = np.where(np.isfinite(obj), int(info["iteration"]), self._iters)
 
     def close(self):
         """End the redrawn line (call after the fit when shown interactively)."""

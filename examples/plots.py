@@ -4,9 +4,14 @@
 
 * onmfo_bases.png — ONMFO's components on ORL faces with 20 % gross corruption (the ONMFO
   paper's Figures 2-3), next to RobustNMF's;
-* objective.png — objective per pass / iteration of both;
+* objective.png — the objective of both, one panel each: ONMFO's mean per-sample
+  objective per pass, RobustNMF's total objective per iteration (different quantities,
+  never on one axis);
 * ornmf_codes.png — ORNMF's codes along a sequence of 6 segments, with the jumps between
   consecutive codes and the boundaries it found (the ORNMF paper's Figure 2).
+
+Each PNG carries its axes' labels, ranges and ticks in its metadata
+(``daskrnmf.plotting.read_png_metadata``).
 """
 
 import argparse
@@ -36,18 +41,25 @@ def main(argv=None):
     online = ONMFO(k, batch_size=10, random_state=0).fit(noisy)
     batch = RobustNMF(k, max_iter=200, random_state=0).fit(noisy)
     fig, axes = plt.subplots(1, 2, figsize=(8, 4.3))
-    plotting.plot_components(online, (32, 32), ax=axes[0], title="ONMFO (2 passes)")
-    plotting.plot_components(batch, (32, 32), ax=axes[1], title="RobustNMF (200 iterations)")
-    fig.savefig(os.path.join(args.out, "onmfo_bases.png"), dpi=100)
-    fig = plotting.plot_objective(online, batch, labels=["ONMFO (per pass)", "RobustNMF"])
-    fig.savefig(os.path.join(args.out, "objective.png"), dpi=100)
+    plotting.plot_components(online, (32, 32), ax=axes[0],
+                             title=f"ONMFO ({online.n_passes_} passes)")
+    plotting.plot_components(batch, (32, 32), ax=axes[1],
+                             title=f"RobustNMF ({batch.n_iter_} iterations)")
+    fig.tight_layout()
+    plotting.savefig(fig, os.path.join(args.out, "onmfo_bases.png"),
+                     title="ONMFO and RobustNMF bases, ORL faces, 20 % corrupted", dpi=100)
+    fig = plotting.plot_objective(online, batch, labels=["ONMFO", "RobustNMF"])
+    plotting.savefig(fig, os.path.join(args.out, "objective.png"),
+                     title="objective of ONMFO (per pass) and RobustNMF (per iteration)",
+                     dpi=100)
 
     X, _ = make_ordered_segments(n_features=60, n_segments=6, segment_length=40, noise=0.1,
                                  random_state=0)
     model = ORNMF(6, n_clusters=6, random_state=0)
     H = model.fit_transform(X)
     fig = plotting.plot_ordered_codes(H, boundaries=model.boundaries_, jumps=model.jumps_)
-    fig.savefig(os.path.join(args.out, "ornmf_codes.png"), dpi=100)
+    plotting.savefig(fig, os.path.join(args.out, "ornmf_codes.png"),
+                     title="ORNMF codes along 6 segments", dpi=100)
     print("wrote onmfo_bases.png, objective.png, ornmf_codes.png to", os.path.abspath(args.out))
 
 

@@ -8,6 +8,7 @@ scikit-learn's KMeans on the same data for comparison, and prints ACC / NMI / ti
 """
 
 import argparse
+import contextlib
 import os
 import tempfile
 import time
@@ -15,14 +16,35 @@ import time
 import dask.array as da
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-samples", type=int, default=200_000)
     parser.add_argument("--n-features", type=int, default=32)
     parser.add_argument("--n-clusters", type=int, default=6)
-    parser.add_argument("--workdir", default=None, help="where the Zarr store goes (default: a temp dir)")
-    args = parser.parse_args()
+    parser.add_argument("--workdir", default=None,
+                        help="where the Zarr store goes and stays (default: a temporary "
+                             "directory, removed at the end)")
+    args = parser.parse_args(argv)
 
+    # a temporary directory unless --workdir: removed at the end, on an error and on
+    # Ctrl-C (after the cluster has closed, so no worker still writes into it)
+    with contextlib.ExitStack() as cleanup:
+        workdir = args.workdir or cleanup.enter_context(
+            tempfile.TemporaryDirectory(prefix="daskrnmf-quickstart-"))
+        rows = run(args, workdir)
+
+    print()
+    print(f"{args.n_samples} x {args.n_features}, {args.n_clusters} clusters, 5 % of rows grossly "
+          "corrupted (ACC / NMI on all rows, against the true clusters)")
+    print(f"| {'model':<32} | {'time s':>7} | {'iter':>4} | {'passes':>6} | {'ACC':>6} | {'NMI':>6} |")
+    print(f"|{'-' * 34}|{'-' * 9}|{'-' * 6}|{'-' * 8}|{'-' * 8}|{'-' * 8}|")
+    for name, t, it, passes, acc, nmi in rows:
+        print(f"| {name:<32} | {t:7.2f} | {it:4d} | {passes if passes is not None else '-':>6} | "
+              f"{acc:6.3f} | {nmi:6.3f} |")
+
+
+def run(args, workdir):
+    """Write the data to ``workdir`` and fit: the result table's rows."""
     from distributed import Client, LocalCluster
     from sklearn.cluster import KMeans
 
@@ -30,7 +52,6 @@ def main():
     from daskrnmf.datasets import make_zarr_blobs
     from daskrnmf.metrics import clustering_accuracy, normalized_mutual_info
 
-    workdir = args.workdir or tempfile.mkdtemp(prefix="daskrnmf-")
     store = os.path.join(workdir, "quickstart.zarr")
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
             Client(cluster) as client:
@@ -52,15 +73,7 @@ def main():
         yy = y.compute()
         rows.append(("scikit-learn KMeans (in memory)", time.perf_counter() - tic, km.n_iter_, None,
                      clustering_accuracy(yy, km.labels_), normalized_mutual_info(yy, km.labels_)))
-
-    print()
-    print(f"{args.n_samples} x {args.n_features}, {args.n_clusters} clusters, 5 % of rows grossly "
-          "corrupted (ACC / NMI on all rows, against the true clusters)")
-    print(f"| {'model':<32} | {'time s':>7} | {'iter':>4} | {'passes':>6} | {'ACC':>6} | {'NMI':>6} |")
-    print(f"|{'-' * 34}|{'-' * 9}|{'-' * 6}|{'-' * 8}|{'-' * 8}|{'-' * 8}|")
-    for name, t, it, passes, acc, nmi in rows:
-        print(f"| {name:<32} | {t:7.2f} | {it:4d} | {passes if passes is not None else '-':>6} | "
-              f"{acc:6.3f} | {nmi:6.3f} |")
+    return rows
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 # scheduler file on the shared file system, then the fit as a batch command.
 #
 #   sbatch examples/slurm_job.sh /shared/data.zarr/X /shared/results/rfnmf.zarr
+#   DASKRNMF_ENV=/shared/venvs/daskrnmf sbatch examples/slurm_job.sh IN OUT   # another env
 #
 #SBATCH --job-name=daskrnmf
 #SBATCH --nodes=4
@@ -14,13 +15,28 @@
 set -euo pipefail
 INPUT=${1:?usage: sbatch slurm_job.sh INPUT OUTPUT}
 OUTPUT=${2:?usage: sbatch slurm_job.sh INPUT OUTPUT}
+
+# ---- the Python environment with daskrnmf installed (pip install "daskrnmf[hpc]"), on a
+# ---- file system every node sees. Change the default, or set DASKRNMF_ENV when submitting.
+DASKRNMF_ENV=${DASKRNMF_ENV:-$HOME/venvs/daskrnmf}
+if [ ! -f "$DASKRNMF_ENV/bin/activate" ]; then
+    echo "slurm_job.sh: no environment at $DASKRNMF_ENV (set DASKRNMF_ENV)" >&2
+    exit 1
+fi
+set +u                       # activate scripts (conda's too) may read unset variables
+# shellcheck disable=SC1091
+source "$DASKRNMF_ENV/bin/activate"
+set -u
+
 SCHEDULER_FILE=${SLURM_SUBMIT_DIR:-$PWD}/scheduler-${SLURM_JOB_ID:-local}.json
 rm -f "$SCHEDULER_FILE"
 
 dask scheduler --scheduler-file "$SCHEDULER_FILE" --dashboard-address :0 &
 SCHEDULER=$!
-# one worker per task, memory per worker = the task's share of the node
-srun --ntasks=$SLURM_NTASKS dask worker --scheduler-file "$SCHEDULER_FILE" \
+# one worker per task, memory per worker = the task's share of the node (32G / 4 tasks,
+# less room for the worker's own process). srun passes this shell's environment, the
+# activated one included, to the tasks (SLURM's default --export=ALL).
+srun --ntasks="$SLURM_NTASKS" dask worker --scheduler-file "$SCHEDULER_FILE" \
     --nthreads "$SLURM_CPUS_PER_TASK" --memory-limit 7GiB \
     --local-directory "${TMPDIR:-/tmp}" &
 WORKERS=$!

@@ -87,7 +87,8 @@ def ornmf_reference(X, W0, H0, alpha, n_iter, loss="l21", pair_floor=1e-2):
     """ORNMF (eq. 4) with the paper's dense matrices, literally: D_1 (eq. 7), D_2 (eq. 8,
     norms floored at ``pair_floor`` times the RMS row norm of the current H), R = R^+ - R^- (eq. 11), R_a..R_d, the H rule (13) without its
     square root, D_1 again, the W rule (24); then W's rows scaled to unit norm with the
-    scale moved into H (ERRATA).  Paper orientation inside: V = X^T, W_p = W^T, H_p = H^T.
+    scale moved into H (the paper leaves W unnormalised; its penalty then rewards
+    inflating W).  Paper orientation inside: V = X^T, W_p = W^T, H_p = H^T.
     ``loss="fro"`` (D_1 = I, alpha = 0) is Lee-Seung.  Returns W, H and the objective
     J(W_{t-1}, H_t) of every iteration.
     """
@@ -150,8 +151,8 @@ def mnmf_reference(X, y, H0, C, lam, semi_iter, n_iter, intercept_scaling=1.0):
     """Algorithm 1 of Max-Margin Semi-NMF (Kumar, Kotsia & Patras) with every sub-problem solved exactly and densely.
 
     y in {-1, +1}.  SVM step: the dual of the intercept-regularised linear SVM on
-    [G^T x - mean, s], a box QP, by SciPy's L-BFGS-B.  G step: eq. 9 with T_1 - T_2 = -c/4 Q (ERRATA and
-    tests/test_mnmf.py), the same way, G from eq. 7 (lam divided out,
+    [G^T x - mean, s], a box QP, by SciPy's L-BFGS-B.  G step: eq. 9 with T_1 - T_2 = -c/4 Q (eq. 10
+    simplified for M_i = x_i w^T; tests/test_mnmf.py), the same way, G from eq. 7 (lam divided out,
     theta = C / lam); G's columns
     normalised (scale into H).  H step: scipy.optimize.nnls per sample (eq. 14).
     Returns G, H, w, b and the objective after each iteration.  L-BFGS-B is reliable on

@@ -81,10 +81,11 @@ def test_fit_writes_a_complete_store_and_evaluate_reads_it(workdir, capsys):
 def test_factorizations_write_h_and_outliers_r(workdir):
     out = workdir / "onmfo.zarr"
     assert run(workdir, "fit", "onmfo", str(workdir / "b.zarr" / "X"), "--output", str(out),
-               "--n-components", "3", "--max-inner-iter", "20", "--random-state", "1") == 0
+               "--n-components", "3", "--max-inner-iter", "20", "--random-state", "1",
+               "--max-iter", "2") == 0
     g = zarr.open_group(str(out), mode="r")
     assert g["H"].shape == (6000, 3) and g["R"].shape == (6000, 6)
-    assert g["components"].shape == (3, 6) and g.attrs["scalars"]["n_passes_"] == 2
+    assert g["components"].shape == (3, 6) and 1 <= g.attrs["scalars"]["n_passes_"] <= 2
     ckpt = workdir / "onmfo.ckpt"
     again = workdir / "onmfo2.zarr"
     assert run(workdir, "fit", "ONMFO", str(workdir / "b.zarr" / "X"), "--output", str(again),
@@ -383,7 +384,84 @@ def test_outputs_are_chunked_like_the_stored_rows_and_in_the_input_float_dtype(w
     g = zarr.open_group(str(out), mode="r")
     assert g["H"].shape == (6000, 3) and g["H"].chunks == (700, 3)
     assert g["H"].dtype == np.float32
+    assert g["components"].dtype == np.float32
+    assert daskrnmf.load(out).components_.dtype == np.float32     # the saved model too
     out = workdir / "f32-rfnmf.zarr"
     assert run(workdir, "fit", "RFNMF", str(workdir / "f32.zarr"), "--output", str(out),
                "--n-clusters", "3", "--n-init", "1", "--max-iter", "3") == 0
-    assert zarr.open_group(str(out), mode="r")["labels"].chunks == (700,)
+    g = zarr.open_group(str(out), mode="r")
+    assert g["labels"].chunks == (700,) and g["labels"].dtype.kind == "i"
+    assert g["cluster_centers"].dtype == np.float32
+    out = workdir / "f32-robust.zarr"
+    assert run(workdir, "fit", "RobustNMF", str(workdir / "f32.zarr"), "--output", str(out),
+               "--n-components", "2", "--max-iter", "2", "--max-inner-iter", "5") == 0
+    g = zarr.open_group(str(out), mode="r")
+    assert g["H"].chunks == (700, 2) and g["R"].chunks == (700, 6)
+    assert g["H"].dtype == g["R"].dtype == np.float32
+
+
+def test_dask_log_level_drops_dasks_info_records():
+    """The CLI's level for Dask's loggers (unless --debug): INFO records such as the
+    dashboard's jupyter-server-proxy hint are dropped, warnings kept; restored after."""
+    import logging
+
+    from daskrnmf.cluster import dask_log_level
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler, parent = Keep(), logging.getLogger("distributed")
+    parent.addHandler(handler)
+    hint = logging.getLogger("distributed.http.proxy")
+    before = parent.level
+    try:
+        with dask_log_level(logging.WARNING):
+            hint.info("To route to workers diagnostics web server please install "
+                      "jupyter-server-proxy")
+            hint.warning("kept")
+        assert records == ["kept"]
+        assert parent.level == before
+    finally:
+        parent.removeHandler(handler)
+
+
+def test_progress_on_a_local_cluster_shows_the_models_lines_only(workdir):
+    """--progress on a LocalCluster of worker processes (the default of a batch job): the
+    model's lines, ending on what the model stores; none of Dask's own logging (no
+    dashboard hints, no CommClosedError tracebacks as the cluster shuts down)."""
+    config = workdir / "processes.yaml"
+    config.write_text(yaml.safe_dump({"cluster": "local", "n_workers": 2,
+                                      "threads_per_worker": 1, "processes": True}))
+    out = workdir / "progress-local.zarr"
+    proc = subprocess.run(
+        [sys.executable, "-m", "daskrnmf", "fit", "RFNMF", str(workdir / "b.zarr" / "X"),
+         "--output", str(out), "--n-clusters", "3", "--n-init", "3", "--max-iter", "20",
+         "--random-state", "1", "--progress", "--cluster", str(config)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
+    assert not [l for l in lines if "distributed." in l or "jupyter-server-proxy" in l], lines
+    progress = [l for l in lines if "daskrnmf INFO RFNMF: iteration" in l]
+    assert progress and len(progress) == len(lines), lines
+    scalars = zarr.open_group(str(out), mode="r").attrs["scalars"]
+    last = progress[-1].split("RFNMF: ", 1)[1]
+    assert last.startswith(f"iteration {scalars['n_iter_']}, objective "
+                           f"{scalars['objective_']:.6g}"), (last, scalars)
+
+
+def test_the_output_store_loads_as_the_fitted_model(workdir):
+    out = workdir / "reload.zarr"
+    assert run(workdir, "fit", "RFNMF", str(workdir / "b.zarr"), "--component", "X",
+               "--output", str(out), "--n-clusters", "3", "--n-init", "2",
+               "--random-state", "0") == 0
+    X = zarr.open_array(str(workdir / "b.zarr" / "X"), mode="r")[:]
+    labels = zarr.open_group(str(out), mode="r")["labels"][:]
+    for path in (out, out / "model"):
+        model = daskrnmf.load(path)
+        assert isinstance(model, RFNMF) and model.n_clusters == 3
+        np.testing.assert_array_equal(model.predict(X), labels)
+        np.testing.assert_array_equal(model.labels_, labels)

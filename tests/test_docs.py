@@ -11,7 +11,8 @@ import pytest
 from daskrnmf import REGISTRY
 
 MODULES = sorted({spec.module for spec in REGISTRY.values()}) + [
-    "daskrnmf.datasets", "daskrnmf.metrics", "daskrnmf.io", "daskrnmf.plotting"]
+    "daskrnmf.datasets", "daskrnmf.metrics", "daskrnmf.io", "daskrnmf.plotting",
+    "daskrnmf._persist"]
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -32,3 +33,24 @@ def test_model_docstring_documents_every_parameter(name):
     params = doc.split("Parameters\n----------", 1)[1].split("Attributes\n----------", 1)[0]
     for p in cls().get_params(deep=False):
         assert p in params, f"{name}: parameter {p!r} undocumented"
+
+
+def test_sources_cite_papers_by_authors_and_venue():
+    """No reference to the papers' file numbers ("paper 004") or to notes outside the
+    package ("ERRATA"): a reader of the installed package has neither."""
+    import os
+    import re
+
+    import daskrnmf
+
+    root = os.path.dirname(daskrnmf.__file__)
+    found = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as fh:
+                    for number, line in enumerate(fh, 1):
+                        if re.search(r"paper \d{3}|ERRATA", line):
+                            found.append(f"{os.path.relpath(path, root)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)

@@ -1,5 +1,6 @@
 """The example notebook runs from top to bottom (nbclient), on a smaller store."""
 
+import json
 import os
 
 import pytest
@@ -26,6 +27,21 @@ def test_example_notebook_executes(tmp_path, monkeypatch):
            if line.startswith(("| l21 |", "| l1 |"))]
     assert min(acc) > 0.7   # 6 clusters, 5 % gross outliers, 4 restarts (chance: 0.17)
     assert (tmp_path / "objective.png").stat().st_size > 1000
+    (axes,) = _axes(tmp_path / "objective.png")
+    assert axes["xlabel"] == "iteration" and "ONMFO" not in json.dumps(axes)
+    assert [l["label"] for l in axes["lines"]] == ["RFNMF l21", "RFNMF l1"]
+    assert axes["xticks"] and all(t == int(t) for t in axes["xticks"])
+
+
+def test_example_notebook_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypatch):
+    """Without DASKRNMF_NB_OUT the notebook writes to a temporary directory and its last
+    cell removes it."""
+    import json as _json
+
+    nb = _json.loads(open(NOTEBOOK).read())
+    code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "TemporaryDirectory" in code and "mkdtemp" not in code
+    assert ".cleanup()" in "".join(nb["cells"][-1]["source"])
 
 
 def test_plot_example_saves_its_figures(tmp_path):
@@ -37,3 +53,18 @@ def test_plot_example_saves_its_figures(tmp_path):
                                                       "--n-components", "9"])
     for name in ("onmfo_bases.png", "objective.png", "ornmf_codes.png"):
         assert (tmp_path / name).stat().st_size > 2000
+    axes = _axes(tmp_path / "objective.png")       # one quantity per axis
+    assert [(a["xlabel"], a["ylabel"], [l["label"] for l in a["lines"]]) for a in axes] == [
+        ("pass over X", "mean objective per sample", ["ONMFO"]),
+        ("iteration", "objective", ["RobustNMF"])]
+    for a in axes + _axes(tmp_path / "ornmf_codes.png")[1:]:
+        assert a["xticks"] and all(t == int(t) for t in a["xticks"])
+        assert all(x == int(x) for line in a["lines"] for x in line["x"])
+
+
+def _axes(png):
+    import json
+
+    from daskrnmf.plotting import read_png_metadata
+
+    return json.loads(read_png_metadata(png)["Description"])

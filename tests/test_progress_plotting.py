@@ -1,6 +1,7 @@
 """ProgressBar as a callback of batch and streaming fits; the plotting functions."""
 
 import io
+import json
 import logging
 
 import numpy as np
@@ -35,7 +36,7 @@ def test_bar_redraws_one_line_on_a_terminal_and_counts_batch_iterations(blobs):
 def test_bar_counts_onmfo_batches_against_their_total(blobs):
     out = _Terminal()
     bar = ProgressBar(stream=out)
-    ONMFO(3, n_passes=2, batch_size=40, max_inner_iter=10, random_state=0, callback=bar).fit(blobs)
+    ONMFO(3, max_iter=2, tol=0, batch_size=40, max_inner_iter=10, random_state=0, callback=bar).fit(blobs)
     n_batches = -(-blobs.shape[0] // 40)
     assert bar.steps == 2 * n_batches
     assert f"batch {2 * n_batches}/{2 * n_batches} (pass 2)" in out.getvalue()
@@ -72,5 +73,62 @@ def test_plots(tmp_path):
                                       jumps=m.jumps_)
     top, bottom = fig.axes[:2]
     assert len(bottom.lines) == 1 + len(m.boundaries_)     # the jumps and one line per boundary
-    fig.savefig(tmp_path / "codes.png")
-    assert (tmp_path / "codes.png").stat().st_size > 1000
+    path = plotting.savefig(fig, tmp_path / "codes.png", dpi=50)
+    axes = json.loads(plotting.read_png_metadata(path)["Description"])
+    assert [a["xlabel"] for a in axes] == ["", "sample (stored order)"]
+    assert axes[1]["xticks"] and all(t == int(t) for t in axes[1]["xticks"])
+
+
+def test_objective_plot_one_quantity_per_axis_in_the_png(tmp_path):
+    """A stream's per-sample mean per pass and a batch model's total per iteration go to
+    separate panels; the saved PNG says so in its metadata, with integer x ticks."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from daskrnmf import RobustNMF, plotting
+
+    X = np.abs(np.random.default_rng(0).random((60, 8)))
+    online = ONMFO(2, max_iter=3, batch_size=20, max_inner_iter=10, random_state=0).fit(X)
+    batch = RobustNMF(2, max_iter=7, max_inner_iter=10, random_state=0).fit(X)
+    nmf = NMF(2, max_iter=5, random_state=0).fit(X)
+    fig = plotting.plot_objective(online, batch, nmf, labels=["ONMFO", "RobustNMF", "NMF"])
+    path = plotting.savefig(fig, tmp_path / "objective.png", title="objective", dpi=50)
+    meta = plotting.read_png_metadata(path)
+    assert meta["Title"] == "objective"
+    axes = json.loads(meta["Description"])
+    assert [(a["xlabel"], a["ylabel"]) for a in axes] == [plotting.STREAM_AXES,
+                                                          plotting.ITERATION_AXES]
+    assert [line["label"] for line in axes[0]["lines"]] == ["ONMFO"]
+    assert [line["label"] for line in axes[1]["lines"]] == ["RobustNMF", "NMF"]
+    assert axes[0]["lines"][0]["x"] == [1, online.objective_history_.size]
+    assert axes[1]["lines"][0]["x"] == [1, batch.n_iter_]
+    for a in axes:
+        assert a["xticks"] and all(t == int(t) for t in a["xticks"]), a["xticks"]
+        assert a["xlim"][0] <= 1 and a["xlim"][1] >= a["lines"][0]["x"][1]
+    _, ax = plt.subplots()
+    with pytest.raises(ValueError, match="pass ax as a list of 2 axes"):
+        plotting.plot_objective(online, batch, ax=ax)
+    plt.close("all")
+
+
+def test_png_text_chunks_are_read_with_the_standard_library(tmp_path):
+    import struct
+    import zlib
+
+    from daskrnmf.plotting import read_png_metadata
+
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"tEXt", b"Title\0plain")
+           + chunk(b"zTXt", b"Comment\0\0" + zlib.compress(b"packed"))
+           + chunk(b"iTXt", b"Description\0\0\0en\0\0" + "axe \u00e9".encode())
+           + chunk(b"IEND", b""))
+    (tmp_path / "x.png").write_bytes(png)
+    assert read_png_metadata(tmp_path / "x.png") == {"Title": "plain", "Comment": "packed",
+                                                    "Description": "axe \u00e9"}
+    (tmp_path / "y.png").write_bytes(b"GIF89a")
+    with pytest.raises(ValueError, match="not a PNG"):
+        read_png_metadata(tmp_path / "y.png")

@@ -2,7 +2,9 @@
 read back by the next pass, so a lost worker's blocks can be recomputed from files."""
 
 import gc
+import glob
 import os
+import warnings
 
 import dask
 import dask.array as da
@@ -101,3 +103,41 @@ def test_state_files_are_written_atomically(tmp_path):
     assert os.listdir(tmp_path) == ["b.pkl"]          # no temporary left behind
     back = _blocks.read_state(path)
     np.testing.assert_array_equal(back["H"], state["H"])
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("ending", ["success", "error", "interrupt"])
+def test_a_fit_leaves_no_scratch_directory_behind(client, tmp_path, monkeypatch, ending):
+    """The spilled state goes with the fit that made it: removed when the fit returns,
+    fails or is interrupted (Ctrl-C), not when a traceback that holds it is collected."""
+    import tempfile
+
+    from daskrnmf import NMF
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # the default scratch root
+    X = da.from_array(np.random.default_rng(0).random((60, 4)), chunks=(20, 4))
+    during = []
+
+    def callback(info):
+        during.append(glob.glob(str(tmp_path / "daskrnmf-state-*")))
+        if ending == "error" and info["iteration"] == 2:
+            raise _Stop("stopped by the test")
+        if ending == "interrupt" and info["iteration"] == 2:
+            raise KeyboardInterrupt
+        return False
+
+    model = NMF(n_components=2, max_iter=3, tol=0.0, callback=callback, random_state=0)
+    with dask.config.set({"daskrnmf.scratch-directory": None, "temporary-directory": None}):
+        if ending == "success":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")        # ConvergenceWarning at max_iter
+                model.fit(X)
+        else:
+            with pytest.raises(_Stop if ending == "error" else KeyboardInterrupt) as caught:
+                model.fit(X)
+            assert caught.traceback     # still held here, with the fit's frames
+    assert during and all(len(found) == 1 for found in during)   # the fit did spill
+    assert glob.glob(str(tmp_path / "daskrnmf-state-*")) == []

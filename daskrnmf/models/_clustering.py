@@ -6,6 +6,8 @@ RFNMF runs :class:`CentroidFit` on X; RFNMTF runs it in memory on a small sample
 (its initialisation) and shares the assignment and objective kernels.
 """
 
+from __future__ import annotations
+
 import warnings
 from dataclasses import replace
 
@@ -18,6 +20,7 @@ from .._base import BaseModel, float_tags
 
 from .._blocks import RowBlocks
 from .._driver import iterate
+from .._typing import Array, Data
 from ..kernels.assign import distances, nearest
 from ..kernels.blocks import sum_arrays
 from ..kernels.median import merge_median_round
@@ -45,7 +48,7 @@ class ClusterBase(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixi
     def _n_features_out(self):
         return self._prototypes()[0].shape[0]
 
-    def predict(self, X):
+    def predict(self, X: Data) -> Array:
         """Index of the nearest prototype (L1 or L2) for every sample.
 
         Parameters
@@ -60,7 +63,7 @@ class ClusterBase(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixi
         centers, metric = self._prototypes()
         return self._map_rows(X, predict_block, None, np.int32, centers, metric)
 
-    def transform(self, X):
+    def transform(self, X: Data) -> Array:
         """Distances of every sample to the prototypes (L1 or L2).
 
         Parameters

@@ -53,6 +53,8 @@ The passes themselves (per-block functions, the exact NNLS) are in
 :mod:`daskrnmf.models._semi`.
 """
 
+from __future__ import annotations
+
 import warnings
 from dataclasses import dataclass, replace
 
@@ -66,6 +68,7 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted, c
 
 from .. import _validation as v
 from .._base import BaseModel, FactorizationMixin
+from .._typing import Array, Data, Labels
 from . import _semi
 
 _EPS = 1e-12
@@ -166,7 +169,7 @@ class SemiNMF(FactorizationMixin, BaseModel):
         self.verbose = verbose
         self.callback = callback
 
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X: Data, y: Labels | None = None) -> Array:
         """Factorize X and return its codes.
 
         Parameters
@@ -195,7 +198,7 @@ class SemiNMF(FactorizationMixin, BaseModel):
         self.reconstruction_err_ = float(np.sqrt(max(loss, 0.0)))
         return problem.codes(self._fit_dtype)
 
-    def transform(self, X):
+    def transform(self, X: Data) -> Array:
         """The non-negative least-squares codes of X for the fitted basis.
 
         ``h_i = argmin_{h >= 0} ||x_i - G h||`` per sample, solved exactly (active set).
@@ -215,7 +218,7 @@ class SemiNMF(FactorizationMixin, BaseModel):
         return self._map_rows(X, _semi.codes_block, self.n_components_, self._output_dtype(X),
                               G, G.T @ G)
 
-    def inverse_transform(self, H):
+    def inverse_transform(self, H: Array) -> Array:
         """Data from codes: ``H G^T``.
 
         Parameters
@@ -456,7 +459,7 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         self._take_renamed(renamed)
 
     # ------------------------------------------------------------ fit
-    def fit(self, X, y):
+    def fit(self, X: Data, y: Labels) -> MNMF:
         """Fit on samples X and their class labels y.
 
         Parameters
@@ -551,7 +554,7 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         return (Gs, list(np.asarray(self.coef_, dtype=np.float64)),
                 [float(b) for b in self.intercept_])
 
-    def decision_function(self, X):
+    def decision_function(self, X: Data) -> Array:
         """Confidence scores.
 
         Parameters
@@ -572,7 +575,7 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         return self._map_rows(X, _semi.decision_block, None if n == 2 else n, dtype,
                               *self._problems(), n)
 
-    def predict(self, X):
+    def predict(self, X: Data) -> Array:
         """Class labels: the sign of the decision value, or the argmax of the scores.
 
         Parameters
@@ -588,7 +591,7 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         return self._map_rows(X, _semi.predict_block, None, self.classes_.dtype,
                               *self._problems(), self.classes_, self._output_dtype(X))
 
-    def transform(self, X):
+    def transform(self, X: Data) -> Array:
         """The features ``G^T x``.
 
         Parameters
@@ -610,7 +613,7 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
     def _n_features_out(self):
         return len(self.pairs_) * self.n_components_
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X: Data, y: Labels, sample_weight: Labels | None = None) -> float:
         """Mean accuracy on (X, y); computed on the cluster for Dask input."""
         pred = self.predict(X)
         if isinstance(pred, np.ndarray) and not _is_dask_array(y):

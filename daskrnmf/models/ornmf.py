@@ -13,8 +13,8 @@ capture) get similar codes unless a boundary intervenes.
 
 Updates (one pass over X per iteration, all of it on the workers except W):
 
-* H (eq. 13, without its square root — the form of Kong et al. and of eq. 24, see
-  ERRATA): ``h_i <- h_i * (d_i x_i W^T + alpha (q_{i-1} h_{i-1} + q_i h_{i+1}))
+* H (eq. 13 without its square root — the form of Kong, Ding & Huang's L2,1 rule and of
+  the paper's own eq. 24; both forms decrease the objective): ``h_i <- h_i * (d_i x_i W^T + alpha (q_{i-1} h_{i-1} + q_i h_{i+1}))
   / (d_i h_i W W^T + alpha (q_{i-1} + q_i) h_i)`` with ``d_i = 1 / ||x_i - h_i W||``
   (D_1, eq. 7; 1 for NMF) and ``q_i = 1 / ||h_{i+1} - h_i||`` (D_2, eq. 8, the norm
   floored at 1e-2 times the RMS row norm of H: an absolute 1e-10 freezes identical
@@ -25,10 +25,23 @@ Updates (one pass over X per iteration, all of it on the workers except W):
   depend on the chunking and an iteration costs O(n d k).
 * W (eq. 24): ``W <- W * (H^T D_1 X) / (H^T D_1 H W)``, with D_1 from the new H; the two
   k x d and k x k sums are tree-reduced.
-* The rows of W are then scaled to unit L2 norm and the scale moved into H (ERRATA: the
-  penalty can otherwise be lowered by inflating W).  For NMF and RNMF this changes nothing
-  in the objective.
+* The rows of W are then scaled to unit L2 norm and the scale moved into H (the paper
+  does not normalise W, but its penalty can be lowered by inflating W without it).  For
+  NMF and RNMF this changes nothing in the objective.
+
+References
+----------
+.. [1] J. Wang, F. Tian, C. H. Liu, H. Yu, X. Wang and X. Tang, "Robust Nonnegative
+   Matrix Factorization with Ordered Structure Constraints", International Joint
+   Conference on Neural Networks (IJCNN), 2017.
+.. [2] D. Kong, C. Ding and H. Huang, "Robust Nonnegative Matrix Factorization using
+   L21-norm", Proceedings of the 20th ACM International Conference on Information and
+   Knowledge Management (CIKM), 2011.
+.. [3] D. D. Lee and H. S. Seung, "Algorithms for Non-negative Matrix Factorization",
+   Advances in Neural Information Processing Systems 13 (NIPS), 2001.
 """
+
+from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
@@ -38,6 +51,7 @@ import numpy as np
 from .. import _validation as v
 from .._base import BaseModel, FactorizationMixin
 from .._blocks import tree_reduce
+from .._typing import Array, Data, Labels
 from ..kernels import rng
 from ..kernels.blocks import as_float_block, sum_arrays, sum_dicts
 from ..kernels.mu import pair_floor, residual_norms, update_h
@@ -62,7 +76,7 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
     def _alpha(self):
         return 0.0
 
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X: Data, y: Labels | None = None) -> Array:
         """Factorize X and return its codes under the fitted components.
 
         The codes are what :meth:`transform` gives for X (so ``fit_transform(X)`` equals
@@ -100,7 +114,7 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
     def _after_fit(self, fit, H, seed):
         pass
 
-    def transform(self, X):
+    def transform(self, X: Data) -> Array:
         """Codes H of samples X for the fitted components (W fixed).
 
         NMF and RNMF: ``min_{h >= 0} ||x - h W||`` for every sample, solved exactly
@@ -122,7 +136,7 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
         return self._map_rows(X, _nnls_codes, self.n_components_, self._output_dtype(X),
                               W @ W.T, W)
 
-    def inverse_transform(self, H):
+    def inverse_transform(self, H: Array) -> Array:
         """``H W``: the reconstruction, shape (n_samples, n_features)."""
         return H @ self.components_
 
@@ -333,7 +347,7 @@ class ORNMF(NMF):
     def _alpha(self):
         return float(self.alpha)
 
-    def transform(self, X):
+    def transform(self, X: Data) -> Array:
         """Codes H of the ordered samples X for the fitted components (W fixed).
 
         The samples are taken as one ordered sequence (the penalty ties neighbours), so a

@@ -1,0 +1,374 @@
+"""Save a fitted model to a Zarr group and load it back, without pickle.
+
+The format (``format_version`` 1) is a Zarr v3 group:
+
+* attributes (JSON): ``format`` (``"daskrnmf-model"``), ``format_version``,
+  ``daskrnmf_version``, ``model`` (a class name of :data:`daskrnmf.models.REGISTRY`),
+  ``params`` (``get_params()``; values JSON cannot hold are left out and listed in
+  ``dropped_params``), ``attributes`` (the fitted state, see below);
+* ``arrays/``: one Zarr array per NumPy array of the fitted state (numbers and booleans
+  only), chunked along its first axis.
+
+The fitted state is every public attribute ending in ``_`` plus the private attributes a
+class lists in ``_saved_private`` (what it needs to continue, e.g. ONMFO's statistics for
+``partial_fit``).  Values are encoded as JSON: numbers, strings, booleans, None, lists,
+``{"tuple": [...]}``, ``{"dtype": "float32"}``, ``{"array": "name"}`` (a Zarr array under
+``arrays/``) and ``{"strings": [...], "kind": "O" | "U"}`` (arrays of strings, e.g.
+``feature_names_in_``).
+
+Loading runs no code from the file: the class comes from the registry, its parameters
+and attributes are set from JSON and from numeric Zarr arrays whose codecs are on an
+allow-list (no pickle or object codecs), and unknown models, formats, parameter or
+attribute names are refused with a ValueError.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+import warnings
+from typing import Any
+
+import numpy as np
+
+FORMAT = "daskrnmf-model"
+FORMAT_VERSION = 1
+ARRAYS = "arrays"
+
+# codecs a loaded array may use: serialisation, compression and checksums only
+_SAFE_CODECS = frozenset({"bytes", "zstd", "gzip", "blosc", "crc32c", "transpose",
+                          "sharding_indexed", "endian"})
+_ARRAY_KINDS = "biufc"          # numbers and booleans: nothing that decodes to objects
+_CHUNK_BYTES = 16 * 2**20
+
+
+# ---------------------------------------------------------------- save
+def saved_state(model) -> dict[str, Any]:
+    """The attributes :func:`save` writes: public fitted ones (``name_``) and the
+    class's ``_saved_private``."""
+    private = tuple(getattr(type(model), "_saved_private", ()))
+    out = {}
+    for key, value in vars(model).items():
+        if _is_fitted_name(key) or key in private:
+            out[key] = value
+    return out
+
+
+def _is_fitted_name(key: str) -> bool:
+    return key.endswith("_") and not key.startswith("_") and key.isidentifier()
+
+
+class _Encoder:
+    """JSON for the fitted state; NumPy arrays collected to be written as Zarr arrays."""
+
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def encode(self, value, where):
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, (int, float)):
+            return value
+        if isinstance(value, np.generic) and np.dtype(value.dtype).kind in "biuf":
+            return value.item()
+        if isinstance(value, np.dtype) and value.kind in _ARRAY_KINDS:
+            return {"dtype": value.str}
+        if isinstance(value, tuple):
+            return {"tuple": [self.encode(v, f"{where}.{i}") for i, v in enumerate(value)]}
+        if isinstance(value, list):
+            return [self.encode(v, f"{where}.{i}") for i, v in enumerate(value)]
+        if isinstance(value, np.ndarray):
+            if value.dtype.kind in _ARRAY_KINDS:
+                self.arrays[where] = value
+                return {"array": where}
+            if value.dtype.kind in "OU" and all(isinstance(v, str) for v in value.ravel()):
+                return {"strings": value.tolist(), "kind": value.dtype.kind}
+        raise TypeError(f"cannot save {where} of type {type(value).__name__}: daskrnmf saves "
+                        "numbers, strings, lists and numeric or string arrays, without pickle.")
+
+
+def save(model, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+    """Save ``model`` (a registered daskrnmf estimator, fitted or not) to a Zarr group.
+
+    See :meth:`daskrnmf._base.BaseModel.save`.
+    """
+    path = os.fspath(path)
+    if "://" in path and not path.startswith("file://"):
+        raise ValueError(f"save writes local paths (written whole, then renamed into place); "
+                         f"got {path!r}. Save locally and copy the directory.")
+    path = os.path.abspath(path.removeprefix("file://"))
+    _check_registered(model)
+    if os.path.lexists(path) and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"the directory of {path} does not exist.")
+    tmp = os.path.join(parent, f".{os.path.basename(path)}.saving-{uuid.uuid4().hex[:8]}")
+    try:
+        write_group(model, tmp)
+        if os.path.lexists(path):
+            trash = os.path.join(parent, f".{os.path.basename(path)}.old-{uuid.uuid4().hex[:8]}")
+            os.rename(path, trash)
+            try:
+                os.rename(tmp, path)
+            except BaseException:
+                os.rename(trash, path)          # the earlier model stays where it was
+                raise
+            if os.path.isdir(trash) and not os.path.islink(trash):
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                os.unlink(trash)
+        else:
+            os.rename(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def write_group(model, path: str) -> None:
+    """Write ``model`` as a new Zarr group at ``path`` (no atomicity: :func:`save` and
+    the CLI write under a temporary name and rename)."""
+    import zarr
+
+    from . import __version__
+
+    name = _check_registered(model)
+    params, dropped = _json_params(model)
+    enc = _Encoder()
+    attributes = {key: enc.encode(value, key) for key, value in saved_state(model).items()}
+    group = zarr.open_group(path, mode="w-", zarr_format=3)
+    if enc.arrays:
+        arrays = group.create_group(ARRAYS)
+        for key, value in enc.arrays.items():
+            value = np.ascontiguousarray(value)
+            shape = tuple(max(s, 1) for s in value.shape)
+            if value.ndim:
+                row = max(1, value.itemsize * int(np.prod(shape[1:])))
+                shape = (min(shape[0], max(1, _CHUNK_BYTES // row)),) + shape[1:]
+            arr = arrays.create_array(key, shape=value.shape, dtype=value.dtype,
+                                      chunks=shape or None)
+            arr[...] = value
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "daskrnmf_version": __version__,
+            "model": name, "params": params, "attributes": attributes}
+    if dropped:
+        meta["dropped_params"] = dropped
+    group.attrs.update(meta)
+
+
+def _check_registered(model) -> str:
+    from .models import REGISTRY
+
+    name = type(model).__name__
+    spec = REGISTRY.get(name)
+    if spec is None or spec.cls is not type(model):
+        raise TypeError(f"only the registered daskrnmf models can be saved "
+                        f"({', '.join(REGISTRY)}); got {type(model).__module__}.{name}.")
+    return name
+
+
+def _json_params(model):
+    """``get_params()`` as JSON, and the parameters left out (name -> why)."""
+    params, dropped = {}, {}
+    for key, value in model.get_params(deep=False).items():
+        if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+            value = value.item()
+        if value is None or isinstance(value, (bool, int, float, str)):
+            params[key] = value
+        elif isinstance(value, np.ndarray) and value.dtype.kind in _ARRAY_KINDS \
+                and value.dtype.kind != "c":
+            params[key] = {"array": value.tolist(), "dtype": value.dtype.str}
+        else:
+            dropped[key] = type(value).__name__
+    for key, kind in dropped.items():
+        note = ("a callback is code, which the file does not hold; the loaded model has "
+                "callback=None" if key == "callback" else
+                f"a {kind} cannot be saved as JSON; the loaded model has the default")
+        warnings.warn(f"{type(model).__name__}.save: parameter {key!r} not saved ({note}).",
+                      UserWarning, stacklevel=4)
+    return params, dropped
+
+
+# ---------------------------------------------------------------- load
+def load(path: str | os.PathLike):
+    """Load a model saved by :meth:`~daskrnmf._base.BaseModel.save`, or the model in a
+    ``daskrnmf fit`` output store.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A saved model's directory (or URL), or a CLI output store, whose ``model``
+        subgroup holds the fitted model.
+
+    Returns
+    -------
+    model : estimator
+        The fitted estimator, with the saved parameters (``callback=None``) and fitted
+        attributes: ``predict``, ``transform``, ``decompose`` give what they gave before
+        saving.
+
+    Raises
+    ------
+    ValueError
+        If ``path`` holds no saved model, a newer format, an unknown model, or a
+        parameter or attribute the model does not have.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import daskrnmf
+    >>> from daskrnmf import RFNMF
+    >>> X = np.random.default_rng(0).random((40, 3))
+    >>> model = RFNMF(n_clusters=2, random_state=0).fit(X)
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = model.save(os.path.join(tmp.name, "rfnmf.zarr"))
+    >>> again = daskrnmf.load(path)
+    >>> bool((again.predict(X) == model.predict(X)).all())
+    True
+    >>> tmp.cleanup()
+    """
+    import zarr
+
+    where = os.fspath(path)
+    try:
+        group = zarr.open_group(where, mode="r")
+    except Exception as exc:   # missing, not Zarr, an array
+        raise ValueError(f"{where} is not a saved daskrnmf model ({type(exc).__name__}: "
+                         f"{exc}).") from None
+    attrs = dict(group.attrs)
+    if attrs.get("format") != FORMAT:
+        sub = _member(group, "model")
+        if sub is not None and dict(sub.attrs).get("format") == FORMAT:
+            group, attrs, where = sub, dict(sub.attrs), where.rstrip("/") + "/model"
+        else:
+            raise ValueError(f"{where} is not a saved daskrnmf model (no 'format': "
+                             f"{FORMAT!r} in its attributes, nor in a 'model' subgroup).")
+    version = attrs.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"{where}: format_version {version!r} is not a version of the "
+                         f"{FORMAT} format.")
+    if version > FORMAT_VERSION:
+        raise ValueError(f"{where} was saved in {FORMAT} format_version {version} (by daskrnmf "
+                         f"{attrs.get('daskrnmf_version', '?')}); this daskrnmf reads "
+                         f"format_version {FORMAT_VERSION} only: upgrade daskrnmf to load it.")
+    cls = _registered_class(attrs.get("model"), where)
+    model = cls(**_decode_params(cls, attrs.get("params"), where))
+    model._validate_params()
+    decoder = _Decoder(group, where)
+    saved = attrs.get("attributes") or {}
+    if not isinstance(saved, dict):
+        raise ValueError(f"{where}: 'attributes' must be a mapping.")
+    private = frozenset(getattr(cls, "_saved_private", ()))
+    for key, value in saved.items():
+        if not isinstance(key, str) or not (_is_fitted_name(key) or key in private) \
+                or hasattr(cls, key):
+            raise ValueError(f"{where}: {cls.__name__} has no fitted attribute {key!r}.")
+        setattr(model, key, decoder.decode(value, key))
+    return model
+
+
+def _member(group, name):
+    import zarr
+
+    try:
+        node = group[name]
+    except KeyError:
+        return None
+    return node if isinstance(node, zarr.Group) else None
+
+
+def _registered_class(name, where):
+    from .models import REGISTRY
+
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise ValueError(f"{where} holds a model {name!r} that this daskrnmf does not know; "
+                         f"it knows {', '.join(REGISTRY)}.")
+    return REGISTRY[name].cls
+
+
+def _decode_params(cls, params, where):
+    if not isinstance(params, dict):
+        raise ValueError(f"{where}: 'params' must be a mapping.")
+    known = cls().get_params(deep=False)
+    out = {}
+    for key, value in params.items():
+        if key not in known:
+            raise ValueError(f"{where}: {cls.__name__} has no parameter {key!r}.")
+        if isinstance(value, dict):
+            if set(value) != {"array", "dtype"}:
+                raise ValueError(f"{where}: parameter {key!r} is not a saved value.")
+            value = np.asarray(value["array"], dtype=_safe_dtype(value["dtype"], where))
+        elif isinstance(value, list):
+            raise ValueError(f"{where}: parameter {key!r} is not a saved value.")
+        out[key] = value
+    return out
+
+
+def _safe_dtype(text, where):
+    try:
+        dt = np.dtype(str(text))
+    except TypeError:
+        dt = None
+    if dt is None or dt.kind not in _ARRAY_KINDS:
+        raise ValueError(f"{where}: dtype {text!r} is not a numeric dtype.")
+    return dt
+
+
+class _Decoder:
+    def __init__(self, group, where):
+        self.group, self.where = group, where
+
+    def decode(self, value, key):
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, list):
+            return [self.decode(v, key) for v in value]
+        if isinstance(value, dict) and len(value) in (1, 2):
+            if set(value) == {"tuple"} and isinstance(value["tuple"], list):
+                return tuple(self.decode(v, key) for v in value["tuple"])
+            if set(value) == {"dtype"}:
+                return _safe_dtype(value["dtype"], self.where)
+            if set(value) == {"array"} and isinstance(value["array"], str):
+                return self.array(value["array"], key)
+            if set(value) == {"strings", "kind"} and value["kind"] in ("O", "U") \
+                    and isinstance(value["strings"], list):
+                return np.asarray(value["strings"], dtype=object if value["kind"] == "O" else str)
+        raise ValueError(f"{self.where}: attribute {key!r} holds a value this format does "
+                         f"not define: {json.dumps(value)[:80]}")
+
+    def array(self, name, key):
+        import zarr
+
+        arrays, node = _member(self.group, ARRAYS), None
+        try:
+            if arrays is not None and "/" not in name:
+                node = arrays[name]
+        except KeyError:
+            pass
+        except Exception as exc:   # metadata zarr cannot read: unknown codecs, ...
+            raise ValueError(f"{self.where}: the array {name!r} cannot be opened "
+                             f"({type(exc).__name__}: {exc}); refusing to decode it.") from None
+        if not isinstance(node, zarr.Array):
+            raise ValueError(f"{self.where}: the array {name!r} of attribute {key!r} is "
+                             "missing.")
+        meta = node.metadata.to_dict()
+        codecs = set(_codec_names(meta.get("codecs", ())))
+        if meta.get("zarr_format") != 3 or not codecs <= _SAFE_CODECS \
+                or np.dtype(node.dtype).kind not in _ARRAY_KINDS:
+            raise ValueError(f"{self.where}: the array {name!r} is not a numeric Zarr v3 array "
+                             f"with the codecs daskrnmf writes (dtype {node.dtype}, codecs "
+                             f"{sorted(codecs)}); refusing to decode it.")
+        return np.asarray(node[...])
+
+
+def _codec_names(codecs):
+    for codec in codecs or ():
+        if isinstance(codec, dict):
+            yield codec.get("name")
+            yield from _codec_names((codec.get("configuration") or {}).get("codecs"))
+            yield from _codec_names((codec.get("configuration") or {}).get("index_codecs"))
+        else:
+            yield str(codec)
