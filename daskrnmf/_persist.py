@@ -108,24 +108,31 @@ def save(model, path: str | os.PathLike, *, overwrite: bool = False) -> str:
     tmp = os.path.join(parent, f".{os.path.basename(path)}.saving-{uuid.uuid4().hex[:8]}")
     try:
         write_group(model, tmp)
-        if os.path.lexists(path):
-            trash = os.path.join(parent, f".{os.path.basename(path)}.old-{uuid.uuid4().hex[:8]}")
-            os.rename(path, trash)
-            try:
-                os.rename(tmp, path)
-            except BaseException:
-                os.rename(trash, path)          # the earlier model stays where it was
-                raise
-            if os.path.isdir(trash) and not os.path.islink(trash):
-                shutil.rmtree(trash, ignore_errors=True)
-            else:
-                os.unlink(trash)
-        else:
-            os.rename(tmp, path)
+        replace_with(tmp, path)
     finally:
         if os.path.lexists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def replace_with(tmp: str, path: str) -> None:
+    """Move the finished directory ``tmp`` to ``path``, replacing what is there: the old
+    one is renamed aside first and put back if the move fails, then removed."""
+    if not os.path.lexists(path):
+        os.rename(tmp, path)
+        return
+    parent, name = os.path.split(path)
+    trash = os.path.join(parent, f".{name}.old-{uuid.uuid4().hex[:8]}")
+    os.rename(path, trash)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        os.rename(trash, path)          # the earlier one stays where it was
+        raise
+    if os.path.isdir(trash) and not os.path.islink(trash):
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.unlink(trash)
 
 
 def write_group(model, path: str) -> None:

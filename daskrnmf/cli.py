@@ -494,18 +494,11 @@ def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, 
 
             write_group(model, os.path.join(tmp, "model"))
         group.attrs.update(json.loads(json.dumps(attrs, default=_json_default)))
-        if os.path.lexists(path):
-            if not overwrite:
-                raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
-            trash = f"{path}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(path, trash)
-            os.rename(tmp, path)
-            if os.path.isdir(trash) and not os.path.islink(trash):
-                shutil.rmtree(trash, ignore_errors=True)
-            else:
-                os.unlink(trash)
-        else:
-            os.rename(tmp, path)
+        if os.path.lexists(path) and not overwrite:
+            raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
+        from ._persist import replace_with
+
+        replace_with(tmp, path)
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)

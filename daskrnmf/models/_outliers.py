@@ -153,7 +153,7 @@ def batch_chunk_cd(block, start, hr, W, alpha_R, update):
     step lowers (5): r is exact, each sweep minimises over one column of h.  Only h (m, k)
     stays with the block (r is recomputed from it)."""
     x = as_work_block(block)
-    h = hr[0] if isinstance(hr, tuple) else hr
+    h = hr
     dt = x.dtype
     Wd = np.asarray(W, dtype=dt)
     e = x - h.astype(dt) @ Wd
