@@ -169,18 +169,20 @@ class ONMFO(_OutlierFactorization):
         Samples per batch (one W update per batch).  None adapts the batches to X
         (:mod:`daskrnmf._stream`): about ``n_samples / 8`` rows, at most 512 MiB (as
         float64), made of whole chunks of a Dask/Zarr X (a chunk larger than that is cut
-        into consecutive sub-batches read once); the batches then depend on X's
+        into sub-batches of its rows drawn at random again at every pass, the chunk
+        read once per pass); the batches then depend on X's
         chunking.  A ``batch_size`` you set is used exactly and makes the fit independent
         of the chunking; with 1 it is the paper's per-sample algorithm.
     max_inner_iter : int, default=100
         Most rounds per sample of the (h, r) solve (``"cd"``: exact r then exact h;
         ``"mu"``: (16) then (17)); also used by :meth:`transform` and :meth:`decompose`.
-    inner_tol : float >= 0, default=1e-3
+    inner_tol : float >= 0, default=1e-2
         A sample's solve stops when a round lowers its objective (3) by at most this,
         relative (``"mu"``: the piece's summed objective); 0 runs ``max_inner_iter``
         rounds (the paper's fixed 300 rounds are ``solver="mu", max_inner_iter=300,
-        inner_tol=0``).
-    max_w_iter : int, default=10
+        inner_tol=0``).  On ORL faces 1e-2 reconstructs as well as 1e-3 (the codes are
+        solved again at every pass) with 40 % fewer rounds.
+    max_w_iter : int, default=4
         Most sweeps (``"cd"``, stopping when a sweep moves W by at most ``inner_tol``
         relative) or rounds of (18) (``"mu"``) per batch.
     reset_statistics : bool, default=True
@@ -280,7 +282,7 @@ class ONMFO(_OutlierFactorization):
     }
 
     def __init__(self, n_components=8, *, alpha_R=1.0, solver="cd", max_iter=50, tol=1e-3,
-                 batch_size=None, max_inner_iter=100, inner_tol=1e-3, max_w_iter=10,
+                 batch_size=None, max_inner_iter=100, inner_tol=1e-2, max_w_iter=4,
                  reset_statistics=True, shuffle=True, prefetch=2, checkpoint=None,
                  checkpoint_every=10, random_state=None, verbose=0, callback=None, **renamed):
         self.n_components = n_components
