@@ -139,13 +139,18 @@ class BaseModel(BaseEstimator):
         input could not have before (NaN/inf; negatives for non-negative models)."""
         from .reductions import checked_blocks
 
-        blocks, stats = checked_blocks(X, f"X passed to {self._name}")
+        blocks, stats = checked_blocks(X, f"X passed to {self._name}",
+                                       sample_size=self._sample_size(X))
         low = float(np.min(stats["min"]))
         _check_magnitude(max(abs(low), abs(float(np.max(stats["max"])))), self._name)
         if self._non_negative and low < 0:
             raise ValueError(f"Negative values in data passed to {self._name} (input X, min "
                              f"{low:g}); it factorizes non-negative data only.")
         return blocks, stats
+
+    def _sample_size(self, X):
+        """Rows of X the first pass also samples for the model (``stats["sample"]``)."""
+        return 0
 
     def _checked_input(self, X, method):
         """``predict``/``transform`` input: fitted, validated, feature count matching."""

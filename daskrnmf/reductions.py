@@ -24,6 +24,9 @@ from .kernels.blocks import as_float_block, sum_arrays
 from .kernels.median import median_round, merge_median_round, select_collected
 from .kernels.sums import cluster_sums, merge_worst_fit, worst_fit
 
+# The first pass's row sample (seeding): a fixed key, so that it depends on X alone.
+SAMPLE_SEED, SAMPLE_STREAM = 0x5EED5, 7
+
 # Memory of the median summaries per partial result (and so per tree node).
 HIST_CELLS = 2**18       # histogram cells: 1 MiB per block (int32), 2 MiB merged
 COLLECT_VALUES = 2**20   # collected (key, value) pairs planned per round: 12 MiB (hard cap 2x)
@@ -31,37 +34,63 @@ MAX_ROUNDS = 24          # hard cap; float64 needs at most ~8 rounds of 256 bins
 
 
 # ---------------------------------------------------------------- feature statistics
-def feature_stats_chunk(block, start):
+def feature_stats_chunk(block, start, sample_size=0):
     x = np.asarray(block)
     finite = np.isfinite(x) if x.dtype.kind == "f" else np.ones(x.shape, dtype=bool)
     xf = x.astype(np.float64)
     lo = np.where(finite, xf, np.inf).min(axis=0)
     hi = np.where(finite, xf, -np.inf).max(axis=0)
-    return {"min": lo, "max": hi, "nonfinite": int(x.size - finite.sum()), "n": x.shape[0],
-            "sum": float(np.where(finite, xf, 0.0).sum())}
+    out = {"min": lo, "max": hi, "nonfinite": int(x.size - finite.sum()), "n": x.shape[0],
+           "sum": float(np.where(finite, xf, 0.0).sum())}
+    if sample_size:
+        out["sample"] = sample_rows_chunk(xf, start, SAMPLE_SEED, SAMPLE_STREAM, sample_size)
+    return out
 
 
-def feature_stats_combine(parts):
-    return {"min": np.minimum.reduce([p["min"] for p in parts]),
-            "max": np.maximum.reduce([p["max"] for p in parts]),
-            "nonfinite": sum(p["nonfinite"] for p in parts),
-            "n": sum(p["n"] for p in parts), "sum": sum(p["sum"] for p in parts)}
+def feature_stats_combine(parts, sample_size=0):
+    out = {"min": np.minimum.reduce([p["min"] for p in parts]),
+           "max": np.maximum.reduce([p["max"] for p in parts]),
+           "nonfinite": sum(p["nonfinite"] for p in parts),
+           "n": sum(p["n"] for p in parts), "sum": sum(p["sum"] for p in parts)}
+    if sample_size:
+        out["sample"] = sample_rows_combine([p["sample"] for p in parts], sample_size)
+    return out
 
 
-def feature_stats(blocks):
+def _order_sample(stats):
+    if "sample" in stats:
+        res = stats["sample"]
+        order = np.argsort(res["idx"])
+        stats["sample"] = res["rows"][order]
+    return stats
+
+
+def feature_stats(blocks, sample_size=0):
     """Per-feature minimum and maximum of the finite values, their sum, the number of rows
-    and the NaN/inf count (1 pass)."""
-    return blocks.map_reduce(feature_stats_chunk, feature_stats_combine, name="feature stats")
+    and the NaN/inf count (1 pass).
+
+    ``sample_size > 0`` draws, in the same pass, a uniform sample of that many rows
+    (all rows when X has fewer) as ``stats["sample"]`` (sample_size, n_features) float64,
+    ordered by row index: the rows with the smallest keys ``uniform(SAMPLE_SEED, i)``, so
+    the sample depends on X alone, not on its chunking (:func:`sample_rows_chunk`).
+    Rows holding NaN/inf may be drawn; the caller checks ``nonfinite`` first.
+    """
+    size = int(min(sample_size, blocks.shape[0]))
+    stats = blocks.map_reduce(feature_stats_chunk,
+                              functools.partial(feature_stats_combine, sample_size=size),
+                              args=(size,), name="feature stats" + (" + row sample" if size else ""))
+    return _order_sample(stats)
 
 
-def checked_blocks(X, where):
-    """Row blocks of a validated X and its feature stats; NaN/inf in X is a ValueError
-    naming ``where`` (the first pass of every fit)."""
+def checked_blocks(X, where, sample_size=0):
+    """Row blocks of a validated X and its feature stats (with a row sample of
+    ``sample_size`` rows, see :func:`feature_stats`); NaN/inf in X is a ValueError naming
+    ``where`` (the first pass of every fit)."""
     from . import _validation as v
     from ._blocks import RowBlocks
 
     blocks = RowBlocks(X)
-    stats = feature_stats(blocks)
+    stats = feature_stats(blocks, sample_size)
     v.check_finite_count(stats["nonfinite"], where)
     return blocks, stats
 
@@ -96,16 +125,6 @@ class AssignSpec:
     weights: str
     squared: bool = False
     median_plan: dict = None
-
-
-@dataclass(frozen=True)
-class SeedingSpec:
-    """One k-medians++ seeding pass: ``restarts``, ``metric``, ``seed`` and ``step``."""
-
-    restarts: int
-    metric: str
-    seed: int
-    step: int = 0
 
 
 def assign_chunk(block, start, centers, spec):
@@ -460,57 +479,3 @@ def sample_rows(blocks, size, seed, stream):
                             name="row sample")
     order = np.argsort(res["idx"])
     return res["rows"][order], res["idx"][order]
-
-
-# ---------------------------------------------------------------- k-medians++ seeding
-def seeding_chunk(block, start, mindist, newest, spec):
-    """One block of a k-medians++ seeding pass (D^1 sampling by an exponential race).
-
-    Each row draws ``E_i ~ Exp(1)`` from ``(seed, restart, step, i)`` and bids
-    ``E_i / D_i`` where ``D_i`` is its distance to the nearest centre chosen so far; the
-    lowest bid wins, which samples row i with probability proportional to ``D_i``
-    whatever the chunking.  ``newest`` is None on the first pass (uniform choice).
-
-    Returns ``(partial, mindist)`` with the winning bid, global index and row per restart.
-    """
-    x = as_float_block(block)
-    n, R = x.shape[0], spec.restarts
-    if newest is None:
-        mindist = np.full((n, R), np.inf)
-    else:
-        _, d = nearest(x, newest[:, None, :], spec.metric)
-        mindist = np.minimum(mindist, d)
-    idx = np.arange(start, start + n, dtype=np.uint64)
-    part = {"bid": np.full((2, R), np.inf), "idx": np.full((2, R), -1, dtype=np.int64),
-            "row": np.zeros((2, R, x.shape[1]))}
-    for r in range(R):
-        e = -np.log(rng.uniform(spec.seed, rng.stream_id(2, r, spec.step), idx))
-        with np.errstate(divide="ignore"):
-            bids = (e / mindist[:, r], e)  # weighted race; uniform race (all D_i == 0)
-        for kind, bid in enumerate(bids):
-            if n:
-                i = int(np.argmin(bid))
-                part["bid"][kind, r], part["idx"][kind, r] = bid[i], start + i
-                part["row"][kind, r] = x[i]
-    return part, mindist
-
-
-def seeding_combine(parts):
-    bid = np.stack([p["bid"] for p in parts])       # (P, 2, R)
-    idx = np.stack([p["idx"] for p in parts])
-    row = np.stack([p["row"] for p in parts])       # (P, 2, R, d)
-    big = np.iinfo(np.int64).max
-    out = {"bid": np.empty(bid.shape[1:]), "idx": np.empty(idx.shape[1:], dtype=np.int64),
-           "row": np.empty(row.shape[1:])}
-    for kind in range(bid.shape[1]):
-        for r in range(bid.shape[2]):
-            w = np.lexsort((np.where(idx[:, kind, r] < 0, big, idx[:, kind, r]), bid[:, kind, r]))[0]
-            out["bid"][kind, r], out["idx"][kind, r] = bid[w, kind, r], idx[w, kind, r]
-            out["row"][kind, r] = row[w, kind, r]
-    return out
-
-
-def seeding_choice(res):
-    """The winning rows (restarts, n_features): the weighted winner, else the uniform one."""
-    weighted = np.isfinite(res["bid"][0])
-    return np.where(weighted[:, None], res["row"][0], res["row"][1])

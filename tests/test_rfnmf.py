@@ -145,7 +145,7 @@ def test_passes_counted(blobs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         m.fit(X)
-    assert m.n_passes_ == 1 + 4 + 3 + 1  # k-medians++ costs n_clusters passes
+    assert m.n_passes_ == 1 + 3 + 1  # k-medians++ seeds from the first pass's sample
 
 
 def test_predict_transform_fit_predict(blobs):
@@ -258,3 +258,59 @@ def test_degenerate_data_gives_finite_centres(X, loss):
 def test_huge_scale_is_a_clear_error():
     with pytest.raises(ValueError, match="values up to 1e.300 in magnitude.*Rescale X"):
         RFNMF(2).fit(np.full((10, 3), 1e300))
+
+
+def _gross_outlier_blobs(n, d, k, seed, fraction=0.05):
+    """Gaussian clusters (centres U[2, 10]^d, std 1); ``fraction`` of the rows have a
+    quarter of their entries replaced by U[0, 100] (make_zarr_blobs' corruption)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(2, 10, size=(k, d))
+    y = rng.integers(0, k, n)
+    X = centers[y] + rng.normal(size=(n, d))
+    rows = np.flatnonzero(rng.random(n) < fraction)
+    cols = np.argsort(rng.random((rows.size, d)), axis=1)[:, :d // 4]
+    X[rows[:, None], cols] = rng.uniform(0, 100, size=(rows.size, d // 4))
+    inlier = np.ones(n, dtype=bool)
+    inlier[rows] = False
+    return np.maximum(X, 0.0), y, inlier
+
+
+@pytest.mark.parametrize("loss", ["l1", "l21"])
+def test_seeding_resists_gross_outliers(loss):
+    # 5 % gross outliers, one restart: the true clusters for at least 9 seeds of 10
+    X, y, inlier = _gross_outlier_blobs(1500, 20, 8, seed=3)
+    found = 0
+    for seed in range(10):
+        m = RFNMF(8, loss=loss, n_init=1, random_state=seed).fit(X)
+        found += clustering_accuracy(y[inlier], m.labels_[inlier]) >= 0.98
+    assert found >= 9
+
+
+def test_seed_kernels_match_numpy():
+    from daskrnmf.kernels.assign import seed_potentials, seed_update
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 37))
+    cand = np.array([3, 50, 299, 3])
+    mind = np.where(rng.random(300) < 0.1, np.inf, rng.uniform(0, 12, 300))
+    for metric, ord_ in (("l1", 1), ("l2", 2)):
+        D = np.linalg.norm(X[:, None, :] - X[cand][None], ord=ord_, axis=2)
+        for tau, power in ((np.inf, 2), (5.0, 1), (5.0, 2)):
+            want = (np.minimum(np.minimum(D, mind[:, None]), tau) ** power).sum(axis=0)
+            np.testing.assert_allclose(seed_potentials(X, cand, mind, tau, metric, power), want,
+                                       rtol=1e-12)
+        got = seed_update(X, 50, mind.copy(), metric)
+        np.testing.assert_allclose(got, np.minimum(mind, D[:, 1]), rtol=1e-12)
+
+
+def test_seeding_sample_is_drawn_in_the_first_pass():
+    # the sample (and so the seeds) depend on X alone, not on its chunking
+    X, _, _ = _gross_outlier_blobs(600, 6, 4, seed=1)
+    a = RFNMF(4, n_init=2, max_iter=2, tol=0.0, random_state=0)
+    b = RFNMF(4, n_init=2, max_iter=2, tol=0.0, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a.fit(da.from_array(X, chunks=(97, 6)))
+        b.fit(X)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert a.n_passes_ == b.n_passes_ == 1 + 2 + 1

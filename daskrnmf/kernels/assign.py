@@ -82,3 +82,77 @@ def distances(X, centers, metric):
     if X.shape[0]:
         _all(X, C, metric == "l1", out)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _seed_trials(X, cand, mind, tau, l1, power, pot):
+    """pot[t] = sum_i min(d(x_i, X[cand[t]]), mind_i, tau) ** power (early abandon)."""
+    n, d = X.shape
+    T = cand.shape[0]
+    for i in range(n):
+        cap = min(mind[i], tau)
+        limit = cap if l1 else cap * cap
+        for t in range(T):
+            c = cand[t]
+            s = 0.0
+            j = 0
+            while j < d:
+                stop = min(j + 16, d)
+                for jj in range(j, stop):
+                    u = X[i, jj] - X[c, jj]
+                    s += abs(u) if l1 else u * u
+                j = stop
+                if s >= limit:
+                    break
+            v = s if l1 else np.sqrt(s)
+            if v > cap:
+                v = cap
+            pot[t] += v if power == 1 else v * v
+
+
+@njit(cache=True, nogil=True)
+def _seed_update(X, c, mind, l1):
+    """mind_i = min(mind_i, d(x_i, X[c])) in place (early abandon)."""
+    n, d = X.shape
+    for i in range(n):
+        limit = mind[i] if l1 else mind[i] * mind[i]
+        s = 0.0
+        j = 0
+        while j < d:
+            stop = min(j + 16, d)
+            for jj in range(j, stop):
+                u = X[i, jj] - X[c, jj]
+                s += abs(u) if l1 else u * u
+            j = stop
+            if s >= limit:
+                break
+        if s < limit:
+            mind[i] = s if l1 else np.sqrt(s)
+
+
+def seed_potentials(X, cand, mind, tau, metric, power):
+    """Clipped potential of every candidate centre of greedy seeding.
+
+    Parameters
+    ----------
+    X : ndarray (n, n_features) float64, C-contiguous
+    cand : ndarray of int (T,), candidate rows of X
+    mind : ndarray (n,), distance of every row to its nearest centre so far (inf: none)
+    tau : float, clip (inf: none)
+    metric : {"l1", "l2"}
+    power : {1, 2}
+
+    Returns
+    -------
+    pot : ndarray (T,), ``sum_i min(d(x_i, x_c), mind_i, tau) ** power``
+    """
+    pot = np.zeros(len(cand))
+    _seed_trials(X, np.asarray(cand, dtype=np.int64), np.asarray(mind, dtype=np.float64),
+                 float(tau), metric == "l1", int(power), pot)
+    return pot
+
+
+def seed_update(X, c, mind, metric):
+    """``mind = min(mind, d(X, X[c]))`` in place; returns mind."""
+    _seed_update(X, int(c), mind, metric == "l1")
+    return mind

@@ -22,7 +22,7 @@ refinement rounds that remain (usually zero or one).
 import numpy as np
 
 from .. import _validation as v
-from ._clustering import CentroidFit, ClusterBase, restart_column
+from ._clustering import CentroidFit, ClusterBase, restart_column, seed_sample_size
 
 
 class RFNMF(ClusterBase):
@@ -42,7 +42,12 @@ class RFNMF(ClusterBase):
         restart with the lowest objective is kept.
     init : {"k-medians++", "random"} or ndarray (n_clusters, n_features), default="k-medians++"
         ``"random"`` is the paper's: a random indicator G, then one F step.
-        ``"k-medians++"`` picks centres by D^1 sampling (``n_clusters`` passes over X).
+        ``"k-medians++"``: greedy k-means++-style seeding in the model's distance (D^2
+        sampling, the best of ``4 (2 + log k)`` candidates per centre) with the distances
+        clipped at their 90 % quantile, so that gross outliers are not taken as centres;
+        run in memory on a uniform sample of X drawn in the fit's first pass (10 000
+        rows, or 100 per cluster; all of X when smaller): no pass of its own (see
+        :func:`daskrnmf.models._clustering.robust_kmedians_pp`).
         An array gives the starting centres (then a single restart is run).
     max_iter : int, default=100
     tol : float, default=1e-4
@@ -128,6 +133,11 @@ class RFNMF(ClusterBase):
 
     def _prototypes(self):
         return self.cluster_centers_, self._metric
+
+    def _sample_size(self, X):
+        if isinstance(self.init, str) and self.init == "k-medians++":
+            return seed_sample_size(X.shape[0], X.shape[1], self.n_clusters)
+        return 0
 
     def _fit_blocks(self, X, blocks, stats, seed, y):
         n, d = X.shape
