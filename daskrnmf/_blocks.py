@@ -91,6 +91,9 @@ class RowBlocks:
             sizes = [min(rows, X.shape[0] - s) for s in range(0, X.shape[0], rows)]
             bounds = np.cumsum([0] + sizes)
             self._blocks = [X[bounds[b]:bounds[b + 1]] for b in range(len(sizes))]
+        # NumPy input: the array itself, for kernels that need all of it at once (the
+        # in-memory medians of RFNMF_L1); None for Dask input, which is never gathered
+        self.array = None if self.is_dask else X
         self.sizes = tuple(int(s) for s in sizes)
         self.starts = tuple(int(s) for s in np.cumsum((0,) + self.sizes[:-1]))
         self.n_passes = 0

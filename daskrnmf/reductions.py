@@ -111,7 +111,8 @@ class AssignSpec:
 
     ``metric`` ("l1"/"l2"), ``n_clusters``, ``eps`` (residual floor of the L2,1 weights),
     ``n_worst`` (worst-fit rows kept to re-seed empty clusters), ``seed``/``restarts``
-    (random labels), ``stats`` ("sums" or "median"), ``weights`` ("l21" or "ones"),
+    (random labels), ``stats`` ("sums", "median" or "counts": labels and sizes only),
+    ``weights`` ("l21" or "ones"),
     ``squared`` (k-means objective), ``median_plan`` (L1: the first median round).
     """
 
@@ -158,7 +159,8 @@ def assign_chunk(block, start, centers, spec):
         part["sums"], part["wsum"], part["counts"] = cluster_sums(x, labels, weights, k)
     else:
         part["counts"] = _label_counts(labels, k)
-        part["median"] = median_round(x, labels, k, spec.median_plan)
+        if spec.stats == "median":
+            part["median"] = median_round(x, labels, k, spec.median_plan)
     return part, labels
 
 
@@ -174,7 +176,7 @@ def assign_combine(parts):
     if "sums" in parts[0]:
         out["sums"] = sum_arrays([p["sums"] for p in parts])
         out["wsum"] = sum_arrays([p["wsum"] for p in parts])
-    else:
+    elif "median" in parts[0]:
         out["median"] = merge_median_round([p["median"] for p in parts])
     return out
 

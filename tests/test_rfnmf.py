@@ -314,3 +314,29 @@ def test_seeding_sample_is_drawn_in_the_first_pass():
         b.fit(X)
     np.testing.assert_array_equal(a.labels_, b.labels_)
     assert a.n_passes_ == b.n_passes_ == 1 + 2 + 1
+
+
+def test_in_memory_medians_match_numpy_and_out_of_core():
+    # ties, heavy tails, an empty cluster, two restarts; float32 input
+    from daskrnmf.models._clustering import cluster_medians
+
+    rng = np.random.default_rng(4)
+    X = np.round(rng.standard_cauchy(size=(301, 7)), 1).astype(np.float32)
+    labels = np.stack([rng.integers(0, 4, 301), rng.integers(0, 3, 301)], axis=1)
+    got = cluster_medians(X, labels, 4)
+    for r in range(2):
+        for c in range(4):
+            rows = X[labels[:, r] == c].astype(np.float64)
+            want = np.median(rows, axis=0) if len(rows) else np.full(7, np.nan)
+            np.testing.assert_array_equal(got[r, c], want)
+    # a fit in memory and out of core (many chunks) gives the very same centres
+    F0 = X[:4].astype(np.float64) + 0.05
+    a = RFNMF(4, loss="l1", init=F0, max_iter=5, tol=0.0)
+    b = RFNMF(4, loss="l1", init=F0, max_iter=5, tol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a.fit(X)
+        b.fit(da.from_array(X, chunks=(40, 7)))
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert a.median_rounds_ == [1] * a.n_iter_      # selection: no refinement pass

@@ -10,7 +10,7 @@ from numba import njit
 from .blocks import as_float_block
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _nearest(X, C, l1, labels, dist):
     n, d = X.shape
     R, k, _ = C.shape
@@ -23,9 +23,13 @@ def _nearest(X, C, l1, labels, dist):
                 j = 0
                 while j < d:
                     stop = min(j + 16, d)
-                    for jj in range(j, stop):
-                        t = X[i, jj] - C[r, c, jj]
-                        s += abs(t) if l1 else t * t
+                    if l1:
+                        for jj in range(j, stop):
+                            s += abs(X[i, jj] - C[r, c, jj])
+                    else:
+                        for jj in range(j, stop):
+                            t = X[i, jj] - C[r, c, jj]
+                            s += t * t
                     j = stop
                     if s >= best:  # early abandon: cannot become the strict minimum
                         break
@@ -36,7 +40,7 @@ def _nearest(X, C, l1, labels, dist):
             dist[i, r] = best if l1 else np.sqrt(best)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _all(X, C, l1, out):
     n, d = X.shape
     k = C.shape[0]
@@ -84,7 +88,7 @@ def distances(X, centers, metric):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _seed_trials(X, cand, mind, tau, l1, power, pot):
     """pot[t] = sum_i min(d(x_i, X[cand[t]]), mind_i, tau) ** power (early abandon)."""
     n, d = X.shape
@@ -98,9 +102,13 @@ def _seed_trials(X, cand, mind, tau, l1, power, pot):
             j = 0
             while j < d:
                 stop = min(j + 16, d)
-                for jj in range(j, stop):
-                    u = X[i, jj] - X[c, jj]
-                    s += abs(u) if l1 else u * u
+                if l1:
+                    for jj in range(j, stop):
+                        s += abs(X[i, jj] - X[c, jj])
+                else:
+                    for jj in range(j, stop):
+                        u = X[i, jj] - X[c, jj]
+                        s += u * u
                 j = stop
                 if s >= limit:
                     break
@@ -110,7 +118,7 @@ def _seed_trials(X, cand, mind, tau, l1, power, pot):
             pot[t] += v if power == 1 else v * v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _seed_update(X, c, mind, l1):
     """mind_i = min(mind_i, d(x_i, X[c])) in place (early abandon)."""
     n, d = X.shape
@@ -120,9 +128,13 @@ def _seed_update(X, c, mind, l1):
         j = 0
         while j < d:
             stop = min(j + 16, d)
-            for jj in range(j, stop):
-                u = X[i, jj] - X[c, jj]
-                s += abs(u) if l1 else u * u
+            if l1:
+                for jj in range(j, stop):
+                    s += abs(X[i, jj] - X[c, jj])
+            else:
+                for jj in range(j, stop):
+                    u = X[i, jj] - X[c, jj]
+                    s += u * u
             j = stop
             if s >= limit:
                 break

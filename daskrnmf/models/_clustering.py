@@ -170,7 +170,14 @@ class CentroidFit:
                           weights="ones" if Fa is None or self.unit_weights_next
                           or self.loss == "l2" else "l21", squared=self.loss == "l2")
         self.unit_weights_next = False
-        if self.loss == "l1":
+        if self.loss == "l1" and self.blocks.array is not None:
+            # in memory: exact medians by selection from the pass's labels (one pass)
+            res, labels = self.blocks.map_reduce(assign_chunk, assign_combine,
+                                                 args=(Fa, replace(spec, stats="counts")),
+                                                 keep_state=True, name="assign + medians")
+            newF = cluster_medians(self.blocks.array, np.concatenate(labels), self.k)
+            self.median_rounds.append(1)
+        elif self.loss == "l1":
             search = self._median_search(Ra, active)
             plan = search.first_plan()
             spec = replace(spec, median_plan=plan)
@@ -296,6 +303,34 @@ def robust_kmedians_pp(X, k, gen, metric="l1", *, power=2, n_trials=None,
         chosen.append(best)
         seed_update(X, best, mind, metric)
     return X[chosen].copy()
+
+
+def cluster_medians(X, labels, k):
+    """Exact per-cluster, per-feature medians of an in-memory X (selection, as
+    :func:`numpy.median`: the mean of the two middle values), for stacked restarts.
+
+    Parameters
+    ----------
+    X : ndarray (n, n_features)
+    labels : ndarray of int (n, n_restarts)
+    k : int
+
+    Returns
+    -------
+    medians : ndarray (n_restarts, k, n_features) float64, NaN for an empty cluster
+    """
+    n, d = X.shape
+    R = labels.shape[1]
+    out = np.full((R, k, d), np.nan)
+    for r in range(R):
+        order = np.argsort(labels[:, r], kind="stable")
+        Xs = np.asarray(X[order], dtype=np.float64)
+        ends = np.cumsum(np.bincount(labels[:, r], minlength=k))
+        for c in range(k):
+            a, b = (ends[c - 1] if c else 0), ends[c]
+            if b > a:
+                out[r, c] = np.median(Xs[a:b], axis=0)
+    return out
 
 
 def _assign_sums_chunk(block, start, centers, spec):
