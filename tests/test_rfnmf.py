@@ -340,3 +340,23 @@ def test_in_memory_medians_match_numpy_and_out_of_core():
     np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
     np.testing.assert_array_equal(a.labels_, b.labels_)
     assert a.median_rounds_ == [1] * a.n_iter_      # selection: no refinement pass
+
+
+@pytest.mark.parametrize("loss", ["l1", "l21"])
+def test_restarts_screened_on_the_sample_find_the_same_clusters(loss, monkeypatch):
+    # X larger than the seeding sample: the restarts run on the sample, the best on X
+    import daskrnmf.models._clustering as clustering
+
+    X, y, inlier = _gross_outlier_blobs(2400, 10, 6, seed=5)
+    full = RFNMF(6, loss=loss, n_init=4, random_state=0).fit(X)  # sample = X: all on X
+    monkeypatch.setattr(clustering, "SEED_SAMPLE_ROWS", 600)
+    seen = []
+    screened = RFNMF(6, loss=loss, n_init=4, random_state=0,
+                     callback=lambda info: seen.append(len(info["objective"])) and False)
+    screened.fit(da.from_array(X, chunks=500))
+    assert set(seen) == {1}                                     # one restart on X
+    assert screened.n_passes_ == 1 + screened.n_iter_ + 1
+    # the same clusters (a fixed point reached from other centres may move a row or two)
+    assert clustering_accuracy(full.labels_, screened.labels_) >= 0.995
+    assert clustering_accuracy(y[inlier], screened.labels_[inlier]) >= 0.98
+    np.testing.assert_allclose(screened.objective_, full.objective_, rtol=1e-3)

@@ -38,8 +38,12 @@ class RFNMF(ClusterBase):
         Frobenius loss ||X - G F||_F^2, i.e. k-means (Lloyd's updates; the baseline the
         papers compare with and the clustering ORNMF applies to its codes).
     n_init : int, default=10
-        Number of restarts, evaluated together (one pass over X serves them all); the
-        restart with the lowest objective is kept.
+        Number of restarts; the one with the lowest objective is kept.  When X has no
+        more rows than the seeding sample (see ``init``) they run together on X (one
+        pass serves them all).  On a larger X (with ``init="k-medians++"``) they run to
+        convergence in memory on the seeding sample, and only the best of them there is
+        run on X: restarts then cost almost nothing over one (Bradley & Fayyad's
+        refinement of initial points, ICML 1998).
     init : {"k-medians++", "random"} or ndarray (n_clusters, n_features), default="k-medians++"
         ``"random"`` is the paper's: a random indicator G, then one F step.
         ``"k-medians++"``: greedy k-means++-style seeding in the model's distance (D^2
@@ -139,6 +143,22 @@ class RFNMF(ClusterBase):
             return seed_sample_size(X.shape[0], X.shape[1], self.n_clusters)
         return 0
 
+    def _screen_restarts(self, fit, F0, stats):
+        """The restarts of ``F0`` run to convergence on the in-memory seeding sample;
+        returns the centres of the one with the lowest objective there, (1, k, d)."""
+        from .._blocks import RowBlocks
+        from ._clustering import objective_chunk
+
+        S = fit.sample
+        sample_blocks = RowBlocks(S, block_rows=S.shape[0])
+        sfit = CentroidFit(sample_blocks, {"min": stats["min"], "max": stats["max"]}, k=fit.k,
+                           R=F0.shape[0], metric=fit.metric, loss=fit.loss, seed=fit.seed,
+                           median_tol=fit.median_tol)
+        sfit.unit_weights_next = fit.unit_weights_next
+        F, _ = self._run(sfit.step, F0, n_restarts=F0.shape[0], quiet=True)
+        objective = objective_chunk(S, 0, F, fit.metric, False, fit.loss == "l2")
+        return F[[int(np.argmin(objective))]]
+
     def _fit_blocks(self, X, blocks, stats, seed, y):
         n, d = X.shape
         k = self.n_clusters
@@ -152,7 +172,15 @@ class RFNMF(ClusterBase):
             n_init = 1
         fit = CentroidFit(blocks, stats, k=k, R=n_init, metric=self._metric, loss=self.loss,
                           seed=seed, median_tol=self.median_tol)
-        F, log = self._run(fit.step, fit.init_centers(self.init), n_restarts=n_init, blocks=blocks)
+        F0 = fit.init_centers(self.init)
+        if n_init > 1 and fit.sample is not None and fit.sample.shape[0] < n:
+            # X is larger than the seeding sample: the restarts are run to convergence
+            # on the sample, in memory, and only the best of them is run on X
+            F0 = self._screen_restarts(fit, F0, stats)
+            fit = CentroidFit(blocks, stats, k=k, R=1, metric=self._metric, loss=self.loss,
+                              seed=seed, median_tol=self.median_tol)
+            n_init = 1
+        F, log = self._run(fit.step, F0, n_restarts=n_init, blocks=blocks)
         objective, labels = fit.final(F)
         best = int(np.argmin(objective))
         self._set_iterations(log, best)
