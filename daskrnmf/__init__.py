@@ -23,6 +23,8 @@ _LAZY = {
     "ProgressBar": ("daskrnmf.progress", "ProgressBar"),
     "cluster": ("daskrnmf.cluster", None),
     "plotting": ("daskrnmf.plotting", None),
+    "choose_k": ("daskrnmf.selection", "choose_k"),
+    "selection": ("daskrnmf.selection", None),
 }
 
 __all__ = list(_LAZY)

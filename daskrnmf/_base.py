@@ -22,6 +22,7 @@ A model supplies its constraint additions, ``_fit_blocks`` (its initial state an
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 from typing import Any
@@ -74,6 +75,12 @@ class BaseModel(BaseEstimator):
         super().__init_subclass__(**kwargs)
         if cls._renamed_params:
             cls.__signature__ = _call_signature(cls)
+        # every fit takes storage_options, also where a model defines its own fit
+        for name in ("fit", "fit_transform", "partial_fit"):
+            method = cls.__dict__.get(name)
+            if callable(method) and "storage_options" not in \
+                    inspect.signature(method).parameters:
+                setattr(cls, name, _with_storage_options(method))
 
     # ------------------------------------------------------------ parameters
     def _take_renamed(self, renamed):
@@ -182,16 +189,23 @@ class BaseModel(BaseEstimator):
     def _seed(self):
         return v.seed_from(self.random_state)
 
-    def fit(self, X: Data, y: Labels | None = None, **fit_params: Any) -> BaseModel:
+    def fit(self, X: Data, y: Labels | None = None, *, storage_options: dict | None = None,
+            **fit_params: Any) -> BaseModel:
         """Fit the model to X.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
             NumPy array, list, DataFrame, Dask array chunked along rows, ``zarr.Array`` or
-            Zarr path (opened read-only).
+            Zarr path or fsspec URL (``s3://bucket/data.zarr/X``; opened read-only, its
+            chunks read by the workers in parallel, never through the client).
         y : array-like of shape (n_samples,), optional
             Class labels for classifiers; ignored by the other models.
+        storage_options : dict, optional
+            Options of the fsspec file system of every URL the fit opens (X, and an
+            ONMFO ``checkpoint`` URL): credentials, ``client_kwargs={"endpoint_url":
+            ...}``, ... (e.g. ``{"key": ..., "secret": ...}`` for S3).  Wrong
+            credentials or a missing bucket fail before any work, naming the URL.
         **fit_params
             Model-specific options of the fit (e.g. ONMFO's ``resume``).
 
@@ -200,7 +214,8 @@ class BaseModel(BaseEstimator):
         self : object
             The fitted estimator.
         """
-        self._fit(X, y, **fit_params)
+        with v.using_storage_options(storage_options):
+            self._fit(X, y, **fit_params)
         return self
 
     def _fit(self, X, y=None, **fit_params):
@@ -270,26 +285,34 @@ class BaseModel(BaseEstimator):
                 setattr(self, key, value.astype(dt, copy=False))
 
     # ------------------------------------------------------------ saving
-    def save(self, path: PathLike, *, overwrite: bool = False) -> str:
+    def save(self, path: PathLike, *, overwrite: bool = False,
+             storage_options: dict | None = None) -> str:
         """Save the model (parameters and fitted state) to a Zarr group at ``path``.
 
-        The group is written under a temporary name next to ``path`` and renamed into
-        place when complete.  It holds JSON attributes and numeric Zarr arrays only — no
-        pickle: :func:`daskrnmf.load` runs no code from the file.  A ``callback`` (code)
-        is not saved; the loaded model has ``callback=None``.
+        A local group is written under a temporary name next to ``path`` and renamed
+        into place when complete.  On an object store (an fsspec URL, which has no atomic
+        rename) it is written under a fresh prefix ``path/v-<id>/`` and committed by
+        writing the pointer ``path/daskrnmf-commit.json`` last, in one PUT; readers trust
+        only the prefix the pointer names, so an interrupted save leaves no readable
+        half-model and an earlier one intact (see :mod:`daskrnmf.io`).  It holds JSON
+        attributes and numeric Zarr arrays only — no pickle: :func:`daskrnmf.load` runs
+        no code from the file.  A ``callback`` (code) is not saved; the loaded model has
+        ``callback=None``.
 
         Parameters
         ----------
         path : str or os.PathLike
-            Local directory to create.
+            Local directory to create, or fsspec URL (``s3://bucket/model.zarr``).
         overwrite : bool, default=False
             Replace an existing ``path``; otherwise an existing path is a
             FileExistsError.
+        storage_options : dict, optional
+            Options of the URL's fsspec file system (credentials, endpoint, ...).
 
         Returns
         -------
         path : str
-            The absolute path written.
+            The absolute path (or the URL) written.
 
         See Also
         --------
@@ -297,7 +320,7 @@ class BaseModel(BaseEstimator):
         """
         from ._persist import save
 
-        return save(self, path, overwrite=overwrite)
+        return save(self, path, overwrite=overwrite, storage_options=storage_options)
 
     # ------------------------------------------------------------ results for the CLI
     def _outputs(self, X):
@@ -322,6 +345,35 @@ def float_tags(tags):
     if tags.transformer_tags is not None:
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
     return tags
+
+
+def _with_storage_options(method):
+    """``method`` (a model's own ``fit``, ``fit_transform`` or ``partial_fit``) with the
+    keyword ``storage_options`` of :meth:`BaseModel.fit`: the options every URL the call
+    opens uses."""
+
+    @functools.wraps(method)
+    def with_options(self, *args, storage_options=None, **kwargs):
+        with v.using_storage_options(storage_options):
+            return method(self, *args, **kwargs)
+
+    sig = inspect.signature(method)
+    params = list(sig.parameters.values())
+    at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
+    params.insert(at, inspect.Parameter("storage_options", inspect.Parameter.KEYWORD_ONLY,
+                                        default=None))
+    with_options.__signature__ = sig.replace(parameters=params)
+    doc = method.__doc__ or ""
+    note = ("storage_options : dict, optional\n"
+            "    Options of the fsspec file system of every URL this call opens (X, a\n"
+            "    ``checkpoint`` URL): credentials, endpoint, ... See :meth:`BaseModel.fit`.\n")
+    head, sep, tail = doc.partition("\n        Returns\n")
+    if sep:
+        indent = " " * 8
+        doc = head.rstrip() + "\n" + "".join(indent + line + "\n"
+                                              for line in note.splitlines()) + sep + tail
+    with_options.__doc__ = doc
+    return with_options
 
 
 def _call_signature(cls):

@@ -15,8 +15,17 @@ Older generations and abandoned temporaries — only names this module writes, o
 subfolder — are removed after the switch.  Every array is stored with its SHA-256, and a
 generation is read back only if its arrays are all there, unchanged and finite; anything
 else (a garbage or missing ``LATEST``, a deleted or corrupt chunk, NaN) is a ValueError
-naming the file, never a silent restart.  Local (or POSIX-mounted shared) file systems
-only: the atomicity rests on ``rename``.
+naming the file, never a silent restart.  On local (or POSIX-mounted shared) file systems
+the atomicity rests on ``rename``.
+
+On an object store (``checkpoint`` an fsspec URL, ``s3://bucket/run.ckpt``, with the fit's
+``storage_options``), which has no rename, the same layout is written by the
+commit-marker rule (:mod:`daskrnmf.io`): a generation is written straight under its
+fresh prefix ``gen-NNNNNNNN/`` (a number no earlier generation, complete or abandoned,
+used), then its completion marker ``gen-NNNNNNNN/.complete``, then ``LATEST`` naming it —
+one PUT, atomic on S3, the commit.  Readers follow ``LATEST`` only, so a writer killed
+at any moment leaves the previous generation as the checkpoint; older and abandoned
+generations are deleted after the switch.  One writer at a time.
 
 :func:`data_fingerprint` describes the data a run streams (shape, dtype, chunking and
 checksums of a few deterministically sampled row ranges) so that a resume on other data
@@ -45,6 +54,21 @@ def _paths(path):
     return path, os.path.join(path, MARKER), os.path.join(path, SUBDIR)
 
 
+def _is_url(path):
+    from .io import is_url
+
+    return is_url(os.fspath(path) if isinstance(path, os.PathLike) else path)
+
+
+def _options(storage_options):
+    """The options given, else the running fit's (``fit(..., storage_options=...)``)."""
+    if storage_options is not None:
+        return storage_options
+    from ._validation import current_storage_options
+
+    return current_storage_options()
+
+
 def _generations(sub):
     try:
         names = os.listdir(sub)
@@ -53,14 +77,16 @@ def _generations(sub):
     return sorted(n for n in names if _GEN.fullmatch(n) and os.path.isdir(os.path.join(sub, n)))
 
 
-def holds_run(path):
+def holds_run(path, storage_options=None):
     """True when ``path`` holds (part of) an earlier run's checkpoint."""
+    if _is_url(path):
+        return _Remote(path, storage_options).holds_run()
     _, marker, sub = _paths(path)
     return os.path.exists(marker) and (bool(_generations(sub))
                                        or os.path.exists(os.path.join(sub, _LATEST)))
 
 
-def claim(path, *, overwrite=False):
+def claim(path, *, overwrite=False, storage_options=None):
     """Make ``path`` the checkpoint directory of a new run (before any work is done).
 
     Creates the directory, its marker and subfolder (so an unwritable location fails
@@ -68,6 +94,8 @@ def claim(path, *, overwrite=False):
     checkpoint unless ``overwrite`` (its generations are then replaced at the new run's
     first save), and a subfolder of our name that the library did not create.
     """
+    if _is_url(path):
+        return _Remote(path, storage_options).claim(overwrite)
     path, marker, sub = _paths(path)
     created = not os.path.exists(path)
     if os.path.exists(path) and not os.path.isdir(path):
@@ -86,10 +114,12 @@ def claim(path, *, overwrite=False):
     return created
 
 
-def release(path, created):
+def release(path, created, storage_options=None):
     """Undo :func:`claim` for a run that failed before it was worth resuming (bad data
     found while streaming): the library's marker and subfolder go, and the directory too
     when ``claim`` created it and nothing else is in it."""
+    if _is_url(path):
+        return _Remote(path, storage_options).release()
     path, marker, sub = _paths(path)
     shutil.rmtree(sub, ignore_errors=True)
     if os.path.exists(marker):
@@ -108,9 +138,11 @@ def _digest(value):
     return h.hexdigest()
 
 
-def save(path, arrays, attrs):
+def save(path, arrays, attrs, storage_options=None):
     """Write a new generation holding ``arrays`` (name -> ndarray) and ``attrs`` (JSON),
     then remove the older ones.  ``path`` must have been :func:`claim`-ed."""
+    if _is_url(path):
+        return _Remote(path, storage_options).save(arrays, attrs)
     import zarr
 
     path, marker, sub = _paths(path)
@@ -121,15 +153,7 @@ def save(path, arrays, attrs):
     number = int(_GEN.fullmatch(gens[-1]).group(1)) + 1 if gens else 0
     name = f"gen-{number:08d}"
     tmp = os.path.join(sub, f".{name}.{uuid.uuid4().hex}.partial")
-    group = zarr.open_group(tmp, mode="w")
-    sums = {}
-    for key, value in arrays.items():
-        value = np.ascontiguousarray(value)
-        group.create_array(key, shape=value.shape, dtype=value.dtype,
-                           chunks=value.shape or None)[...] = value
-        sums[key] = _digest(value)
-    group.attrs.update(json.loads(json.dumps({**attrs, "_arrays": sorted(arrays),
-                                              "_sha256": sums})))
+    _write_generation(zarr.open_group(tmp, mode="w"), arrays, attrs)
     os.rename(tmp, os.path.join(sub, name))
     pointer = os.path.join(sub, f".{_LATEST}.{uuid.uuid4().hex}")
     with open(pointer, "w") as fh:
@@ -143,7 +167,18 @@ def save(path, arrays, attrs):
             shutil.rmtree(full) if os.path.isdir(full) else os.remove(full)
 
 
-def load(path):
+def _write_generation(group, arrays, attrs):
+    sums = {}
+    for key, value in arrays.items():
+        value = np.ascontiguousarray(value)
+        group.create_array(key, shape=value.shape, dtype=value.dtype,
+                           chunks=value.shape or None)[...] = value
+        sums[key] = _digest(value)
+    group.attrs.update(json.loads(json.dumps({**attrs, "_arrays": sorted(arrays),
+                                              "_sha256": sums})))
+
+
+def load(path, storage_options=None):
     """``(arrays, attrs)`` of the newest generation, or None when ``path`` holds none.
 
     ``attrs["_file"]`` is the generation's directory (for error messages).  Raises a
@@ -152,6 +187,8 @@ def load(path):
     SHA-256) or holding NaN/inf.  Safe against a writer in another process: a generation
     replaced (and deleted) while it was being read is read again from the new pointer.
     """
+    if _is_url(path):
+        return _Remote(path, storage_options).load()
     path, marker, sub = _paths(path)
     if not os.path.exists(marker):
         if os.path.exists(sub):
@@ -210,13 +247,16 @@ def _read_latest(sub):
     return name
 
 
-def _read_generation(where):
+def _read_generation(where, storage_options=None):
     import zarr
+
+    from .io import zarr_target
 
     try:
         with warnings.catch_warnings():   # a half-deleted old generation
             warnings.simplefilter("ignore")
-            group = zarr.open_group(where, mode="r")
+            group = zarr.open_group(zarr_target(where, storage_options, read_only=True),
+                                    mode="r")
             attrs = dict(group.attrs)
             names = attrs.get("_arrays")
             sums = attrs.get("_sha256")
@@ -241,6 +281,134 @@ def _read_generation(where):
             raise ValueError(f"The checkpoint array {os.path.join(where, key)} holds NaN or "
                              "infinite values; it cannot be resumed from.")
     return arrays, attrs
+
+
+class _Remote:
+    """The checkpoint layout on an object store (fsspec URL), by the commit-marker rule:
+    see the module's docstring.  Errors of the store (credentials, a missing bucket)
+    are one clear line naming the URL (:func:`daskrnmf.io.explained`)."""
+
+    COMPLETE = ".complete"
+
+    def __init__(self, url, storage_options):
+        from .io import filesystem
+
+        self.url = os.fspath(url).rstrip("/")
+        self.options = _options(storage_options)
+        self.fs, root = filesystem(self.url, self.options)
+        self.root = root.rstrip("/")
+        self.marker = f"{self.root}/{MARKER}"
+        self.sub = f"{self.root}/{SUBDIR}"
+
+    def _url(self, *names):
+        return "/".join([self.url, *names])
+
+    def _do(self, action, fn, *args, **kwargs):
+        from .io import explained
+
+        with explained(self.url if action != "write" else f"checkpoint {self.url}", action):
+            return fn(*args, **kwargs)
+
+    def _exists(self, p):
+        return self._do("read", self.fs.exists, p)
+
+    def _names(self, p):
+        try:
+            entries = self._do("read", self.fs.ls, p, detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        return [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
+
+    def _generations(self, complete=True):
+        gens = sorted(n for n in self._names(self.sub) if _GEN.fullmatch(n))
+        if complete:
+            gens = [g for g in gens if self._exists(f"{self.sub}/{g}/{self.COMPLETE}")]
+        return gens
+
+    def holds_run(self):
+        return self._exists(self.marker) and (bool(self._generations())
+                                              or self._exists(f"{self.sub}/{_LATEST}"))
+
+    def claim(self, overwrite):
+        created = not self._names(self.root)
+        if not self._exists(self.marker) and self._names(self.sub):
+            raise ValueError(f"{self._url(SUBDIR)} exists but was not created by daskrnmf (no "
+                             f"{MARKER} next to it); choose another checkpoint location.")
+        if self.holds_run() and not overwrite:
+            raise ValueError(f"The checkpoint location {self.url} holds an earlier run's "
+                             "checkpoint. Pass resume=True to continue it, or "
+                             "overwrite_checkpoint=True to replace it.")
+        if not self._exists(self.marker):   # a write now: wrong credentials fail here
+            body = json.dumps({"format": 2, "written_by": "daskrnmf"}) + "\n"
+            self._do("write", self.fs.pipe_file, self.marker, body.encode())
+        return created
+
+    def release(self):
+        for p in (self.sub, self.marker):
+            try:
+                self._do("write", self.fs.rm, p, recursive=True)
+            except FileNotFoundError:
+                pass
+
+    def save(self, arrays, attrs):
+        import zarr
+
+        from .io import store
+
+        if not self._exists(self.marker):
+            raise ValueError(f"{self.url} is not a daskrnmf checkpoint location (no {MARKER}).")
+        gens = self._generations(complete=False)     # abandoned numbers are not reused
+        number = int(_GEN.fullmatch(gens[-1]).group(1)) + 1 if gens else 0
+        name = f"gen-{number:08d}"
+        where = self._url(SUBDIR, name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            group = self._do("write", zarr.open_group,
+                             store(where, self.options, read_only=False), mode="w")
+            self._do("write", _write_generation, group, arrays, attrs)
+        self._do("write", self.fs.pipe_file, f"{self.sub}/{name}/{self.COMPLETE}", b"")
+        self._do("write", self.fs.pipe_file, f"{self.sub}/{_LATEST}", name.encode())  # commit
+        for entry in self._names(self.sub):
+            if _GEN.fullmatch(entry) and entry != name:   # only names this module writes
+                try:
+                    self._do("write", self.fs.rm, f"{self.sub}/{entry}", recursive=True)
+                except FileNotFoundError:
+                    pass
+
+    def load(self):
+        if not self._exists(self.marker):
+            if self._names(self.sub):
+                raise ValueError(f"{self._url(SUBDIR)} was not created by daskrnmf (no "
+                                 f"{MARKER} next to it).")
+            return None
+        latest = self._url(SUBDIR, _LATEST)
+        for _ in range(20):
+            try:
+                raw = self._do("read", self.fs.cat_file, f"{self.sub}/{_LATEST}")[:64]
+            except FileNotFoundError:
+                # the pointer is only ever replaced (one PUT), never removed: without it
+                # no generation was committed (a run killed while writing its first one,
+                # or a reader looking while it is written); those are ignored, and
+                # removed by the next commit
+                return None
+            name = raw.decode("ascii", "replace").strip()
+            if not _GEN.fullmatch(name):
+                raise ValueError(f"The checkpoint pointer {latest} is damaged: it holds "
+                                 f"{raw[:40]!r}, not the name of a generation (gen-NNNNNNNN).")
+            if not self._exists(f"{self.sub}/{name}/{self.COMPLETE}"):
+                raise ValueError(f"The checkpoint pointer {latest} names {name}, which is "
+                                 f"missing from {self._url(SUBDIR)}: the checkpoint is damaged.")
+            where = self._url(SUBDIR, name)
+            try:
+                arrays, attrs = _read_generation(where, self.options)
+            except ValueError:
+                again = self._do("read", self.fs.cat_file, f"{self.sub}/{_LATEST}")[:64]
+                if again.decode("ascii", "replace").strip() != name:
+                    continue                        # replaced while being read
+                raise
+            attrs["_file"] = where
+            return arrays, attrs
+        raise RuntimeError(f"Checkpoint at {self.url} kept changing while it was read.")
 
 
 # ---------------------------------------------------------------- data fingerprints

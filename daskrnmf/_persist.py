@@ -16,6 +16,14 @@ class lists in ``_saved_private`` (what it needs to continue, e.g. ONMFO's stati
 ``arrays/``) and ``{"strings": [...], "kind": "O" | "U"}`` (arrays of strings, e.g.
 ``feature_names_in_``).
 
+Where it is written: a local path is written under a temporary name and renamed into
+place (:func:`replace_with`).  An object store (an fsspec URL: ``s3://``, ``gs://``,
+``memory://``) has no atomic rename: the group is written under a fresh prefix
+``URL/v-<id>/`` and committed by the pointer ``URL/daskrnmf-commit.json``, written last
+in one PUT; :func:`load` reads only the prefix the pointer names, so an interrupted save
+leaves no readable half-model and the previous one intact (the commit-marker rule of
+:mod:`daskrnmf.io`).
+
 Loading runs no code from the file: the class comes from the registry, its parameters
 and attributes are set from JSON and from numeric Zarr arrays whose codecs are on an
 allow-list (no pickle or object codecs), and unknown models, formats, parameter or
@@ -89,17 +97,19 @@ class _Encoder:
                         "numbers, strings, lists and numeric or string arrays, without pickle.")
 
 
-def save(model, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+def save(model, path: str | os.PathLike, *, overwrite: bool = False,
+         storage_options: dict | None = None) -> str:
     """Save ``model`` (a registered daskrnmf estimator, fitted or not) to a Zarr group.
 
     See :meth:`daskrnmf._base.BaseModel.save`.
     """
+    from . import io
+
     path = os.fspath(path)
-    if "://" in path and not path.startswith("file://"):
-        raise ValueError(f"save writes local paths (written whole, then renamed into place); "
-                         f"got {path!r}. Save locally and copy the directory.")
-    path = os.path.abspath(path.removeprefix("file://"))
     _check_registered(model)
+    if io.is_url(path):
+        return _save_committed(model, path, overwrite, storage_options)
+    path = os.path.abspath(io.local_path(path))
     if os.path.lexists(path) and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
     parent = os.path.dirname(path)
@@ -113,6 +123,23 @@ def save(model, path: str | os.PathLike, *, overwrite: bool = False) -> str:
         if os.path.lexists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _save_committed(model, url, overwrite, storage_options):
+    """``save`` to an object store: under a fresh prefix, then the commit pointer."""
+    from . import io
+
+    if not overwrite and io.location_exists(url, storage_options):
+        raise FileExistsError(f"{url} exists; pass overwrite=True to replace it.")
+    io.check_writable(url, storage_options, what="model location")
+    version = io.new_version(url)
+    try:
+        write_group(model, version, storage_options=storage_options)
+        io.commit(url, version, storage_options, overwrite=overwrite)
+    except BaseException:
+        io.discard(version, storage_options)
+        raise
+    return url
 
 
 def replace_with(tmp: str, path: str) -> None:
@@ -135,18 +162,20 @@ def replace_with(tmp: str, path: str) -> None:
         os.unlink(trash)
 
 
-def write_group(model, path: str) -> None:
-    """Write ``model`` as a new Zarr group at ``path`` (no atomicity: :func:`save` and
-    the CLI write under a temporary name and rename)."""
+def write_group(model, path: str, storage_options: dict | None = None) -> None:
+    """Write ``model`` as a new Zarr group at ``path`` (a local path or a URL; no
+    atomicity: :func:`save` and the CLI write under a temporary name and rename, or
+    under a fresh prefix and commit it)."""
     import zarr
 
-    from . import __version__
+    from . import __version__, io
 
     name = _check_registered(model)
     params, dropped = _json_params(model)
     enc = _Encoder()
     attributes = {key: enc.encode(value, key) for key, value in saved_state(model).items()}
-    group = zarr.open_group(path, mode="w-", zarr_format=3)
+    group = zarr.open_group(io.zarr_target(path, storage_options, read_only=False), mode="w-",
+                            zarr_format=3)
     if enc.arrays:
         arrays = group.create_group(ARRAYS)
         for key, value in enc.arrays.items():
@@ -199,15 +228,18 @@ def _json_params(model):
 
 
 # ---------------------------------------------------------------- load
-def load(path: str | os.PathLike):
+def load(path: str | os.PathLike, *, storage_options: dict | None = None):
     """Load a model saved by :meth:`~daskrnmf._base.BaseModel.save`, or the model in a
     ``daskrnmf fit`` output store.
 
     Parameters
     ----------
     path : str or os.PathLike
-        A saved model's directory (or URL), or a CLI output store, whose ``model``
-        subgroup holds the fitted model.
+        A saved model's directory or fsspec URL (``s3://bucket/model.zarr``), or a CLI
+        output store, whose ``model`` subgroup holds the fitted model.  On an object
+        store, only the version the location's commit pointer names is read.
+    storage_options : dict, optional
+        Options of the URL's fsspec file system (credentials, endpoint, ...).
 
     Returns
     -------
@@ -237,11 +269,11 @@ def load(path: str | os.PathLike):
     True
     >>> tmp.cleanup()
     """
-    import zarr
-
     where = os.fspath(path)
     try:
-        group = zarr.open_group(where, mode="r")
+        group = _open_saved(where, storage_options)
+    except (PermissionError, ImportError, ConnectionError):
+        raise
     except Exception as exc:   # missing, not Zarr, an array
         raise ValueError(f"{where} is not a saved daskrnmf model ({type(exc).__name__}: "
                          f"{exc}).") from None
@@ -275,6 +307,25 @@ def load(path: str | os.PathLike):
             raise ValueError(f"{where}: {cls.__name__} has no fitted attribute {key!r}.")
         setattr(model, key, decoder.decode(value, key))
     return model
+
+
+def _open_saved(where, storage_options):
+    """The group at ``where``: a local path, or a URL read directly or from the version
+    its (or a parent's) commit pointer names."""
+    import zarr
+
+    from . import io
+
+    if not io.is_url(where):
+        return zarr.open_group(where, mode="r")
+    with io.explained(where, "read"):
+        try:
+            return zarr.open_group(io.store(where, storage_options, read_only=True), mode="r")
+        except (FileNotFoundError, zarr.errors.NodeNotFoundError, zarr.errors.GroupNotFoundError):
+            target = io.resolve(where, storage_options)
+            if target == where:
+                raise
+        return zarr.open_group(io.store(target, storage_options, read_only=True), mode="r")
 
 
 def _member(group, name):

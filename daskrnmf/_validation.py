@@ -5,6 +5,8 @@ Parameter errors read like scikit-learn's::
     The 'max_iter' parameter of RFNMF must be an int in the range [1, inf). Got -3 instead.
 """
 
+import contextlib
+import contextvars
 import numbers
 import os
 from dataclasses import dataclass
@@ -130,16 +132,44 @@ def seed_from(random_state):
 
 
 def is_path(X):
+    """A local path or an fsspec URL (``s3://…``) of a Zarr array."""
     return isinstance(X, (str, os.PathLike))
 
 
-def check_array(X, *, estimator_name, input_name="X"):
+# the storage_options of the fit (or fit_transform, partial_fit) being run: every URL it
+# opens (X, ONMFO's checkpoint) uses them; see BaseModel.fit
+_STORAGE_OPTIONS = contextvars.ContextVar("daskrnmf_storage_options", default=None)
+
+
+def current_storage_options():
+    """The ``storage_options`` given to the running fit (None outside one)."""
+    return _STORAGE_OPTIONS.get()
+
+
+@contextlib.contextmanager
+def using_storage_options(options):
+    """Make ``options`` the running fit's ``storage_options`` (None: keep the outer)."""
+    if options is None:
+        yield
+        return
+    if not isinstance(options, dict):
+        raise TypeError("storage_options must be a dict of options of the URL's fsspec "
+                        f"file system; got {type(options).__name__}.")
+    token = _STORAGE_OPTIONS.set(options)
+    try:
+        yield
+    finally:
+        _STORAGE_OPTIONS.reset(token)
+
+
+def check_array(X, *, estimator_name, input_name="X", storage_options=None):
     """Validate X and return it as a NumPy array or a row-chunked Dask array.
 
     Accepted: a NumPy array, a Dask array chunked along rows only, a ``zarr.Array`` or a
-    path/URL of a Zarr array (opened read-only).  Checks dimensionality, emptiness and
-    dtype; for NumPy input also finiteness (Dask input is checked for NaN/inf during
-    the first pass over it, see :func:`check_finite_count`).
+    path/fsspec URL of a Zarr array (opened read-only; a URL with ``storage_options``,
+    by default the running fit's, and read by the workers in parallel).  Checks
+    dimensionality, emptiness and dtype; for NumPy input also finiteness (Dask input is
+    checked for NaN/inf during the first pass over it, see :func:`check_finite_count`).
     """
     import dask.array as da
     import zarr
@@ -148,7 +178,9 @@ def check_array(X, *, estimator_name, input_name="X"):
 
     where = f"{input_name} passed to {estimator_name}"
     if is_path(X):
-        X = open_array(X)
+        if storage_options is None:
+            storage_options = current_storage_options()
+        X = open_array(X, storage_options=storage_options)
     if isinstance(X, zarr.Array):
         X = _zarr_to_dask(X, where)
     if isinstance(X, np.ndarray):

@@ -28,6 +28,16 @@ When interrupted or terminated, the partial output and the run's scratch directo
 ``--resume`` continues.  Output stores are written under a temporary name and renamed into
 place only when complete, so a killed job never leaves a result that looks whole; an
 existing output is kept unless ``--overwrite``.
+
+Object stores: ``daskrnmf fit``'s input, ``--output`` and ``--checkpoint`` may be fsspec
+URLs (``s3://bucket/data.zarr``), with ``--storage-options '{"key": ..., "secret": ...,
+"client_kwargs": {"endpoint_url": ...}}'`` (a JSON object: the options of the URLs' file
+system).  The workers read the input's and write the outputs' chunks.  An output URL is
+written under a fresh prefix ``OUT/v-<id>/`` and committed by writing the pointer
+``OUT/daskrnmf-commit.json`` last (one PUT; object stores have no rename): a killed job
+leaves no readable half-result and the previous output intact (:mod:`daskrnmf.io`).
+Wrong credentials or a missing bucket are reported, naming the URL, before a cluster
+starts and before anything is written.
 """
 
 import argparse
@@ -228,6 +238,25 @@ def _fraction(text):
     return value
 
 
+def _json_object(text):
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({exc})") \
+            from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object ({{...}}), got {text!r}")
+    return value
+
+
+def _storage_options_option(p):
+    p.add_argument("--storage-options", type=_json_object, metavar="JSON", default=None,
+                   help="options of the fsspec file system of URL inputs, outputs and "
+                        "checkpoints (s3://...), as a JSON object, e.g. '{\"key\": \"...\", "
+                        "\"secret\": \"...\", \"client_kwargs\": {\"endpoint_url\": "
+                        "\"http://host:9000\"}}'")
+
+
 def _where(p):
     g = p.add_mutually_exclusive_group()
     g.add_argument("--cluster", help="cluster configuration (YAML, see cluster_configs/)")
@@ -248,9 +277,11 @@ def _add_model_parser(fit_sub, spec, with_options):
         description=f"{spec.name} ({spec.task}): {spec.summary}. Writes "
                     f"{', '.join(spec.outputs) or 'the fitted arrays'} (per sample, chunked "
                     "like the input's rows) and the model's fitted arrays to --output.")
-    p.add_argument("input", help="Zarr array (path, or store path + --component)")
+    p.add_argument("input", help="Zarr array (path or URL, or store + --component)")
     p.add_argument("--component", help="array inside the input store (e.g. X)")
-    p.add_argument("--output", required=True, help="Zarr store to write (never the input's)")
+    p.add_argument("--output", required=True, help="Zarr store to write, a path or URL "
+                                                    "(never the input's)")
+    _storage_options_option(p)
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing output" + (" and an earlier run's checkpoint"
                                                         if spec.resumable else ""))
@@ -321,6 +352,7 @@ def _parser(model=None):
     ev.add_argument("pred", help="Zarr array of predicted labels (e.g. out.zarr/labels)")
     ev.add_argument("true", help="Zarr array of true labels")
     ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _storage_options_option(ev)
     _where(ev)
 
     mk = sub.add_parser("make-data", help="write a generated problem to a Zarr store",
@@ -344,7 +376,47 @@ def _parser(model=None):
 
     info = sub.add_parser("info", help="what is in a Zarr store")
     info.add_argument("store")
+
+    ck = sub.add_parser("choose-k", help="fit a clustering model over a range of k and "
+                                         "recommend one (daskrnmf.choose_k)",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                        description="Fit RFNMF or RFNMTF for every k of --ks with --n-seeds "
+                                    "seeds; print per k the objective, the stability across "
+                                    "seeds (mean ARI) and a simplified silhouette, and the "
+                                    "recommended k (see daskrnmf.choose_k for the rule).")
+    ck.add_argument("model", metavar="MODEL", help="RFNMF or RFNMTF (case-insensitive)")
+    ck.add_argument("input", help="Zarr array (path, or store path + --component)")
+    ck.add_argument("--component", help="array inside the input store (e.g. X)")
+    ck.add_argument("--ks", required=True, type=_k_range,
+                    help="the k to try: a range 3-12, a list 3,5,8, or both (2-4,8)")
+    ck.add_argument("--n-seeds", type=_positive_int, default=5, help="seeds per k")
+    ck.add_argument("--random-state", type=int, default=0, help="seed")
+    ck.add_argument("--loss", choices=("l21", "l1", "l2"), help="RFNMF's loss "
+                                                                "(default: the model's)")
+    ck.add_argument("--n-init", type=_positive_int, help="restarts per seed "
+                                                         "(default: the model's)")
+    ck.add_argument("--n-column-clusters", type=_positive_int,
+                    help="RFNMTF's column clusters (default: the model's)")
+    ck.add_argument("--output", help="write the table (Markdown) to this file")
+    ck.add_argument("--plot", help="save the figure (PNG) to this file")
+    ck.add_argument("--overwrite", action="store_true", help="replace existing --output/--plot")
+    _where(ck)
     return parser
+
+
+def _k_range(text):
+    """``3-12``, ``3,5,8`` or ``2-4,8`` -> a sorted list of ints."""
+    out = set()
+    try:
+        for part in text.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            out.update(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a range like 3-12 or a list like 3,5,8; "
+                                         f"got {text!r}") from None
+    if len(out) < 2 or min(out) < 2:
+        raise argparse.ArgumentTypeError(f"needs at least 2 distinct k, each >= 2; got {text!r}")
+    return sorted(out)
 
 
 def _normalise_model(argv):
@@ -367,7 +439,15 @@ def _real(path):
 
 
 def _is_url(path):
-    return "://" in str(path) and not str(path).startswith("file://")
+    from .io import is_url
+
+    return is_url(str(path))
+
+
+def _url_key(url):
+    """A URL compared by its protocol and path: ``s3://b/x/`` and ``s3://b//x`` alike."""
+    protocol, _, rest = str(url).partition("://")
+    return protocol + "://" + "/".join(part for part in rest.split("/") if part)
 
 
 def _zarr_root(path):
@@ -388,9 +468,19 @@ def _within(a, b):
 
 def _refuse_overlap(path, protected, what, *, around=True):
     """``path`` (to be written) must not be a protected store, inside one, or (``around``)
-    contain one.  Paths are compared resolved, symlinks followed."""
+    contain one.  Paths are compared resolved, symlinks followed; URLs by their path."""
+    if _is_url(path):
+        target = _url_key(path)
+        for store, role in protected:
+            if _is_url(store) and (target == store or target.startswith(store + "/") or (
+                    around and store.startswith(target + "/"))):
+                raise CommandError(f"{what} {path} would write into the {role} store {store}; "
+                                   "daskrnmf never writes its input: choose another location.")
+        return
     target = _real(path)
     for store, role in protected:
+        if _is_url(store):
+            continue
         if _within(target, store) or (around and _within(store, target)):
             raise CommandError(f"{what} {path} would write into the {role} store {store}; "
                                f"daskrnmf never writes its input: choose another path.")
@@ -419,10 +509,18 @@ def _check_writable(directory, what):
             from None
 
 
-def _check_output(path, overwrite, protected=()):
+def _check_output(path, overwrite, protected=(), storage_options=None):
     """Before any cluster starts: not the input, not existing (unless ``overwrite``), its
-    directory there and writable."""
+    directory there and writable (a URL: a probe object written and deleted, so wrong
+    credentials and a missing bucket fail now)."""
     _refuse_overlap(path, protected, "output")
+    if _is_url(path):
+        from . import io
+
+        if not overwrite and io.location_exists(path, storage_options):
+            raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
+        io.check_writable(path, storage_options, "output")
+        return
     if os.path.lexists(path) and not overwrite:
         raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
     parent = os.path.dirname(os.path.abspath(path))
@@ -449,8 +547,13 @@ def _partial_name(path):
 
 
 def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, tmp=None,
-                model=None):
-    """Write a Zarr group atomically: under a temporary name, renamed when complete.
+                model=None, storage_options=None):
+    """Write a Zarr group atomically: under a temporary name, renamed when complete; at
+    a URL (an object store, no rename), under a fresh prefix ``path/v-<id>`` (``tmp``,
+    from :func:`daskrnmf.io.new_version`), committed by writing the pointer
+    ``path/daskrnmf-commit.json`` last, in one PUT (the commit-marker rule of
+    :mod:`daskrnmf.io`: readers follow the pointer only, so an interrupted write leaves
+    no readable half-result and the previous one intact).
 
     ``arrays``: name -> NumPy array (small) or Dask array (written chunk by chunk on the
     workers).  Arrays with ``n_rows`` rows are stored in chunks of ``row_chunk`` rows (the
@@ -463,10 +566,16 @@ def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, 
     import dask.array as da
     import zarr
 
-    path = os.path.abspath(os.fspath(path))
-    tmp = tmp or _partial_name(path)
+    from . import io
+
+    url = _is_url(path)
+    if url:
+        tmp = tmp or io.new_version(path)
+    else:
+        path = os.path.abspath(os.fspath(path))
+        tmp = tmp or _partial_name(path)
     try:
-        group = zarr.open_group(tmp, mode="w")
+        group = zarr.open_group(io.zarr_target(tmp, storage_options, read_only=False), mode="w")
         sources, targets = [], []
         for name, value in arrays.items():
             if isinstance(value, da.Array) and value.ndim == 0:
@@ -492,15 +601,24 @@ def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, 
         if model is not None:
             from ._persist import write_group
 
-            write_group(model, os.path.join(tmp, "model"))
+            write_group(model, tmp.rstrip("/") + "/model", storage_options)
         group.attrs.update(json.loads(json.dumps(attrs, default=_json_default)))
+        if url:
+            try:
+                io.commit(path, tmp, storage_options, overwrite=overwrite)
+            except FileExistsError:
+                raise CommandError(f"output {path} exists; pass --overwrite to replace "
+                                   "it.") from None
+            return path
         if os.path.lexists(path) and not overwrite:
             raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
         from ._persist import replace_with
 
         replace_with(tmp, path)
     finally:
-        if os.path.exists(tmp):
+        if url:
+            io.discard(tmp, storage_options)     # kept when committed
+        elif os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return path
 
@@ -514,12 +632,12 @@ def _json_default(obj):
 
 
 # ---------------------------------------------------------------- commands
-def _open_input(path, component=None, what="input"):
+def _open_input(path, component=None, what="input", storage_options=None):
     from .io import open_array
 
     if not _is_url(path) and not os.path.exists(path):
         raise CommandError(f"{what} {path} does not exist.")
-    return open_array(path, component)
+    return open_array(path, component, storage_options=storage_options)
 
 
 def _protected(args, *paths):
@@ -528,6 +646,8 @@ def _protected(args, *paths):
     for path, role in paths:
         if path and not _is_url(path):
             out.append((_zarr_root(path), role))
+        elif path:                     # a URL: the store it names (and what is inside it)
+            out.append((_url_key(path), role))
     return out
 
 
@@ -554,13 +674,17 @@ class _Run:
     def __init__(self):
         self.paths = []
 
-    def remove_later(self, path):
-        self.paths.append(path)
+    def remove_later(self, path, remove=None):
+        """``remove``: how (default: ``shutil.rmtree``; e.g. an uncommitted URL prefix)."""
+        self.paths.append((path, remove))
         return path
 
     def cleanup(self):
-        for path in self.paths:
-            shutil.rmtree(path, ignore_errors=True)
+        for path, remove in self.paths:
+            if remove is not None:
+                remove()
+            else:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def cmd_fit(args, parser):
@@ -585,24 +709,35 @@ def cmd_fit(args, parser):
             args.model_parser.error("--tls-* options go with --scheduler-address tls://HOST:PORT.")
 
     # everything that can be checked is checked before a cluster starts
+    so = args.storage_options
     protected = _protected(args, (args.input, "input"), (getattr(args, "labels", None), "labels"))
-    _check_output(args.output, args.overwrite, protected)
+    z = None
+    if _is_url(args.input):   # wrong credentials, a missing bucket: before anything is written
+        z = _open_input(args.input, args.component, storage_options=so)
+    _check_output(args.output, args.overwrite, protected, so)
     checkpoint = params.get("checkpoint")
     if isinstance(checkpoint, (str, os.PathLike)):
         _refuse_overlap(checkpoint, protected, "checkpoint")
-        _check_writable(checkpoint, "checkpoint directory")
+        if _is_url(checkpoint):
+            from .io import check_writable
+
+            check_writable(checkpoint, so, "checkpoint location")
+        else:
+            _check_writable(checkpoint, "checkpoint directory")
         from ._checkpoint import holds_run
 
-        if not resume and not args.overwrite and holds_run(checkpoint):
+        if not resume and not args.overwrite and holds_run(checkpoint, so):
             raise CommandError(f"checkpoint directory {checkpoint} holds an earlier run's "
                                "checkpoint; pass --resume to continue it or --overwrite to "
                                "replace it.")
     scratch_root = args.scratch or dask.config.get("daskrnmf.scratch-directory", None) \
-        or os.path.dirname(os.path.abspath(args.output))
-    _refuse_overlap(scratch_root, protected, "scratch directory", around=False)
-    _check_writable(scratch_root, "scratch directory")
-    z = _open_input(args.input, args.component)
-    y = _open_input(args.labels, what="labels") if spec.needs_y else None
+        or (None if _is_url(args.output) else os.path.dirname(os.path.abspath(args.output)))
+    if scratch_root is not None:   # a URL output and nothing set: the library's default
+        _refuse_overlap(scratch_root, protected, "scratch directory", around=False)
+        _check_writable(scratch_root, "scratch directory")
+    if z is None:
+        z = _open_input(args.input, args.component, storage_options=so)
+    y = _open_input(args.labels, what="labels", storage_options=so) if spec.needs_y else None
     model = cls(**params)
     bar = None
     if "callback" in model.get_params():
@@ -619,18 +754,27 @@ def cmd_fit(args, parser):
         level = logger.level
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
-    fit_kwargs = {}
+    fit_kwargs = {} if so is None else {"storage_options": so}
     if resume:
         fit_kwargs["resume"] = True
     elif args.overwrite and "overwrite_checkpoint" in fit_signature:
         fit_kwargs["overwrite_checkpoint"] = True    # replace an earlier run's checkpoint
 
     run = _Run()
-    os.makedirs(scratch_root, exist_ok=True)
-    scratch = run.remove_later(tempfile.mkdtemp(prefix="daskrnmf-state-", dir=scratch_root))
-    tmp = run.remove_later(_partial_name(args.output))
+    scratch_config = {}
+    if scratch_root is not None:
+        os.makedirs(scratch_root, exist_ok=True)
+        scratch_config["daskrnmf.scratch-directory"] = run.remove_later(
+            tempfile.mkdtemp(prefix="daskrnmf-state-", dir=scratch_root))
+    if _is_url(args.output):
+        from . import io
+
+        tmp = io.new_version(args.output)
+        run.remove_later(tmp, lambda: io.discard(tmp, so))   # kept once committed
+    else:
+        tmp = run.remove_later(_partial_name(args.output))
     try:
-        with _connect(args), dask.config.set({"daskrnmf.scratch-directory": scratch}):
+        with _connect(args), dask.config.set(scratch_config):
             tic = time.perf_counter()
             try:
                 if spec.needs_y:
@@ -645,11 +789,12 @@ def cmd_fit(args, parser):
             arrays = _fit_outputs(model, z)
             tic = time.perf_counter()
             attrs = {"model": spec.name, "params": _plain_params(model),
-                     "input": os.path.abspath(args.input), "component": args.component,
+                     "input": args.input if _is_url(args.input) else os.path.abspath(args.input),
+                     "component": args.component,
                      "outputs": sorted(arrays), "fit_seconds": fit_seconds,
                      "scalars": _scalars(model), "versions": _versions()}
             write_store(args.output, arrays, attrs, args.overwrite, n_rows=z.shape[0],
-                        row_chunk=int(z.chunks[0]), tmp=tmp, model=model)
+                        row_chunk=int(z.chunks[0]), tmp=tmp, model=model, storage_options=so)
     finally:
         run.cleanup()
         if handler is not None:
@@ -701,8 +846,9 @@ def cmd_evaluate(args, parser):
 
     from .metrics import clustering_accuracy, normalized_mutual_info, purity
 
-    pred = da.from_zarr(_open_input(args.pred, what="predicted labels"))
-    true = da.from_zarr(_open_input(args.true, what="true labels"))
+    so = args.storage_options
+    pred = da.from_zarr(_open_input(args.pred, what="predicted labels", storage_options=so))
+    true = da.from_zarr(_open_input(args.true, what="true labels", storage_options=so))
     if pred.ndim != 1 or true.ndim != 1 or pred.shape != true.shape:
         raise CommandError(f"labels must be 1-D arrays of the same length; got {pred.shape} "
                            f"and {true.shape}.")
@@ -721,6 +867,9 @@ def cmd_evaluate(args, parser):
 def cmd_make_data(args, parser):
     from . import datasets
 
+    if _is_url(args.output):
+        raise CommandError(f"make-data writes local stores; got {args.output}. Write it "
+                           "locally and copy it (daskrnmf fit reads URLs).")
     _check_output(args.output, args.overwrite)
     run = _Run()
     tmp = run.remove_later(_partial_name(args.output))
@@ -795,7 +944,56 @@ def cmd_info(args, parser):
     return 0
 
 
-COMMANDS = {"fit": cmd_fit, "evaluate": cmd_evaluate, "make-data": cmd_make_data, "info": cmd_info}
+def cmd_choose_k(args, parser):
+    from .models import get
+    from .selection import K_PARAMETER, choose_k
+
+    spec = get(args.model)
+    if spec.name not in K_PARAMETER:
+        raise CommandError(f"choose-k supports {', '.join(K_PARAMETER)}; got {spec.name}.")
+    params = {}
+    if args.loss is not None:
+        if spec.name != "RFNMF":
+            raise CommandError("--loss is a parameter of RFNMF.")
+        params["loss"] = args.loss
+    if args.n_init is not None:
+        params["n_init"] = args.n_init
+    if args.n_column_clusters is not None:
+        if spec.name != "RFNMTF":
+            raise CommandError("--n-column-clusters is a parameter of RFNMTF.")
+        params["n_column_clusters"] = args.n_column_clusters
+    protected = _protected(args, (args.input, "input"))
+    for path, what in ((args.output, "--output"), (args.plot, "--plot")):
+        if path:
+            _refuse_overlap(path, protected, what)
+            if os.path.exists(path) and not args.overwrite:
+                raise CommandError(f"{what} {path} exists; pass --overwrite to replace it.")
+            _check_writable(os.path.dirname(os.path.abspath(path)), f"{what} directory")
+    z = _open_input(args.input, args.component)
+    estimator = spec.cls(**params)
+    with _connect(args):
+        tic = time.perf_counter()
+        result = choose_k(estimator, z, args.ks, n_seeds=args.n_seeds,
+                          random_state=args.random_state)
+        seconds = time.perf_counter() - tic
+    table = result.to_markdown()
+    print(table)
+    print(f"recommended k = {result.k} ({spec.name}, {args.n_seeds} seeds, {seconds:.1f} s)")
+    if args.output:
+        with open(args.output, "w") as fh:
+            fh.write(f"# choose-k: {spec.name} on {args.input}\n\n{table}\n\n"
+                     f"Recommended k = {result.k}.\n")
+    if args.plot:
+        from .plotting import _pyplot, savefig
+
+        fig = result.plot()
+        savefig(fig, args.plot, title=f"choose-k {spec.name}")
+        _pyplot().close(fig)
+    return 0
+
+
+COMMANDS = {"fit": cmd_fit, "evaluate": cmd_evaluate, "make-data": cmd_make_data, "info": cmd_info,
+            "choose-k": cmd_choose_k}
 
 
 # ---------------------------------------------------------------- signals

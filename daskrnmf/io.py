@@ -1,28 +1,248 @@
-"""Zarr input: open arrays read-only from paths or URLs.
+"""Zarr input: open arrays read-only from paths or URLs; object-store locations.
 
 The estimators accept a ``zarr.Array`` or the path of one wherever they take data;
 :func:`open_array` is what they use to open a path.
+
+A path may also be an fsspec URL (``s3://bucket/data.zarr``, ``gs://…``, ``memory://…``;
+``file://`` is a local path), with ``storage_options`` for its file system (credentials,
+``client_kwargs={"endpoint_url": ...}``, ...).  Arrays are then read by the workers, each
+its own chunks, straight from the object store; the client reads metadata only.  S3 needs
+the ``s3`` extra (``pip install "daskrnmf[s3]"``), other protocols their fsspec package.
+
+Writing to an object store: the commit-marker rule
+--------------------------------------------------
+Object stores have no atomic rename, so a result written to a URL (a saved model, a
+``daskrnmf fit`` output store) is never written in place.  Its location ``URL`` holds:
+
+* ``URL/v-<32 hex digits>/`` — one complete result (a Zarr group), written under a fresh,
+  unique prefix that nothing reads while it is being written;
+* ``URL/daskrnmf-commit.json`` — the pointer ``{"format": "daskrnmf-commit",
+  "current": "v-…"}``, written last, in one PUT (atomic on S3, GCS and Azure): writing it
+  *is* the commit.
+
+Readers (:func:`open_array`, :func:`daskrnmf.load`) trust only the prefix the pointer
+names (:func:`resolve`).  A write interrupted at any moment therefore leaves no readable
+half-result and the previous result (the pointer's old target) intact; after the commit,
+the old version and prefixes abandoned by interrupted writes are deleted.  One writer at
+a time per location.  Local paths keep the write-then-``rename`` rule.  ONMFO checkpoints
+on an object store follow the same rule with their own pointer (``LATEST``), see
+:mod:`daskrnmf._checkpoint`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import uuid
 
 import zarr
 
 from ._typing import PathLike
 
+POINTER = "daskrnmf-commit.json"
+POINTER_FORMAT = "daskrnmf-commit"
+_VERSION_PREFIX = "v-"
 
-def open_array(url: PathLike, component: str | None = None) -> zarr.Array:
+
+# ---------------------------------------------------------------- URLs
+def is_url(path) -> bool:
+    """True for an fsspec URL (``s3://…``, ``memory://…``); ``file://`` is a local path."""
+    return isinstance(path, str) and "://" in path and not path.startswith("file://")
+
+
+def local_path(path: PathLike) -> str:
+    """A local path as a string, without a ``file://`` prefix."""
+    return os.fspath(path).removeprefix("file://")
+
+
+def filesystem(url: str, storage_options: dict | None = None):
+    """``(fs, path)``: the fsspec file system of ``url`` and the path in it."""
+    from fsspec.core import url_to_fs
+
+    with explained(url, "open"):
+        return url_to_fs(url, **(storage_options or {}))
+
+
+def store(url: str, storage_options: dict | None = None, *, read_only: bool):
+    """A ``zarr.storage.FsspecStore`` for ``url``: what the client opens and the workers
+    (the store is pickled into every task) read or write chunks through."""
+    from zarr.storage import FsspecStore
+
+    with explained(url, "open"):
+        return FsspecStore.from_url(url, storage_options=dict(storage_options or {}),
+                                    read_only=read_only)
+
+
+def zarr_target(path: PathLike, storage_options: dict | None = None, *, read_only: bool):
+    """What ``zarr.open*`` takes for ``path``: a local path as is, a URL as a store."""
+    if is_url(path):
+        return store(path, storage_options, read_only=read_only)
+    return local_path(path)
+
+
+@contextlib.contextmanager
+def explained(url, action="read"):
+    """Errors of a file system turned into one clear line naming ``url``: wrong or
+    missing credentials (PermissionError), a missing bucket or container
+    (FileNotFoundError), an fsspec protocol whose package is not installed
+    (ImportError), an unreachable endpoint (ConnectionError); never a raw
+    botocore/aiohttp traceback."""
+    try:
+        yield
+    except Exception as exc:
+        clear = _explained_error(exc, url, action)
+        if clear is None:
+            raise
+        raise clear from None
+
+
+def _explained_error(exc, url, action):
+    """The clear error for ``exc`` (None: leave it as it is)."""
+    module = (type(exc).__module__ or "").split(".")[0]
+    if module == "zarr":
+        return None                        # zarr's own errors (no array there, ...)
+    if isinstance(exc, PermissionError):
+        return PermissionError(
+            f"Access to {url} was denied ({_detail(exc)}) when trying to {action} it: check "
+            "the credentials in storage_options (e.g. 'key' and 'secret', 'token' or "
+            f"'profile') and that they are allowed to {action} it.")
+    if isinstance(exc, FileNotFoundError):
+        return FileNotFoundError(f"{url} cannot be reached: {_detail(exc)} (a missing bucket "
+                                 "or container?).")
+    if isinstance(exc, ImportError):
+        protocol = str(url).split("://", 1)[0]
+        hint = ' (pip install "daskrnmf[s3]")' if protocol in ("s3", "s3a") else ""
+        return ImportError(f"{url}: the file system of {protocol}:// needs a package that "
+                           f"is not installed: {exc}{hint}.")
+    if module in ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "google") \
+            or isinstance(exc, (OSError, TimeoutError)):
+        return ConnectionError(f"Cannot {action} {url}: {type(exc).__name__}: {_detail(exc)}")
+    return None
+
+
+def _detail(exc):
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) < 300 else text[:297] + "..."
+
+
+# ---------------------------------------------------------------- committed locations
+def _join(url: str, name: str) -> str:
+    return url.rstrip("/") + "/" + name
+
+
+def read_pointer(url: str, storage_options: dict | None = None) -> str | None:
+    """The version named by the commit pointer at ``url`` (``"v-…"``), or None when
+    ``url`` is no committed location."""
+    fs, path = filesystem(url, storage_options)
+    with explained(url, "read"):
+        try:
+            raw = fs.cat_file(_join(path, POINTER))
+        except FileNotFoundError:
+            return None
+    try:
+        meta = json.loads(raw)
+        current = meta["current"]
+        ok = meta.get("format") == POINTER_FORMAT and isinstance(current, str) \
+            and current.startswith(_VERSION_PREFIX) and "/" not in current
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise ValueError(f"The commit pointer {_join(url, POINTER)} is damaged: "
+                         f"{raw[:60]!r}.")
+    return current
+
+
+def resolve(url: str, storage_options: dict | None = None) -> str:
+    """The URL to read for ``url``: itself, or, when ``url`` or one of its parents is a
+    committed location (see the module's commit-marker rule), the same path inside the
+    version its pointer names.  Local paths are returned unchanged."""
+    if not is_url(url):
+        return url
+    protocol, rest = url.split("://", 1)
+    parts = rest.rstrip("/").split("/")
+    for i in range(len(parts), 0, -1):
+        base = protocol + "://" + "/".join(parts[:i])
+        try:
+            current = read_pointer(base, storage_options)
+        except PermissionError:       # e.g. no right to list or read that level
+            continue
+        if current is not None:
+            return "/".join([base, current] + parts[i:])
+    return url
+
+
+def location_exists(url: str, storage_options: dict | None = None) -> bool:
+    """True when anything (a committed result or other objects) is at ``url``."""
+    fs, path = filesystem(url, storage_options)
+    with explained(url, "read"):
+        return bool(fs.exists(path)) or bool(fs.exists(_join(path, POINTER)))
+
+
+def check_writable(url: str, storage_options: dict | None = None, what: str = "output"):
+    """Write and delete a probe object under ``url``: wrong credentials, a missing bucket
+    or a read-only location fail here, before any work, and leave nothing behind."""
+    fs, path = filesystem(url, storage_options)
+    probe = _join(path, f".daskrnmf-probe-{uuid.uuid4().hex}")
+    with explained(f"{what} {url}", "write"):
+        fs.pipe_file(probe, b"")
+        fs.rm_file(probe)
+
+
+def new_version(url: str) -> str:
+    """A fresh, unique version prefix under the location ``url`` (not yet committed)."""
+    return _join(url, f"{_VERSION_PREFIX}{uuid.uuid4().hex}")
+
+
+def commit(url: str, version: str, storage_options: dict | None = None, *,
+           overwrite: bool = False) -> None:
+    """Make the complete result at ``version`` (from :func:`new_version`) the one at the
+    location ``url``: one PUT of the pointer, then the previous version, prefixes left by
+    interrupted writes and (``overwrite``) anything else at ``url`` are deleted."""
+    name = version.rstrip("/").rsplit("/", 1)[1]
+    fs, path = filesystem(url, storage_options)
+    if not overwrite and read_pointer(url, storage_options) is not None:
+        raise FileExistsError(f"{url} exists; pass overwrite=True to replace it.")
+    body = json.dumps({"format": POINTER_FORMAT, "current": name}).encode()
+    with explained(url, "write"):
+        fs.pipe_file(_join(path, POINTER), body)        # the commit
+    with contextlib.suppress(Exception):                 # garbage: best effort
+        fs.invalidate_cache(path)
+        for entry in fs.ls(path, detail=False):
+            base = entry.rstrip("/").rsplit("/", 1)[-1]
+            if base in (POINTER, name):
+                continue
+            if overwrite or base.startswith(_VERSION_PREFIX):
+                fs.rm(entry, recursive=True)
+
+
+def discard(version: str, storage_options: dict | None = None) -> None:
+    """Delete an uncommitted version prefix (an interrupted or failed write); a version
+    its location's pointer names is kept."""
+    location, name = version.rstrip("/").rsplit("/", 1)
+    with contextlib.suppress(Exception):
+        if read_pointer(location, storage_options) == name:
+            return
+        fs, path = filesystem(version, storage_options)
+        fs.rm(path, recursive=True)
+
+
+def open_array(url: PathLike, component: str | None = None, *,
+               storage_options: dict | None = None) -> zarr.Array:
     """Open a Zarr array read-only, with an informative error for anything else.
 
     Parameters
     ----------
     url : str or os.PathLike
-        Path or URL of a Zarr store, or of an array inside one.
+        Path or fsspec URL (``s3://bucket/data.zarr``) of a Zarr store, or of an array
+        inside one.  A URL that is (or is inside) a location written by daskrnmf on an
+        object store is read from the version its commit pointer names.
     component : str, default=None
         Path of the array inside the store, for an array inside a group; None opens
         the store's root, which must then be an array.
+    storage_options : dict, default=None
+        Options of the URL's fsspec file system (credentials, endpoint, ...); ignored
+        for local paths.  The array keeps them: the workers read its chunks with them.
 
     Returns
     -------
@@ -35,6 +255,8 @@ def open_array(url: PathLike, component: str | None = None) -> zarr.Array:
     ValueError
         If nothing is at ``url`` (and ``component``), if it is not a readable Zarr
         array, or if it is a group (the message lists the group's arrays).
+    PermissionError
+        For a URL whose credentials are wrong or missing (the message names the URL).
 
     Examples
     --------
@@ -56,8 +278,13 @@ def open_array(url: PathLike, component: str | None = None) -> zarr.Array:
     url = os.fspath(url)
     where = url if component is None else f"{url} (component {component!r})"
     try:
-        node = zarr.open(store=url, path=component or "", mode="r")
+        node = _open_node(url, component, storage_options)
+    except (PermissionError, ImportError, ConnectionError):
+        raise
     except (FileNotFoundError, zarr.errors.NodeNotFoundError) as exc:
+        if is_url(url):
+            missing = _missing_bucket(url, storage_options)
+            exc = missing or "nothing there"
         raise ValueError(f"No Zarr array at {where} ({exc}). Pass the path of a Zarr array, or a "
                          "store plus component=... for an array inside a group.") from None
     except Exception as exc:  # zarr raises assorted errors for paths that are not Zarr
@@ -67,3 +294,35 @@ def open_array(url: PathLike, component: str | None = None) -> zarr.Array:
         raise ValueError(f"{url} is a Zarr group, not an array; pass component=... naming one of "
                          f"its arrays: {names}.")
     return node
+
+
+def _open_node(url, component, storage_options):
+    """The Zarr node at ``url`` (``component`` inside it), read-only; a URL is read
+    directly, else from the version its (or a parent's) commit pointer names."""
+    if not is_url(url):
+        return zarr.open(store=url, path=component or "", mode="r")
+    with explained(url, "read"):
+        try:
+            return zarr.open(store=store(url, storage_options, read_only=True),
+                             path=component or "", mode="r")
+        except (FileNotFoundError, zarr.errors.NodeNotFoundError):
+            target = resolve(url, storage_options)
+            if target == url:
+                raise
+        return zarr.open(store=store(target, storage_options, read_only=True),
+                         path=component or "", mode="r")
+
+
+def _missing_bucket(url, storage_options):
+    """"the bucket B does not exist" when that is why nothing is at ``url`` (zarr reads
+    a missing bucket as a missing key), else None."""
+    try:
+        fs, path = filesystem(url, storage_options)
+        if not hasattr(fs, "split_path"):      # file systems without buckets
+            return None
+        bucket = fs.split_path(path)[0]
+        if bucket and not fs.exists(bucket):
+            return f"the bucket {bucket!r} does not exist, or these credentials cannot see it"
+    except Exception:
+        return None
+    return None
