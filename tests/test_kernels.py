@@ -177,3 +177,19 @@ def test_prototypes_and_tie_tolerant_argmin(rng):
     np.testing.assert_array_equal(argmin_ties_low(cost), [1, 2])  # near-ties: lowest index
     generic = rng.normal(size=(50, 6))  # no near-ties: the plain argmin
     np.testing.assert_array_equal(argmin_ties_low(generic), generic.argmin(axis=1))
+
+
+def test_group_medians_match_numpy_fuzz():
+    from daskrnmf.kernels.median import group_medians
+
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        n, d, G = int(rng.integers(1, 60)), int(rng.integers(1, 5)), int(rng.integers(1, 6))
+        X = rng.integers(-3, 4, size=(n, d)).astype(float) if trial % 2 else rng.normal(size=(n, d))
+        g = rng.integers(0, G, n)
+        order = np.argsort(g, kind="stable")
+        out = np.full((G, d), np.nan)
+        group_medians(np.ascontiguousarray(X.T), order, np.cumsum(np.bincount(g, minlength=G)), out)
+        for c in range(G):
+            want = np.median(X[g == c], axis=0) if (g == c).any() else np.full(d, np.nan)
+            np.testing.assert_array_equal(out[c], want)

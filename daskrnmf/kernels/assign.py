@@ -16,9 +16,16 @@ def _nearest(X, C, l1, labels, dist):
     R, k, _ = C.shape
     for i in range(n):
         for r in range(R):
+            # the previous row's centre first (rows often come grouped): a tight bound
+            # early makes the other centres' sums stop early; the argmin, ties to the
+            # lowest index, and the winner's full sum do not depend on that order
+            guess = labels[i - 1, r] if i > 0 else 0
             best = np.inf
-            arg = 0
-            for c in range(k):
+            arg = -1
+            for step in range(k + 1):
+                c = guess if step == 0 else step - 1
+                if step > 0 and c == guess:
+                    continue
                 s = 0.0
                 j = 0
                 while j < d:
@@ -31,9 +38,9 @@ def _nearest(X, C, l1, labels, dist):
                             t = X[i, jj] - C[r, c, jj]
                             s += t * t
                     j = stop
-                    if s >= best:  # early abandon: cannot become the strict minimum
+                    if s > best:  # early abandon: cannot become the minimum
                         break
-                if s < best:
+                if s < best or (s == best and c < arg):
                     best = s
                     arg = c
             labels[i, r] = arg
@@ -73,9 +80,62 @@ def nearest(X, centers, metric):
     C = np.ascontiguousarray(centers, dtype=np.float64)
     labels = np.empty((X.shape[0], C.shape[0]), dtype=np.int32)
     dist = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
-    if X.shape[0]:
+    if not X.shape[0]:
+        return labels, dist
+    if metric == "l2" and X.shape[1] >= GEMM_MIN_FEATURES and C.shape[1] > 1:
+        _nearest_l2_certified(X, C, labels, dist)
+    else:
         _nearest(X, C, metric == "l1", labels, dist)
     return labels, dist
+
+
+# L2 assignment by one matrix product when there are at least this many features
+GEMM_MIN_FEATURES = 16
+
+
+def _nearest_l2_certified(X, C, labels, dist):
+    """L2 labels from ``||x||^2 + ||c||^2 - 2 x.c`` (one GEMM), kept only where the gap
+    between the two nearest centres exceeds a bound on the rounding error of both that
+    product and the exact loop (``4 (d + 2) eps (||x|| + max ||c||)^2``); the other rows,
+    and ties, are decided by the exact loop.  So the labels are those of :func:`_nearest`
+    (ties to the lowest index) whatever the block, and the distances are computed
+    exactly, row by row, for the chosen centres."""
+    n, d = X.shape
+    R, k, _ = C.shape
+    Cf = C.reshape(R * k, d)
+    xx = np.einsum("ij,ij->i", X, X)
+    cc = np.einsum("ij,ij->i", Cf, Cf)
+    D = X @ Cf.T
+    D *= -2.0
+    D += xx[:, None]
+    D += cc[None, :]
+    D = D.reshape(n, R, k)
+    labels[:] = np.argmin(D, axis=2)
+    two = np.partition(D, 1, axis=2)
+    cmax = np.sqrt(cc.reshape(R, k).max(axis=1))
+    bound = 4.0 * (d + 2) * np.finfo(np.float64).eps * (np.sqrt(xx)[:, None] + cmax[None, :]) ** 2
+    unsure = np.flatnonzero(((two[:, :, 1] - two[:, :, 0]) <= bound).any(axis=1))
+    if unsure.size:
+        sub_labels = np.empty((unsure.size, R), dtype=np.int32)
+        sub_dist = np.empty((unsure.size, R))
+        _nearest(np.ascontiguousarray(X[unsure]), C, False, sub_labels, sub_dist)
+        labels[unsure] = sub_labels
+    _distance_to(X, C, labels, dist)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _distance_to(X, C, labels, dist):
+    """dist[i, r] = ||x_i - C[r, labels[i, r]]||_2, row by row."""
+    n, d = X.shape
+    R = C.shape[0]
+    for i in range(n):
+        for r in range(R):
+            c = labels[i, r]
+            s = 0.0
+            for j in range(d):
+                t = X[i, j] - C[r, c, j]
+                s += t * t
+            dist[i, r] = np.sqrt(s)
 
 
 def distances(X, centers, metric):

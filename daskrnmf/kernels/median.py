@@ -208,3 +208,83 @@ def select_collected(keys, vals, n_entries, entries, rank_lo, rank_hi):
         _select_collected(keys, vals, n_entries, np.asarray(entries, np.int64),
                           np.asarray(rank_lo, np.int64), np.asarray(rank_hi, np.int64), out)
     return out
+
+
+def group_medians(Xt, order, ends, out):
+    """Exact medians of groups of rows, in memory, by selection.
+
+    Parameters
+    ----------
+    Xt : ndarray (n_features, n) float64, C-contiguous: X transposed
+    order : ndarray of int (n,), the rows sorted by group
+    ends : ndarray of int (n_groups,), cumulative group sizes
+    out : ndarray (n_groups, n_features), filled where a group is not empty
+
+    The median of m values is :func:`numpy.median`'s: the middle value, or the mean of
+    the two middle values (``(a + b) / 2``) when m is even.
+    """
+    _group_medians(Xt, np.asarray(order, dtype=np.int64), np.asarray(ends, dtype=np.int64), out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _group_medians(Xt, order, ends, out):
+    d = Xt.shape[0]
+    G = ends.shape[0]
+    m_max = 0
+    for g in range(G):
+        m = ends[g] - (ends[g - 1] if g else 0)
+        m_max = max(m_max, m)
+    buf = np.empty(max(m_max, 1))
+    for g in range(G):
+        a = ends[g - 1] if g else 0
+        m = ends[g] - a
+        if m == 0:
+            continue
+        h = (m - 1) // 2
+        for j in range(d):
+            row = Xt[j]
+            for t in range(m):
+                buf[t] = row[order[a + t]]
+            lo = _select(buf, m, h)
+            if m % 2:
+                out[g, j] = lo
+            else:                       # the next order statistic: min of the upper part
+                hi = buf[h + 1]
+                for t in range(h + 2, m):
+                    if buf[t] < hi:
+                        hi = buf[t]
+                out[g, j] = (lo + hi) / 2.0
+
+
+@njit(cache=True, nogil=True)
+def _select(a, m, kth):
+    """Hoare's quickselect on a[:m]: a[kth] becomes the kth smallest, the values below
+    it in a[:kth] and the values above it in a[kth + 1:m]; returns a[kth]."""
+    lo, hi = 0, m - 1
+    while hi > lo:
+        mid = (lo + hi) // 2            # median of three as the pivot
+        if a[mid] < a[lo]:
+            a[mid], a[lo] = a[lo], a[mid]
+        if a[hi] < a[lo]:
+            a[hi], a[lo] = a[lo], a[hi]
+        if a[hi] < a[mid]:
+            a[hi], a[mid] = a[mid], a[hi]
+        pivot = a[mid]
+        i, j = lo, hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while a[j] > pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if kth <= j:
+            hi = j
+        elif kth >= i:
+            lo = i
+        else:
+            break
+    return a[kth]

@@ -22,6 +22,7 @@ from .._blocks import RowBlocks
 from .._driver import iterate
 from .._typing import Array, Data
 from ..kernels.assign import distances, nearest, seed_potentials, seed_update
+from ..kernels.median import group_medians
 from ..kernels.blocks import sum_arrays
 from ..kernels.median import merge_median_round
 from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, AssignSpec, MedianSearch, assign_chunk,
@@ -151,7 +152,7 @@ class CentroidFit:
             size = seed_sample_size(self.blocks.shape[0], self.d, self.k)
             S, _ = sample_rows(self.blocks, size, SAMPLE_SEED, SAMPLE_STREAM)
         return np.stack([robust_kmedians_pp(S, self.k, np.random.default_rng([self.seed, r]),
-                                            self.metric, power=2)
+                                            "l2", power=2)
                          for r in range(self.R)])
 
     # -- one iteration
@@ -275,6 +276,8 @@ def robust_kmedians_pp(X, k, gen, metric="l1", *, power=2, n_trials=None,
     k : int
     gen : numpy.random.Generator
     metric : {"l1", "l2"}
+        RFNMF seeds every loss in "l2" (one matrix product per step; for the L1 model it
+        found the planted clusters as often as L1 seeding, at a fraction of the cost).
     power : {1, 2}
         Exponent of the sampling weights and the potential: 2 (k-means++) unless given;
         the L1 model uses it too (it found the true clusters more often than D^1).
@@ -286,11 +289,31 @@ def robust_kmedians_pp(X, k, gen, metric="l1", *, power=2, n_trials=None,
     X = np.ascontiguousarray(X, dtype=np.float64)
     n = X.shape[0]
     n_trials = n_trials or 4 * (2 + int(np.log(k)))
+    if metric == "l2":      # candidates' distances by one matrix product (X is fixed)
+        xx = np.einsum("ij,ij->i", X, X)
+
+        def potentials(cand, mind, tau):
+            D = np.sqrt(np.maximum(xx[:, None] + xx[cand][None] - 2.0 * (X @ X[cand].T), 0.0))
+            return (np.minimum(D, np.minimum(mind, tau)[:, None]) ** power).sum(axis=0), D
+
+        def update(best, mind, D, t):
+            np.minimum(mind, D[:, t], out=mind)
+    else:
+        def potentials(cand, mind, tau):
+            return seed_potentials(X, cand, mind, tau, metric, power), None
+
+        def update(best, mind, D, t):
+            seed_update(X, best, mind, metric)
+
     cand = gen.choice(n, size=min(n_trials, n), replace=False)
     mind = np.full(n, np.inf)
-    best = int(cand[np.argmin(seed_potentials(X, cand, mind, np.inf, metric, power))])
-    chosen = [best]
-    seed_update(X, best, mind, metric)
+    pot, D = potentials(cand, mind, np.inf)
+    t = int(np.argmin(pot))
+    chosen = [int(cand[t])]
+    if D is not None:
+        mind[:] = D[:, t]
+    else:
+        update(chosen[0], mind, D, t)
     for _ in range(1, k):
         tau = float(np.quantile(mind, clip_quantile))
         w = np.minimum(mind, tau) ** power
@@ -298,10 +321,10 @@ def robust_kmedians_pp(X, k, gen, metric="l1", *, power=2, n_trials=None,
             w = (mind > 0).astype(np.float64)
         total = w.sum()
         cand = gen.choice(n, size=n_trials, p=w / total if total > 0 else None)
-        pot = seed_potentials(X, cand, mind, tau if tau > 0 else np.inf, metric, power)
-        best = int(cand[np.argmin(pot)])
-        chosen.append(best)
-        seed_update(X, best, mind, metric)
+        pot, D = potentials(cand, mind, tau if tau > 0 else np.inf)
+        t = int(np.argmin(pot))
+        chosen.append(int(cand[t]))
+        update(chosen[-1], mind, D, t)
     return X[chosen].copy()
 
 
@@ -322,14 +345,12 @@ def cluster_medians(X, labels, k):
     n, d = X.shape
     R = labels.shape[1]
     out = np.full((R, k, d), np.nan)
+    Xt = np.ascontiguousarray(np.asarray(X, dtype=np.float64).T)   # a feature per row
     for r in range(R):
-        order = np.argsort(labels[:, r], kind="stable")
-        Xs = np.asarray(X[order], dtype=np.float64)
-        ends = np.cumsum(np.bincount(labels[:, r], minlength=k))
-        for c in range(k):
-            a, b = (ends[c - 1] if c else 0), ends[c]
-            if b > a:
-                out[r, c] = np.median(Xs[a:b], axis=0)
+        lab = np.ascontiguousarray(labels[:, r], dtype=np.int64)
+        order = np.argsort(lab, kind="stable")
+        ends = np.cumsum(np.bincount(lab, minlength=k))
+        group_medians(Xt, order, ends, out[r])
     return out
 
 

@@ -46,9 +46,10 @@ class RFNMF(ClusterBase):
         refinement of initial points, ICML 1998).
     init : {"k-medians++", "random"} or ndarray (n_clusters, n_features), default="k-medians++"
         ``"random"`` is the paper's: a random indicator G, then one F step.
-        ``"k-medians++"``: greedy k-means++-style seeding in the model's distance (D^2
-        sampling, the best of ``4 (2 + log k)`` candidates per centre) with the distances
-        clipped at their 90 % quantile, so that gross outliers are not taken as centres;
+        ``"k-medians++"``: greedy k-means++-style seeding (Euclidean D^2 sampling for
+        every loss, the best of ``4 (2 + log k)`` candidates per centre, distances by one
+        matrix product) with the distances clipped at their 90 % quantile, so that gross
+        outliers are not taken as centres;
         run in memory on a uniform sample of X drawn in the fit's first pass (10 000
         rows, or 100 per cluster; all of X when smaller): no pass of its own (see
         :func:`daskrnmf.models._clustering.robust_kmedians_pp`).
