@@ -180,3 +180,12 @@ def test_the_local_config_comment_tells_what_it_asks_for():
     assert f"{parse_bytes(limit) // 2**30} GiB each" in comment
     total = n * parse_bytes(limit)
     assert f"{total // 2**30} GiB in all" in comment and total < 24e9   # 2 cores, 24 GB
+
+
+def test_object_store_example_fits_saves_and_loads(capsys):
+    import runpy
+
+    runpy.run_path(os.path.join(EXAMPLES, "object_store.py"), run_name="example")["main"]()
+    out = capsys.readouterr().out
+    assert "/blobs.zarr: ACC 1.000" in out
+    assert "same predictions True" in out
