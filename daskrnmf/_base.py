@@ -14,7 +14,14 @@ model's own maths:
 * the fit template: validate → first pass (finiteness, per-feature range) → seed →
   the model's problem → the one iteration driver (:mod:`daskrnmf._driver`) → fitted
   attributes, cast to X's float dtype;
-* tags (non-negative input, no NaN, no sparse input, float32 preserved).
+* tags (non-negative input, no NaN unless ``missing="mask"``, no sparse input, float32
+  preserved);
+* missing values: a model whose maths allows them sets ``_supports_missing = True`` and
+  adds the parameter ``missing`` (``"raise"``, the default, or ``"mask"``; constraint
+  :data:`daskrnmf._validation.MISSING`).  With ``"mask"`` the checks here let NaN through
+  (inf stays an error), the first pass counts each feature's observed entries
+  (``stats["observed"]``, ``stats["nan"]``) and the model's kernels mask each block as
+  they read it (:mod:`daskrnmf.kernels.missing`, which documents what every model does).
 
 A model supplies its constraint additions, ``_fit_blocks`` (its initial state and
 ``step``, run through :meth:`BaseModel._run`) and its fitted attributes.
@@ -70,6 +77,9 @@ class BaseModel(BaseEstimator):
     _first_pass = True
     _fitted_attribute = "components_"
     _saved_private = ("_fit_dtype",)
+    # the model has the parameter ``missing`` ("raise" | "mask"): NaN entries may be
+    # treated as missing values (see daskrnmf.kernels.missing)
+    _supports_missing = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -107,6 +117,15 @@ class BaseModel(BaseEstimator):
     def _name(self):
         return type(self).__name__
 
+    @property
+    def _allow_nan(self):
+        """NaN entries of X are missing values (``missing="mask"``), not an error."""
+        return self._supports_missing and getattr(self, "missing", "raise") == "mask"
+
+    def _nan_hint(self):
+        """What a NaN error adds for a model that could mask them instead."""
+        return v.MASK_HINT if self._supports_missing else ""
+
     # ------------------------------------------------------------ input
     def _validate_data(self, X, *, reset, method="fit"):
         """X as a float NumPy array or a row-chunked Dask array, checked and counted.
@@ -119,7 +138,7 @@ class BaseModel(BaseEstimator):
         ``feature_names_in_``); otherwise the feature count must match the fit's.
         """
         if _is_lazy(X):
-            X = v.check_array(X, estimator_name=self._name)
+            X = v.check_array(X, estimator_name=self._name, allow_nan=self._allow_nan)
             if reset:
                 self.n_features_in_ = int(X.shape[1])
                 if hasattr(self, "feature_names_in_"):
@@ -131,11 +150,20 @@ class BaseModel(BaseEstimator):
         X = validate_data(self, X, reset=reset, dtype=list(FLOAT_DTYPES), accept_sparse=False,
                           ensure_all_finite=False)
         where = f"X passed to {self._name}" + ("" if method == "fit" else f".{method}")
-        v.check_finite_count(X.size - int(np.count_nonzero(np.isfinite(X))), where)
+        n_nan, n_inf = v.count_nonfinite(X)
+        v.check_missing_count(n_nan, n_inf, where, allow_nan=self._allow_nan,
+                              hint=self._nan_hint())
+        if method == "fit" and X.size and n_nan == X.size:
+            raise ValueError(f"{where} has no observed (non-NaN) value.")
         if method == "fit" and X.size:
-            _check_magnitude(float(np.max(np.abs(X))), self._name)
+            # fmax/fmin skip the NaN entries of missing="mask"
+            _check_magnitude(float(np.fmax.reduce(np.abs(X), axis=None)) if n_nan
+                             else float(np.max(np.abs(X))), self._name)
         if self._non_negative:
-            low = float(X.min(initial=0.0))
+            if n_nan:
+                low = 0.0 if n_nan == X.size else min(float(np.fmin.reduce(X, axis=None)), 0.0)
+            else:
+                low = float(X.min(initial=0.0))
             if low < 0:
                 raise ValueError(f"Negative values in data passed to {self._name} (input X, "
                                  f"min {low:g}); it factorizes non-negative data only.")
@@ -146,8 +174,19 @@ class BaseModel(BaseEstimator):
         input could not have before (NaN/inf; negatives for non-negative models)."""
         from .reductions import checked_blocks
 
-        blocks, stats = checked_blocks(X, f"X passed to {self._name}",
-                                       sample_size=self._sample_size(X))
+        where = f"X passed to {self._name}"
+        if self._allow_nan:
+            blocks, stats = _masked_blocks(X, where, self._sample_size(X))
+        else:
+            try:
+                blocks, stats = checked_blocks(X, where, sample_size=self._sample_size(X))
+            except ValueError as exc:
+                hint = self._nan_hint()
+                if hint and "NaN or infinite" in str(exc):
+                    raise ValueError(str(exc) + hint) from None
+                raise
+        if not np.isfinite(stats["min"]).any():     # every entry missing
+            raise ValueError(f"{where} has no observed (non-NaN) value.")
         low = float(np.min(stats["min"]))
         _check_magnitude(max(abs(low), abs(float(np.max(stats["max"])))), self._name)
         if self._non_negative and low < 0:
@@ -172,7 +211,7 @@ class BaseModel(BaseEstimator):
         if isinstance(X, np.ndarray):
             out = [fn(X[s:s + 65536], *args, **kwargs) for s in range(0, X.shape[0], 65536)]
             return np.concatenate(out).astype(dtype, copy=False)
-        check = (f"X passed to {self._name}", self._non_negative)
+        check = (f"X passed to {self._name}", self._non_negative, self._allow_nan)
         if width is None:
             return X.map_blocks(checked_apply, fn, check, dtype, *args, drop_axis=1,
                                 dtype=dtype, meta=np.empty((0,), dtype), **kwargs)
@@ -333,7 +372,7 @@ class BaseModel(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.positive_only = self._non_negative
-        tags.input_tags.allow_nan = False
+        tags.input_tags.allow_nan = self._allow_nan
         tags.input_tags.sparse = False
         return float_tags(tags)
 
@@ -403,6 +442,27 @@ class FactorizationMixin(ClassNamePrefixFeaturesOutMixin, TransformerMixin):
 
     def __sklearn_tags__(self):
         return float_tags(super().__sklearn_tags__())
+
+
+def _masked_blocks(X, where, sample_size=0):
+    """Row blocks of X and its first-pass statistics for ``missing="mask"``: those of
+    :func:`daskrnmf.reductions.checked_blocks`, with NaN allowed (inf refused) and each
+    feature's count of observed entries (``stats["observed"]`` (d,), ``stats["nan"]``)."""
+    import functools
+
+    from ._blocks import RowBlocks
+    from .kernels.missing import stats_chunk, stats_combine
+    from .reductions import _order_sample
+
+    blocks = RowBlocks(X)
+    size = int(min(sample_size, blocks.shape[0]))
+    stats = blocks.map_reduce(stats_chunk, functools.partial(stats_combine, sample_size=size),
+                              args=(size,), name="feature stats (missing='mask')"
+                              + (" + row sample" if size else ""))
+    stats = _order_sample(stats)
+    v.check_missing_count(stats["nan"], stats["nonfinite"] - stats["nan"], where,
+                          allow_nan=True)
+    return blocks, stats
 
 
 def _check_magnitude(top, name):

@@ -141,9 +141,15 @@ def upcoming(order, n_batches, n_passes, pass_index, position, count):
 
 
 def piece_sum(block, start=0):
-    """Sum and count of one piece's entries (run where the piece lives)."""
+    """Sum and count of one piece's entries (run where the piece lives); NaN entries
+    (missing values, ``missing="mask"``; the solve checks the piece) are left out of
+    both."""
     x = as_float_block(block)
-    return float(x.sum()), x.size
+    total = float(x.sum())
+    if np.isnan(total):
+        miss = np.isnan(x)
+        return float(np.where(miss, 0.0, x).sum()), int(x.size - miss.sum())
+    return total, x.size
 
 
 def _on_piece(chunk, lo, hi, start, fn, *args, rows=None):

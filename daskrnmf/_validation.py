@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .kernels.missing import MASK_HINT  # noqa: F401  (the NaN error's hint, re-exported)
+
 ACCEPTED_INPUT = ("a NumPy array, a dask array, a zarr.Array, or a path/URL to a Zarr array "
                   "(daskrnmf.io.open_array(path, component=...) for an array inside a group)")
 
@@ -92,6 +94,19 @@ class RandomState:
 
 RANDOM_STATE = RandomState()
 
+# ---------------------------------------------------------------- missing values
+#: The constraint of the ``missing`` parameter that models accepting missing values add to
+#: their ``_parameter_constraints`` (and set ``_supports_missing = True``):
+#:
+#: * ``"raise"`` (every model's default): NaN in X is a ValueError, as for a model
+#:   without the parameter; nothing changes silently.
+#: * ``"mask"``: NaN entries are *missing*: each model's loss, updates and statistics
+#:   run over the observed entries only (a mask ``~isnan(x)`` made per row block on the
+#:   worker that holds it, never stored for all of X); ``inf`` is still an error.  The
+#:   estimator's ``allow_nan`` tag is then True.  See :mod:`daskrnmf.kernels.missing`
+#:   for what every model does with the mask.
+MISSING = Options(("mask", "raise"))
+
 
 @dataclass(frozen=True)
 class CallableOrNone:
@@ -162,7 +177,7 @@ def using_storage_options(options):
         _STORAGE_OPTIONS.reset(token)
 
 
-def check_array(X, *, estimator_name, input_name="X", storage_options=None):
+def check_array(X, *, estimator_name, input_name="X", storage_options=None, allow_nan=False):
     """Validate X and return it as a NumPy array or a row-chunked Dask array.
 
     Accepted: a NumPy array, a Dask array chunked along rows only, a ``zarr.Array`` or a
@@ -170,6 +185,7 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None):
     by default the running fit's, and read by the workers in parallel).  Checks
     dimensionality, emptiness and dtype; for NumPy input also finiteness (Dask input is
     checked for NaN/inf during the first pass over it, see :func:`check_finite_count`).
+    ``allow_nan``: NaN entries are missing values (``missing="mask"``), only inf is refused.
     """
     import dask.array as da
     import zarr
@@ -185,8 +201,8 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None):
         X = _zarr_to_dask(X, where)
     if isinstance(X, np.ndarray):
         _check_shape_dtype(X, where)
-        bad = X.size - int(np.count_nonzero(np.isfinite(X)))
-        check_finite_count(bad, where)
+        n_nan, n_inf = count_nonfinite(X)
+        check_missing_count(n_nan, n_inf, where, allow_nan=allow_nan)
         return X
     if isinstance(X, da.Array):
         _check_shape_dtype(X, where)
@@ -200,6 +216,18 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None):
         return X
     raise TypeError(f"{where} must be {ACCEPTED_INPUT}; got an object of type "
                     f"{type(X).__module__}.{type(X).__qualname__}.")
+
+
+def count_nonfinite(X):
+    """``(number of NaN, number of +-inf)`` in a NumPy array (0, 0 for integers)."""
+    X = np.asarray(X)
+    if X.dtype.kind not in "fc":
+        return 0, 0
+    bad = X.size - int(np.count_nonzero(np.isfinite(X)))
+    if not bad:
+        return 0, 0
+    n_nan = int(np.count_nonzero(np.isnan(X)))
+    return n_nan, bad - n_nan
 
 
 def _check_shape_dtype(X, where):
@@ -216,11 +244,26 @@ def _check_shape_dtype(X, where):
                         f"dtype {X.dtype}. Convert it, e.g. X.astype('float64').")
 
 
-def check_finite_count(n_bad, where):
-    """Raise if ``n_bad`` (NaN or infinite values found) is non-zero."""
+def check_finite_count(n_bad, where, hint=""):
+    """Raise if ``n_bad`` (NaN or infinite values found) is non-zero (``hint`` is appended
+    to the message, e.g. :data:`MASK_HINT`)."""
     if n_bad:
         raise ValueError(f"{where} contains {n_bad} NaN or infinite value(s); remove or impute "
-                         "them before fitting.")
+                         f"them before fitting.{hint}")
+
+
+
+
+def check_missing_count(n_nan, n_inf, where, *, allow_nan, hint=""):
+    """The finiteness check of X with the ``missing`` policy: with ``allow_nan`` (``missing=
+    "mask"``) NaN entries are missing values and only infinite ones are an error;
+    otherwise both are (:func:`check_finite_count`)."""
+    if not allow_nan:
+        check_finite_count(n_nan + n_inf, where, hint)
+    elif n_inf:
+        raise ValueError(f"{where} contains {n_inf} infinite value(s); with missing='mask' NaN "
+                         "entries are missing values, but infinite values are not allowed. "
+                         "Replace them (e.g. by NaN) before fitting.")
 
 
 def _zarr_to_dask(z, where):

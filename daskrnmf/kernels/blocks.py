@@ -26,17 +26,27 @@ def sum_dicts(parts):
 MAX_ABS = 1e60
 
 
-def check_values(x, where, *, non_negative, rows=""):
+def check_values(x, where, *, non_negative, rows="", allow_nan=False, hint=""):
     """The value checks of in-memory input, on one block (run on the worker holding it):
     finite, non-negative where the model needs it, below :data:`MAX_ABS`.  ``rows`` names
-    the block's rows in the messages (e.g. ``" in rows 0..99"``)."""
+    the block's rows in the messages (e.g. ``" in rows 0..99"``).  ``allow_nan``
+    (``missing="mask"``): NaN entries are missing values, not an error (inf still is);
+    the other checks apply to the observed entries.  ``hint`` ends the NaN message."""
     bad = x.size - int(np.count_nonzero(np.isfinite(x)))
-    if bad:
+    n_nan = int(np.count_nonzero(np.isnan(x))) if bad and allow_nan else 0
+    if bad - n_nan:
+        if allow_nan:
+            raise ValueError(f"Input X contains infinity: {where} has {bad - n_nan} infinite "
+                             f"value(s){rows}; with missing='mask' NaN entries are missing "
+                             "values, but infinite values are not allowed.")
         raise ValueError(f"Input X contains NaN or infinity: {where} has {bad} NaN or infinite "
-                         f"value(s){rows}; remove or impute them before fitting.")
-    if not x.size:
+                         f"value(s){rows}; remove or impute them before fitting.{hint}")
+    if not x.size or n_nan == x.size:
         return
-    low, top = float(x.min()), float(x.max())
+    if n_nan:       # fmin/fmax skip NaN, without a copy of the block
+        low, top = float(np.fmin.reduce(x, axis=None)), float(np.fmax.reduce(x, axis=None))
+    else:
+        low, top = float(x.min()), float(x.max())
     if non_negative and low < 0:
         raise ValueError(f"Negative values in data passed to {where} (min {low:g}{rows}); the "
                          "model factorizes non-negative data only.")
@@ -48,8 +58,10 @@ def check_values(x, where, *, non_negative, rows=""):
 
 def checked_apply(block, fn, check, dtype, *args, **kwargs):
     """``fn(block, *args, **kwargs)`` after :func:`check_values` (``check`` = ``(where,
-    non_negative)``), as ``dtype``: predict/transform on one Dask block."""
-    where, non_negative = check
+    non_negative)`` or ``(where, non_negative, allow_nan)``), as ``dtype``:
+    predict/transform on one Dask block."""
+    where, non_negative = check[:2]
+    allow_nan = bool(check[2]) if len(check) > 2 else False
     x = np.asarray(block)
-    check_values(x, where, non_negative=non_negative)
+    check_values(x, where, non_negative=non_negative, allow_nan=allow_nan)
     return np.asarray(fn(x, *args, **kwargs)).astype(dtype, copy=False)

@@ -49,7 +49,7 @@ def pair_norms(H, prev=None, nxt=None):
     return before, after
 
 
-def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None, floor=PAIR_FLOOR):
+def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None, floor=PAIR_FLOOR, mask=None):
     """One multiplicative update of the block's rows of H (all rows at once, from the old H).
 
     Parameters
@@ -65,6 +65,10 @@ def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None, floor=PAIR_FLOOR):
         The rows just before and just after the block (None at the ends of X).
     floor : float
         Floor of the pair norms in D_2 (see `pair_floor`); positive.
+    mask : ndarray (n_rows, d) of bool, optional
+        Observed entries (``missing="mask"``; X is then zero at the missing ones): the
+        weighted update ``H W W^T`` -> ``(M o (H W)) W^T`` (Ho; Blondel, Ho & Van Dooren),
+        which minimises the loss over the observed entries only.
 
     Returns
     -------
@@ -74,7 +78,10 @@ def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None, floor=PAIR_FLOOR):
         the form of Kong et al. and of eq. 24; 0/0 keeps 0).
     """
     num = d1[:, None] * (X @ W.T)
-    den = d1[:, None] * (H @ WWt)
+    if mask is None:
+        den = d1[:, None] * (H @ WWt)
+    else:
+        den = d1[:, None] * (masked_product(H, W, mask) @ W.T)
     if alpha > 0:
         before, after = pair_norms(H, prev, nxt)
         q_prev = np.where(np.isnan(before), 0.0, 1.0 / np.maximum(before, floor))
@@ -88,6 +95,18 @@ def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None, floor=PAIR_FLOOR):
     return np.where(den > 0, out, 0.0)
 
 
-def residual_norms(X, H, W):
-    """``||x_i - h_i W||`` per row."""
-    return np.sqrt(((X - H @ W) ** 2).sum(axis=1))
+def residual_norms(X, H, W, mask=None):
+    """``||x_i - h_i W||`` per row (over the observed entries when ``mask`` is given; X is
+    then zero at the missing ones)."""
+    if mask is None:
+        return np.sqrt(((X - H @ W) ** 2).sum(axis=1))
+    E = X - H @ W
+    E *= mask
+    return np.sqrt(np.einsum("ij,ij->i", E, E))
+
+
+def masked_product(H, W, mask):
+    """``M o (H W)``: the reconstruction at the observed entries, 0 at the missing ones."""
+    P = H @ W
+    P *= mask
+    return P

@@ -51,84 +51,107 @@ def _nnls_gram_rows(A, B, out, tol, warm):
     for c in range(k):
         amax = max(amax, abs(A[c, c]))
     for i in range(n):
-        b = B[i]
-        x = out[i]
-        passive = np.zeros(k, dtype=np.bool_)
-        resume = False
-        if warm:
-            for c in range(k):
-                if x[c] > 0.0 and A[c, c] > 0.0:
-                    passive[c] = True
-                    resume = True
-                else:
-                    x[c] = 0.0
-        else:
-            x[:] = 0.0
-        bmax = 0.0
-        for c in range(k):
-            bmax = max(bmax, abs(b[c]))
-        if bmax == 0.0:
-            x[:] = 0.0
-            continue
-        for _outer in range(3 * k + 3):
-            xmax = 0.0
-            for c in range(k):
-                xmax = max(xmax, x[c])
-            thresh = tol * (bmax + amax * xmax)
-            best, wbest = -1, thresh
-            for c in range(k):
-                if passive[c] or A[c, c] <= 0.0:
-                    continue
-                w = b[c]
-                for j in range(k):
-                    w -= A[c, j] * x[j]
-                if w > wbest:
-                    best, wbest = c, w
-            if resume:                      # a warm start: solve on its passive set first
-                best, resume = -1, False
-            elif best < 0:
-                break                       # KKT holds: no zero coordinate can descend
-            else:
-                passive[best] = True
-            stalled = False
-            for inner in range(3 * k + 3):
-                s = 0
-                for c in range(k):
-                    if passive[c]:
-                        idx[s] = c
-                        s += 1
-                _passive_solve(A, b, idx, s, L, z)
-                feasible = True
-                for t in range(s):
-                    if z[t] <= 0.0:
-                        feasible = False
-                if feasible:
-                    for t in range(s):
-                        x[idx[t]] = z[t]
-                    break
-                if inner == 0 and best >= 0 and x[best] == 0.0:
-                    for t in range(s):
-                        if idx[t] == best and z[t] <= 0.0:
-                            stalled = True  # roundoff: the entering column cannot move
-                if stalled:
-                    passive[best] = False
-                    break
-                alpha, tmin = 1.0, -1
-                for t in range(s):
-                    if z[t] <= 0.0:
-                        ratio = x[idx[t]] / (x[idx[t]] - z[t])
-                        if ratio < alpha or tmin < 0:
-                            alpha, tmin = ratio, t
-                for t in range(s):
-                    x[idx[t]] += alpha * (z[t] - x[idx[t]])
-                x[idx[tmin]] = 0.0          # the blocking coordinate, exactly on its bound
-                for t in range(s):
-                    if x[idx[t]] <= 0.0:
-                        x[idx[t]] = 0.0
-                        passive[idx[t]] = False
-            if stalled:
-                break
+        _nnls_row(A, B[i], out[i], tol, warm, amax, idx, z, L)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _nnls_gram_rows_each(A3, B, out, tol, warm):
+    """:func:`_nnls_gram_rows` with a Gram matrix of its own for every row (``A3[i]``, the
+    masked Gram matrices of rows with missing entries)."""
+    n, k = B.shape
+    idx = np.empty(k, dtype=np.int64)
+    z = np.empty(k)
+    L = np.empty((k, k))
+    for i in range(n):
+        A = A3[i]
+        amax = 0.0
+        for c in range(k):
+            amax = max(amax, abs(A[c, c]))
+        _nnls_row(A, B[i], out[i], tol, warm, amax, idx, z, L)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _nnls_row(A, b, x, tol, warm, amax, idx, z, L):
+    """One row of the active-set solve (``x`` is the row's solution, updated in place;
+    ``idx``, ``z``, ``L`` scratch space)."""
+    k = b.shape[0]
+    passive = np.zeros(k, dtype=np.bool_)
+    resume = False
+    if warm:
+        for c in range(k):
+            if x[c] > 0.0 and A[c, c] > 0.0:
+                passive[c] = True
+                resume = True
+            else:
+                x[c] = 0.0
+    else:
+        x[:] = 0.0
+    bmax = 0.0
+    for c in range(k):
+        bmax = max(bmax, abs(b[c]))
+    if bmax == 0.0:
+        x[:] = 0.0
+        return
+    for _outer in range(3 * k + 3):
+        xmax = 0.0
+        for c in range(k):
+            xmax = max(xmax, x[c])
+        thresh = tol * (bmax + amax * xmax)
+        best, wbest = -1, thresh
+        for c in range(k):
+            if passive[c] or A[c, c] <= 0.0:
+                continue
+            w = b[c]
+            for j in range(k):
+                w -= A[c, j] * x[j]
+            if w > wbest:
+                best, wbest = c, w
+        if resume:                      # a warm start: solve on its passive set first
+            best, resume = -1, False
+        elif best < 0:
+            break                       # KKT holds: no zero coordinate can descend
+        else:
+            passive[best] = True
+        stalled = False
+        for inner in range(3 * k + 3):
+            s = 0
+            for c in range(k):
+                if passive[c]:
+                    idx[s] = c
+                    s += 1
+            _passive_solve(A, b, idx, s, L, z)
+            feasible = True
+            for t in range(s):
+                if z[t] <= 0.0:
+                    feasible = False
+            if feasible:
+                for t in range(s):
+                    x[idx[t]] = z[t]
+                break
+            if inner == 0 and best >= 0 and x[best] == 0.0:
+                for t in range(s):
+                    if idx[t] == best and z[t] <= 0.0:
+                        stalled = True  # roundoff: the entering column cannot move
+            if stalled:
+                passive[best] = False
+                break
+            alpha, tmin = 1.0, -1
+            for t in range(s):
+                if z[t] <= 0.0:
+                    ratio = x[idx[t]] / (x[idx[t]] - z[t])
+                    if ratio < alpha or tmin < 0:
+                        alpha, tmin = ratio, t
+            for t in range(s):
+                x[idx[t]] += alpha * (z[t] - x[idx[t]])
+            x[idx[tmin]] = 0.0          # the blocking coordinate, exactly on its bound
+            for t in range(s):
+                if x[idx[t]] <= 0.0:
+                    x[idx[t]] = 0.0
+                    passive[idx[t]] = False
+        if stalled:
+            break
 
 
 def nnls_codes(GtG, XG, tol=None, init=None):
@@ -149,3 +172,19 @@ def nnls_codes(GtG, XG, tol=None, init=None):
     if XG.shape[0] == 0 or k == 0:
         return out
     return _nnls_gram_rows(np.ascontiguousarray(GtG, dtype=np.float64), XG, out, tol, warm)
+
+
+def nnls_codes_each(GtG, XG, tol=None, init=None):
+    """:func:`nnls_codes` with a Gram matrix of its own for every row: ``GtG`` (n, k, k)
+    (e.g. ``W diag(m_i) W^T`` over the observed entries of row i, see
+    :func:`daskrnmf.kernels.missing.row_grams`), ``XG`` (n, k).  A row whose Gram matrix
+    is the shared one gets :func:`nnls_codes`'s result bit for bit."""
+    XG = np.ascontiguousarray(XG, dtype=np.float64)
+    k = XG.shape[1]
+    tol = 32 * max(k, 1) * np.finfo(np.float64).eps if tol is None else float(tol)
+    warm = init is not None
+    out = np.array(init, dtype=np.float64) if warm else np.zeros(XG.shape)
+    if XG.shape[0] == 0 or k == 0:
+        return out
+    return _nnls_gram_rows_each(np.ascontiguousarray(GtG, dtype=np.float64), XG, out, tol,
+                                warm)

@@ -22,17 +22,25 @@ Two solvers of (3) and of the components' problem (15):
 * ``"mu"``: the paper's multiplicative rounds (16)-(18) literally
   (:func:`solve_codes`, :func:`update_components`); they never leave the non-negative
   orthant and never increase their block of (5) (the paper's Lemmas 1-2); 0/0 keeps 0.
+
+Missing values (``mask``, the observed entries of a block whose x is zero at the missing
+ones; :mod:`daskrnmf.kernels.missing`): (3) sums over the observed entries and r is 0 at
+the missing ones.  The exact r needs no change (at a missing entry ``x - h W - lam < 0``);
+the exact h uses each row's Gram matrix ``W diag(m_i) W^T``; the statistics of W get a
+per-feature part ``Bm_j = sum_i m_ij h_i^T h_i`` (d, k, k) for the masked rows, and W's
+updates use ``B + Bm_j`` for column j (HALS per column, or ``(B + Bm_j) w_j`` in (18)).
 """
 
 import numpy as np
 from numba import njit
 
-from .nnls import nnls_codes
+from .missing import feature_grams, feature_products, row_grams
+from .nnls import nnls_codes_each
 
 _TINY = 1e-300
 
 
-def initial_codes(x, W, lam):
+def initial_codes(x, W, lam, mask=None):
     """Starting h and r for (16)-(17): positive wherever they can be.
 
     h is the constant code whose reconstruction ``h W`` best fits x in least squares,
@@ -40,11 +48,16 @@ def initial_codes(x, W, lam):
     (3) for that code, ``max(x - c s - lam, 0)``, plus a sliver ``1e-3 x * x / (x + lam)``
     so that no entry where x > 0 starts at 0 (a multiplicative update cannot leave 0); the
     factor ``x / (x + lam)`` is what one step of (17) from h = 0 would apply, so a huge lam
-    starts r at ~0.  Both depend on the sample alone, not on its block.
+    starts r at ~0.  Both depend on the sample alone, not on its block.  ``mask``: the
+    least-squares fit is over each row's observed entries (x is 0 at the missing ones,
+    where r is 0).
     """
     k = W.shape[0]
     s = W.sum(axis=0)
-    c = (x @ s) / max(float(s @ s), _TINY)
+    if mask is None:
+        c = (x @ s) / max(float(s @ s), _TINY)
+    else:
+        c = (x @ s) / np.maximum(mask @ (s * s), _TINY)
     c = np.maximum(c, 1e-12 * max(float(x.max(initial=0.0)), 1.0))
     h = np.repeat(c[:, None], k, axis=1)
     shrink = np.divide(x, x + lam, out=np.zeros_like(x), where=(x + lam) > 0)
@@ -68,7 +81,7 @@ def work_dtype(x):
     return np.dtype(np.float64)
 
 
-def solve_codes_cd(x, W, lam, max_iter, tol, h=None):
+def solve_codes_cd(x, W, lam, max_iter, tol, h=None, mask=None):
     """Exact r, exact NNLS h, alternated until each row's objective (3) stalls.
 
     Parameters
@@ -83,6 +96,9 @@ def solve_codes_cd(x, W, lam, max_iter, tol, h=None):
         A row stops when a round lowers its objective by at most ``tol`` relative.
     h : ndarray (m, k), optional
         Warm start; default the NNLS codes of x itself (r = 0).
+    mask : ndarray (m, d) of bool, optional
+        Observed entries (x is 0 at the missing ones): the objective over them, each row's
+        NNLS with its own Gram matrix ``W diag(m_i) W^T``; r is 0 at the missing entries.
 
     Returns
     -------
@@ -91,7 +107,15 @@ def solve_codes_cd(x, W, lam, max_iter, tol, h=None):
     rounds : ndarray (m,) int
         Rounds each row took.  Rows are solved independently (the result of a row does
         not depend on the other rows of the block).
+
+    Complete rows (``mask=None``) run in one compiled loop per row
+    (:func:`daskrnmf.kernels.cd_rows.solve_rows_fused`, 1.9x faster on long narrow blocks),
+    whose first round starts from the clipped least-squares codes.
     """
+    if mask is None:
+        from .cd_rows import solve_rows_fused
+
+        return solve_rows_fused(x, W, lam, max_iter, tol, h=h)
     dt = work_dtype(x)
     x = np.ascontiguousarray(x, dtype=dt)
     W64 = np.asarray(W, dtype=np.float64)
@@ -99,18 +123,23 @@ def solve_codes_cd(x, W, lam, max_iter, tol, h=None):
     Wt = np.ascontiguousarray(Wd.T)
     G = W64 @ W64.T
     xWt = (x @ Wt).astype(np.float64)
-    if h is None:       # the NNLS codes of x, warm-started from clipped least squares
-        ls = np.linalg.solve(G + (1e-12 * np.trace(G) + 1e-300) * np.eye(G.shape[0]), xWt.T)
-        h = nnls_codes(G, xWt, init=np.maximum(ls.T, 0.0))
+    G3 = row_grams(W64, mask, G)      # (m, k, k): each row's Gram on its observed entries
+    if h is None:
+        # each row's clipped least-squares codes on its observed entries: the start of
+        # the complete rows' solve (cd_rows.solve_rows_fused), row for row
+        reg = (1e-12 * np.trace(G3, axis1=1, axis2=2) + 1e-300)[:, None, None]
+        ls = np.linalg.solve(G3 + reg * np.eye(G.shape[0]), xWt[:, :, None])[:, :, 0]
+        h = np.maximum(ls, 0.0)
     else:
         h = np.array(h, dtype=np.float64)
     m = x.shape[0]
     rounds = np.zeros(m, dtype=np.int64)
     f_prev = np.full(m, np.inf)
     idx = np.arange(m)
-    xa, ha, ba = x, h, xWt
+    xa, ha, ba, ma, Ga = x, h, xWt, mask, G3
     for it in range(max_iter + 1):
         e = xa - ha.astype(dt) @ Wd
+        e *= ma                         # the objective over the observed entries
         f = huber_rows(e, lam)
         done = (f_prev[idx] - f <= tol * f_prev[idx]) if it else np.zeros(idx.size, bool)
         if it == max_iter:
@@ -120,11 +149,12 @@ def solve_codes_cd(x, W, lam, max_iter, tol, h=None):
             h[idx[done]] = ha[done]
             keep = ~done
             idx, xa, ha, ba, e = idx[keep], xa[keep], ha[keep], ba[keep], e[keep]
+            ma, Ga = ma[keep], Ga[keep]
             if not idx.size:
                 break
         np.subtract(e, lam, out=e)
         np.maximum(e, 0.0, out=e)                   # r of the active rows
-        ha = nnls_codes(G, ba - (e @ Wt), init=ha)
+        ha = nnls_codes_each(Ga, ba - (e @ Wt), init=ha)
         rounds[idx] += 1
     r = x - h.astype(dt) @ Wd
     r -= lam
@@ -132,13 +162,19 @@ def solve_codes_cd(x, W, lam, max_iter, tol, h=None):
     return h, r, rounds
 
 
-def update_components_cd(W, A, B, C, max_iter, tol):
+def update_components_cd(W, A, B, C, max_iter, tol, Bm=None):
     """Block coordinate descent on the rows of W for (15), ``min_{W >= 0} 1/2 tr(W^T B W)
     - tr(W^T (A - C))``: each row takes its exact minimiser with the others fixed (HALS),
     sweeps until one moves W by at most ``tol`` relative (Frobenius) or ``max_iter``.
 
     Returns ``W`` (k, d) float64 and the number of sweeps.  A component no sample uses
-    (``B[j, j] = 0``) is left as it is."""
+    (``B[j, j] = 0``) is left as it is.
+
+    ``Bm`` (d, k, k), missing values: column c of W has the Gram matrix ``B + Bm[c]``
+    (the problem separates over W's columns); each row's update is then exact per
+    column (:func:`_update_components_cd_masked`)."""
+    if Bm is not None:
+        return _update_components_cd_masked(W, A, B, C, Bm, max_iter, tol)
     W = np.array(W, dtype=np.float64)
     D = np.asarray(A, dtype=np.float64) - np.asarray(C, dtype=np.float64)
     k = W.shape[0]
@@ -157,6 +193,38 @@ def update_components_cd(W, A, B, C, max_iter, tol):
     return W, sweeps
 
 
+def _update_components_cd_masked(W, A, B, C, Bm, max_iter, tol):
+    """HALS on W's rows with a Gram matrix per column, ``B + Bm[c]`` (missing values).
+
+    The per-column Gram matrices are laid out row-major for the sweep (``(k, d, k)``: row
+    j of every column's matrix contiguous), and W is swept transposed (d, k), so that
+    each row's update reads contiguous memory."""
+    D = np.asarray(A, dtype=np.float64) - np.asarray(C, dtype=np.float64)
+    k = D.shape[0]
+    Bt = np.ascontiguousarray((np.asarray(Bm, dtype=np.float64)
+                               + np.asarray(B, dtype=np.float64)[None]).transpose(1, 0, 2))
+    diag = np.einsum("ccj->cj", Bt.transpose(0, 2, 1)) if k else np.zeros((0, D.shape[1]))
+    WT = np.array(np.asarray(W, dtype=np.float64).T, order="C")        # (d, k)
+    sweeps = 0
+    for sweeps in range(1, max_iter + 1):
+        moved = 0.0
+        for j in range(k):
+            dj = diag[j]
+            use = dj > 0.0
+            if not use.any():
+                continue
+            grad = D[j] - np.einsum("cb,cb->c", Bt[j], WT)
+            old = WT[:, j].copy()
+            new = old + np.divide(grad, dj, out=np.zeros_like(grad), where=use)
+            np.maximum(new, 0.0, out=new)
+            new = np.where(use, new, old)
+            moved += float(np.dot(new - old, new - old))
+            WT[:, j] = new
+        if moved <= tol * tol * float(np.einsum("ij,ij->", WT, WT)):
+            break
+    return np.ascontiguousarray(WT.T), sweeps
+
+
 def hals_codes(h, G, b, n_sweeps):
     """``n_sweeps`` HALS sweeps over the columns of h for ``min_{h >= 0} 1/2 h G h^T -
     h b^T`` row by row (``G = W W^T`` (k, k), ``b = (x - r) W^T`` (m, k)); h is updated
@@ -165,6 +233,32 @@ def hals_codes(h, G, b, n_sweeps):
     _hals_rows(h, np.ascontiguousarray(G, dtype=np.float64),
                np.ascontiguousarray(b, dtype=np.float64), int(n_sweeps))
     return h
+
+
+def hals_codes_each(h, G3, b, n_sweeps):
+    """:func:`hals_codes` with a Gram matrix of its own for every row (``G3`` (m, k, k),
+    missing values: ``W diag(m_i) W^T``)."""
+    h = np.ascontiguousarray(h, dtype=np.float64)
+    _hals_rows_each(h, np.ascontiguousarray(G3, dtype=np.float64),
+                    np.ascontiguousarray(b, dtype=np.float64), int(n_sweeps))
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _hals_rows_each(h, G3, b, n_sweeps):
+    m, k = h.shape
+    for i in range(m):
+        G = G3[i]
+        for _ in range(n_sweeps):
+            for j in range(k):
+                if G[j, j] <= 0.0:
+                    h[i, j] = 0.0
+                    continue
+                acc = b[i, j]
+                for t in range(k):
+                    acc -= h[i, t] * G[t, j]
+                v = h[i, j] + acc / G[j, j]
+                h[i, j] = v if v > 0.0 else 0.0
 
 
 @njit(cache=True, nogil=True)
@@ -183,7 +277,7 @@ def _hals_rows(h, G, b, n_sweeps):
                 h[i, j] = v if v > 0.0 else 0.0
 
 
-def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None, tol=0.0):
+def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None, tol=0.0, mask=None):
     """``n_iter`` rounds of (16) then (17) for all samples of the block, W fixed.
 
     With ``tol > 0`` the rounds stop early when one lowers the block's objective (3) by
@@ -198,6 +292,10 @@ def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None, tol=0.0):
     h, r : ndarray (m, k), (m, d), optional
         Starting point (default `initial_codes`).
     WWt : ndarray (k, k), optional, W W^T
+    mask : ndarray (m, d) of bool, optional
+        Observed entries (x is 0 at the missing ones): (16) with ``(M o (h W)) W^T`` for
+        ``h W W^T`` and the objective over the observed entries; (17) keeps r at 0 where x
+        is missing (x = 0 there).
 
     Returns
     -------
@@ -207,7 +305,7 @@ def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None, tol=0.0):
     rounds : int (only with ``tol > 0``)
     """
     if h is None or r is None:
-        h0, r0 = initial_codes(x, W, lam)
+        h0, r0 = initial_codes(x, W, lam, mask)
         h = h0 if h is None else h
         r = r0 if r is None else r
     h = np.array(h, dtype=np.float64)
@@ -218,13 +316,20 @@ def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None, tol=0.0):
     rx = np.empty_like(r)
     prev, rounds = np.inf, 0
     for _ in range(n_iter):
-        den = h @ WWt
+        if mask is None:
+            den = h @ WWt
+        else:
+            den = h @ W
+            den *= mask
+            den = den @ Wt
         den += r @ Wt
         h = _ratio(h * xWt, den)
         den = h @ W                 # (m, d): updated in place to spare temporaries
         den += r
         if tol > 0:                 # (3) at (new h, old r): x - den is the residual
             res = x - den
+            if mask is not None:
+                res *= mask
             f = 0.5 * float(np.einsum("ij,ij->", res, res)) + lam * float(r.sum())
             if np.isfinite(prev) and prev - f <= tol * prev:
                 break
@@ -245,7 +350,7 @@ def _ratio(num, den):
     return np.where(den > 0, out, 0.0)
 
 
-def block_statistics(x, h, r, W, lam):
+def block_statistics(x, h, r, W, lam, mask=None):
     """The block's sufficient statistics and its part of objective (5) (computed in x's
     dtype when it is float32, summed in float64).
 
@@ -253,12 +358,22 @@ def block_statistics(x, h, r, W, lam):
     -------
     dict with ``A = h^T x`` (k, d), ``B = h^T h`` (k, k), ``C = h^T r`` (k, d) — eq. 12-14
     summed over the block — ``loss`` = sum of 1/2 ||x - h W - r||^2 + lam ||r||_1 and
-    ``n`` = m.
+    ``n`` = m.  With ``mask`` (x zero at the missing entries, r too): the loss over the
+    observed entries, ``B`` = 0 and ``Bm`` (d, k, k) = ``sum_i m_ij h_i^T h_i``.
     """
     dt = x.dtype if x.dtype == np.float32 else np.float64
     hd, Wd = h.astype(dt, copy=False), np.asarray(W, dtype=dt)
     res = x - hd @ Wd
     res -= r
+    if mask is not None:
+        res *= mask
+        k = h.shape[1]
+        return {"A": (hd.T @ x).astype(np.float64), "B": np.zeros((k, k)),
+                "Bm": feature_grams(h, mask),
+                "C": (hd.T @ r.astype(dt, copy=False)).astype(np.float64),
+                "loss": 0.5 * float(np.einsum("ij,ij->", res, res, dtype=np.float64))
+                + lam * float(r.sum(dtype=np.float64)),
+                "n": x.shape[0]}
     return {"A": (hd.T @ x).astype(np.float64), "B": h.T @ h,
             "C": (hd.T @ r.astype(dt, copy=False)).astype(np.float64),
             "loss": 0.5 * float(np.einsum("ij,ij->", res, res, dtype=np.float64))
@@ -266,9 +381,13 @@ def block_statistics(x, h, r, W, lam):
             "n": x.shape[0]}
 
 
-def update_components(W, A, B, C, n_iter):
-    """``n_iter`` rounds of (18) (= (6) for the batch model): ``W <- W * A / (B W + C)``."""
+def update_components(W, A, B, C, n_iter, Bm=None):
+    """``n_iter`` rounds of (18) (= (6) for the batch model): ``W <- W * A / (B W + C)``;
+    with ``Bm`` (missing values) column c of ``B W`` is ``(B + Bm[c]) w_c``."""
     W = np.array(W, dtype=np.float64)
     for _ in range(n_iter):
-        W = _ratio(W * A, B @ W + C)
+        den = B @ W + C
+        if Bm is not None:
+            den += feature_products(Bm, W)
+        W = _ratio(W * A, den)
     return W

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.blocks import check_values
-from ..kernels.outliers import (block_statistics, hals_codes, huber_rows, initial_codes,
-                                solve_codes, solve_codes_cd, update_components,
+from ..kernels.missing import MASK_HINT, feature_grams, gram_rows, observed, row_grams
+from ..kernels.outliers import (block_statistics, hals_codes, hals_codes_each, huber_rows,
+                                initial_codes, solve_codes, solve_codes_cd, update_components,
                                 update_components_cd, work_dtype)
 
 SOLVE_ROWS = 2048  # rows solved at a time: bounds the kernels' temporaries
@@ -28,9 +29,15 @@ W_SWEEPS = 8       # RobustNMF (cd): most HALS sweeps over W per iteration
 
 
 def add_statistics(parts):
-    """Key-wise sum of statistics dicts (associative; the tree keeps the order)."""
-    return {key: (sum(p[key] for p in parts) if np.isscalar(parts[0][key])
-                  else _sum([p[key] for p in parts])) for key in parts[0]}
+    """Key-wise sum of statistics dicts (associative; the tree keeps the order).  A key
+    some parts lack counts as 0 there (``Bm``: only pieces with missing values have it)."""
+    keys = list(parts[0])
+    keys += [key for p in parts[1:] for key in p if key not in keys]
+    out = {}
+    for key in keys:
+        have = [p[key] for p in parts if key in p]
+        out[key] = sum(have) if np.isscalar(have[0]) else _sum(have)
+    return out
 
 
 def _sum(arrays):
@@ -43,26 +50,43 @@ def _sum(arrays):
 @dataclass(frozen=True)
 class SolveSpec:
     """The (h, r) solve of a batch: ``alpha_R``, ``solver`` ("cd" or "mu"), at most
-    ``n_iter`` rounds, stopping at relative decrease ``tol``, and ``where`` (the
-    estimator, for error messages)."""
+    ``n_iter`` rounds, stopping at relative decrease ``tol``, ``where`` (the
+    estimator, for error messages) and ``missing`` (``missing="mask"``: NaN entries are
+    missing values, see :mod:`daskrnmf.kernels.missing`)."""
 
     alpha_R: float
     n_iter: int
     where: str
     solver: str = "cd"
     tol: float = 0.0
+    missing: bool = False
 
 
-def solve_rows(x, W, spec):
-    """h (m, k), r (m, d) and the rounds taken (summed over rows) for rows x."""
+def solve_rows(x, W, spec, mask=None):
+    """h (m, k), r (m, d) and the rounds taken (summed over rows) for rows x (``mask``:
+    their observed entries, x zero at the others; the rows are then solved
+    :func:`daskrnmf.kernels.missing.gram_rows` at a time, which bounds their Gram
+    matrices' memory)."""
+    step = gram_rows(W.shape[0])
+    if mask is not None and spec.solver == "cd" and x.shape[0] > step:
+        parts = [solve_rows(x[s:s + step], W, spec, mask[s:s + step])
+                 for s in range(0, x.shape[0], step)]
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                sum(p[2] for p in parts))
     if spec.solver == "cd":
-        h, r, rounds = solve_codes_cd(x, W, spec.alpha_R, spec.n_iter, spec.tol)
+        h, r, rounds = solve_codes_cd(x, W, spec.alpha_R, spec.n_iter, spec.tol, mask=mask)
         return h, r, int(rounds.sum())
     if spec.tol > 0:
-        h, r, rounds = solve_codes(x, W, spec.alpha_R, spec.n_iter, tol=spec.tol)
+        h, r, rounds = solve_codes(x, W, spec.alpha_R, spec.n_iter, tol=spec.tol, mask=mask)
         return h, r, rounds * x.shape[0]
-    h, r = solve_codes(x, W, spec.alpha_R, spec.n_iter)
+    h, r = solve_codes(x, W, spec.alpha_R, spec.n_iter, mask=mask)
     return h, r, spec.n_iter * x.shape[0]
+
+
+def _block(x, missing):
+    """A block (or some of its rows) and its mask (None: nothing missing, or
+    ``missing="raise"``); x is zero at the missing entries."""
+    return observed(x) if missing else (x, None)
 
 
 def as_work_block(block):
@@ -76,17 +100,18 @@ def solve_batch_piece(block, start, W, spec):
     """Codes and outliers of one piece of a batch (W fixed), reduced to its statistics
     (with ``rounds``: the inner rounds its rows took).
 
-    Checks the piece (finite, non-negative), then solves ``SOLVE_ROWS`` rows at a time.
-    ``spec``: a :class:`SolveSpec`.
+    Checks the piece (finite, non-negative; NaN allowed with ``spec.missing``), then
+    solves ``SOLVE_ROWS`` rows at a time.  ``spec``: a :class:`SolveSpec`.
     """
     x = as_work_block(block)
     check_values(x, spec.where, non_negative=True,
-                 rows=f", in rows {start}..{start + x.shape[0] - 1}")
+                 rows=f", in rows {start}..{start + x.shape[0] - 1}", allow_nan=spec.missing,
+                 hint=MASK_HINT)
     parts = []
     for s in range(0, x.shape[0], SOLVE_ROWS):
-        xs = x[s:s + SOLVE_ROWS]
-        h, r, rounds = solve_rows(xs, W, spec)
-        st = block_statistics(xs, h, r, W, spec.alpha_R)
+        xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
+        h, r, rounds = solve_rows(xs, W, spec, mask)
+        st = block_statistics(xs, h, r, W, spec.alpha_R, mask)
         st["rounds"] = rounds
         parts.append(st)
     if not parts:
@@ -102,18 +127,20 @@ def codes_block(block, W, spec, what):
     k = W.shape[0]
     out = np.empty((x.shape[0], k + (x.shape[1] if what == "hr" else 0)), dtype=x.dtype)
     for s in range(0, x.shape[0], SOLVE_ROWS):
-        h, r, _ = solve_rows(x[s:s + SOLVE_ROWS], W, spec)
+        xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
+        h, r, _ = solve_rows(xs, W, spec, mask)
         out[s:s + SOLVE_ROWS, :k] = h
         if what == "hr":
             out[s:s + SOLVE_ROWS, k:] = r
     return out
 
 
-def update_W(W, A, B, C, solver, n_iter, tol):
-    """W's update from the statistics: HALS sweeps (``"cd"``) or rounds of (18)."""
+def update_W(W, A, B, C, solver, n_iter, tol, Bm=None):
+    """W's update from the statistics: HALS sweeps (``"cd"``) or rounds of (18) (``Bm``:
+    the per-feature Gram matrices of rows with missing values, or None)."""
     if solver == "cd":
-        return update_components_cd(W, A, B, C, n_iter, tol)[0]
-    return update_components(W, A, B, C, n_iter)
+        return update_components_cd(W, A, B, C, n_iter, tol, Bm=Bm)[0]
+    return update_components(W, A, B, C, n_iter, Bm=Bm)
 
 
 def initial_components(seed, k, d, mean):
@@ -123,10 +150,11 @@ def initial_components(seed, k, d, mean):
 
 
 # ---------------------------------------------------------------- the batch model's pass
-def batch_init_chunk(block, start, W, alpha_R):
+def batch_init_chunk(block, start, W, alpha_R, missing=False):
     """A block's starting H, R (kept on its worker) and its row count."""
     x = as_work_block(block)
-    h, r = initial_codes(x.astype(np.float64, copy=False), W, alpha_R)
+    x64, mask = _block(x.astype(np.float64, copy=False), missing)
+    h, r = initial_codes(x64, W, alpha_R, mask)
     return block.shape[0], (h, r.astype(x.dtype, copy=False))
 
 
@@ -134,30 +162,35 @@ def count(parts):
     return sum(parts)
 
 
-def batch_chunk(block, start, hr, W, alpha_R, update):
+def batch_chunk(block, start, hr, W, alpha_R, update, missing=False):
     """(7) then (8) for the block's rows with W fixed (when ``update``), then its
-    statistics; the new H, R stay with the block."""
-    x = as_work_block(block).astype(np.float64, copy=False)
+    statistics; the new H, R stay with the block (``missing``: masked, see
+    :func:`daskrnmf.kernels.outliers.solve_codes`)."""
+    x, mask = _block(as_work_block(block).astype(np.float64, copy=False), missing)
     h, r = hr
     if update:
-        h, r = solve_codes(x, W, alpha_R, 1, h=h, r=r)
-    return block_statistics(x, h, r, W, alpha_R), (h, r)
+        h, r = solve_codes(x, W, alpha_R, 1, h=h, r=r, mask=mask)
+    return block_statistics(x, h, r, W, alpha_R, mask), (h, r)
 
 
-def batch_chunk_cd(block, start, hr, W, alpha_R, update):
+def batch_chunk_cd(block, start, hr, W, alpha_R, update, missing=False):
     """One block-coordinate step of the batch model on a block (``solver="cd"``).
 
     At the block's current h: r = max(0, x - h W - alpha_R) exactly, the objective (3)
     summed over the rows; then (when ``update``) ``H_SWEEPS`` HALS sweeps of h for
     ``x - r``, and W's statistics ``A = h^T (x - r)`` (so C = 0), ``B = h^T h``.  Every
     step lowers (5): r is exact, each sweep minimises over one column of h.  Only h (m, k)
-    stays with the block (r is recomputed from it)."""
-    x = as_work_block(block)
+    stays with the block (r is recomputed from it).
+
+    ``missing``: the objective over the observed entries; at a missing entry x = 0 and
+    ``x - r = min(x, h W + alpha_R) = 0``, the sweeps use each row's Gram matrix
+    ``W diag(m_i) W^T`` and the statistics ``B`` per feature (``Bm``)."""
+    x, mask = _block(as_work_block(block), missing)
     h = hr
     dt = x.dtype
     Wd = np.asarray(W, dtype=dt)
     e = x - h.astype(dt) @ Wd
-    loss = float(huber_rows(e, alpha_R).sum())
+    loss = float(huber_rows(e if mask is None else e * mask, alpha_R).sum())
     k, d = W.shape
     if not update:
         return {"loss": loss, "n": x.shape[0]}, h
@@ -166,15 +199,27 @@ def batch_chunk_cd(block, start, hr, W, alpha_R, update):
     np.minimum(e, x, out=e)             # x - r = min(x, h W + alpha_R)
     y = e
     W64 = np.asarray(W, dtype=np.float64)
-    h = hals_codes(np.array(h, dtype=np.float64), W64 @ W64.T,
-                   (y @ Wd.T).astype(np.float64), H_SWEEPS)
+    if mask is None:
+        h = hals_codes(np.array(h, dtype=np.float64), W64 @ W64.T,
+                       (y @ Wd.T).astype(np.float64), H_SWEEPS)
+    else:                   # per-row Gram matrices, a bounded number of rows at a time
+        h = np.array(h, dtype=np.float64)
+        b = (y @ Wd.T).astype(np.float64)
+        G, step = W64 @ W64.T, gram_rows(k)
+        for s in range(0, h.shape[0], step):
+            h[s:s + step] = hals_codes_each(h[s:s + step], row_grams(W64, mask[s:s + step], G),
+                                            b[s:s + step], H_SWEEPS)
     hd = h.astype(dt)
-    return {"A": (hd.T @ y).astype(np.float64), "B": h.T @ h, "C": np.zeros((k, d)),
-            "loss": loss, "n": x.shape[0]}, h
+    out = {"A": (hd.T @ y).astype(np.float64), "B": h.T @ h, "C": np.zeros((k, d)),
+           "loss": loss, "n": x.shape[0]}
+    if mask is not None:
+        out["B"] = np.zeros((k, k))
+        out["Bm"] = feature_grams(h, mask)
+    return out, h
 
 
-def batch_init_chunk_cd(block, start, W, alpha_R):
+def batch_init_chunk_cd(block, start, W, alpha_R, missing=False):
     """A block's starting h (the constant code of :func:`initial_codes`) and row count."""
-    x = as_work_block(block).astype(np.float64, copy=False)
-    h, _ = initial_codes(x, W, alpha_R)
+    x, mask = _block(as_work_block(block).astype(np.float64, copy=False), missing)
+    h, _ = initial_codes(x, W, alpha_R, mask)
     return block.shape[0], h

@@ -51,6 +51,7 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
     """transform / decompose / inverse_transform of a fitted X ~ H W + R model."""
 
     _non_negative = True
+    _supports_missing = True
     _renamed_params = {"lam": "alpha_R"}
     _parameter_constraints = {
         **BaseModel._parameter_constraints,
@@ -59,6 +60,7 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
         "solver": [v.Options(("cd", "mu"))],
         "max_inner_iter": [v.Interval(int, 1, None)],
         "inner_tol": [v.Interval(float, 0, None)],
+        "missing": [v.MISSING],
     }
 
     def _codes(self, X, what, method):
@@ -98,7 +100,8 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
             In X's float dtype; for Dask/Zarr input both lazy and chunked like X's rows
             (computed together, one solve per block, in one ``dask.compute``).
             ``H @ components_`` is the outlier-free reconstruction; R is what the model
-            calls gross corruption.
+            calls gross corruption.  With ``missing="mask"``, H fits the observed entries
+            and R is 0 at the missing ones (``H @ components_`` fills them).
         """
         HR = self._codes(X, "hr", "decompose")
         k = self.n_components_
@@ -106,6 +109,9 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
 
     def inverse_transform(self, H):
         """``H W``: the outlier-free reconstruction.
+
+        Defined at every entry: with ``missing="mask"``, ``inverse_transform(transform(X))``
+        fills X's missing entries.
 
         Parameters
         ----------
@@ -124,7 +130,8 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
 
     def _spec(self):
         return SolveSpec(alpha_R=float(self.alpha_R), n_iter=int(self.max_inner_iter),
-                         where=self._name, solver=self.solver, tol=float(self.inner_tol))
+                         where=self._name, solver=self.solver, tol=float(self.inner_tol),
+                         missing=self._allow_nan)
 
 
 # ---------------------------------------------------------------- ONMFO
@@ -185,6 +192,13 @@ class ONMFO(_OutlierFactorization):
     max_w_iter : int, default=4
         Most sweeps (``"cd"``, stopping when a sweep moves W by at most ``inner_tol``
         relative) or rounds of (18) (``"mu"``) per batch.
+    missing : {"raise", "mask"}, default="raise"
+        ``"raise"``: NaN in X is an error.  ``"mask"``: NaN entries are missing values:
+        objective (3) over each sample's observed entries (r is 0 at the missing ones),
+        codes from each sample's own Gram matrix ``W diag(m) W^T``, and W from
+        per-feature statistics ``B_j = sum_i m_ij h_i^T h_i`` (n_features x
+        n_components^2 floats); ``inverse_transform`` fills the missing entries
+        (:mod:`daskrnmf.kernels.missing`).
     reset_statistics : bool, default=True
         Start A, B, C again from zero at each pass after the first (W is kept), so that
         codes found with the early, poor W stop weighing on it; measured to lower the
@@ -265,8 +279,8 @@ class ONMFO(_OutlierFactorization):
     _first_pass = False     # every batch is checked as it is streamed
     _renamed_params = {"lam": "alpha_R", "n_passes": "max_iter"}
     # what save/load keeps beyond the public attributes: partial_fit continues after load
-    _saved_private = BaseModel._saved_private + ("_W", "_A", "_B", "_C", "_stream_seed",
-                                                 "_stream_passes")
+    _saved_private = BaseModel._saved_private + ("_W", "_A", "_B", "_C", "_Bm",
+                                                 "_stream_seed", "_stream_passes")
 
     _parameter_constraints = {
         **_OutlierFactorization._parameter_constraints,
@@ -283,8 +297,9 @@ class ONMFO(_OutlierFactorization):
 
     def __init__(self, n_components=8, *, alpha_R=1.0, solver="cd", max_iter=50, tol=1e-3,
                  batch_size=None, max_inner_iter=100, inner_tol=1e-2, max_w_iter=4,
-                 reset_statistics=True, shuffle=True, prefetch=2, checkpoint=None,
-                 checkpoint_every=10, random_state=None, verbose=0, callback=None, **renamed):
+                 missing="raise", reset_statistics=True, shuffle=True, prefetch=2,
+                 checkpoint=None, checkpoint_every=10, random_state=None, verbose=0,
+                 callback=None, **renamed):
         self.n_components = n_components
         self.alpha_R = alpha_R
         self.solver = solver
@@ -294,6 +309,7 @@ class ONMFO(_OutlierFactorization):
         self.max_inner_iter = max_inner_iter
         self.inner_tol = inner_tol
         self.max_w_iter = max_w_iter
+        self.missing = missing
         self.reset_statistics = reset_statistics
         self.shuffle = shuffle
         self.prefetch = prefetch
@@ -370,6 +386,7 @@ class ONMFO(_OutlierFactorization):
         finally:
             feed.close()
         self._W, self._A, self._B, self._C = run.W, run.A, run.B, run.C
+        self._Bm = run.Bm
         self._stream_seed = seed
         self.components_ = run.W
         self.objective_history_ = np.array(run.history, dtype=np.float64)
@@ -385,8 +402,8 @@ class ONMFO(_OutlierFactorization):
         self.n_components_ = k
         return self
 
-    def _update_W(self, W, A, B, C):
-        return update_W(W, A, B, C, self.solver, self.max_w_iter, float(self.inner_tol))
+    def _update_W(self, W, A, B, C, Bm=None):
+        return update_W(W, A, B, C, self.solver, self.max_w_iter, float(self.inner_tol), Bm)
 
     def _stream(self, run, feed, batches, units, seed, key, data):
         """One driver step per batch, from the run's position until the passes converge
@@ -408,6 +425,7 @@ class ONMFO(_OutlierFactorization):
                 run.inner_rounds, run.inner_n = 0, 0
                 if p > 0 and self.reset_statistics:
                     run.A[:], run.B[:], run.C[:] = 0.0, 0.0, 0.0
+                    run.Bm = None
             for b in upcoming(order, nb, self.max_iter, p, j, 1 + self.prefetch):
                 feed.want(b)
             b = int(order(p)[j])
@@ -417,7 +435,8 @@ class ONMFO(_OutlierFactorization):
             run.A += st["A"]
             run.B += st["B"]
             run.C += st["C"]
-            run.W = self._update_W(run.W, run.A, run.B, run.C)
+            run.add_Bm(st.get("Bm"))
+            run.W = self._update_W(run.W, run.A, run.B, run.C, run.Bm)
             run.inner_rounds += st["rounds"]
             run.inner_n += st["n"]
             run.loss_sum += st["loss"]
@@ -460,7 +479,8 @@ class ONMFO(_OutlierFactorization):
     def _fingerprint(self, n, d, batches, units, seed):
         bounds = (np.array(batches, dtype=np.int64).tobytes()
                   + np.array([len(u) for u in units], dtype=np.int64).tobytes())
-        return {"model": self._name, "n_samples": int(n), "n_features": int(d),
+        extra = {"missing": "mask"} if self._allow_nan else {}
+        return {**extra, "model": self._name, "n_samples": int(n), "n_features": int(d),
                 "n_components": int(self.n_components), "alpha_R": float(self.alpha_R),
                 "solver": self.solver, "tol": float(self.tol),
                 "inner_tol": float(self.inner_tol),
@@ -471,6 +491,8 @@ class ONMFO(_OutlierFactorization):
     def _save(self, run, key, data):
         arrays = {"W": run.W, "A": run.A, "B": run.B, "C": run.C,
                   "history": np.array(run.history, dtype=np.float64)}
+        if run.Bm is not None:      # missing="mask": the per-feature Gram matrices
+            arrays["Bm"] = run.Bm
         attrs = {"fingerprint": key, "data": data, "seed": key["seed"], "pass": run.pass_,
                  "position": run.pos, "n_steps": run.n_steps, "n_samples_seen": run.n_seen,
                  "passes_done": run.passes_done, "loss_sum": run.loss_sum,
@@ -482,15 +504,19 @@ class ONMFO(_OutlierFactorization):
         arrays, attrs = saved
         where = attrs["_file"]
         old = dict(attrs.get("fingerprint", {}))
-        differ = sorted(f for f in key if old.get(f) != key[f])
+        # "missing" is in the fingerprint of missing="mask" runs only (older checkpoints,
+        # and missing="raise" runs, have none): a difference either way counts
+        fields = list(key) + [f for f in ("missing",) if f in old and f not in key]
+        differ = sorted(f for f in fields if old.get(f) != key.get(f))
         if differ:
             raise ValueError(f"The checkpoint {where} is of a different run: "
-                             + ", ".join(f"{f} {old.get(f)!r} there, {key[f]!r} here"
+                             + ", ".join(f"{f} {old.get(f)!r} there, {key.get(f)!r} here"
                                          for f in differ)
                              + ". Fit without resume=True to start afresh.")
         try:
             p, pos, steps = int(attrs["pass"]), int(attrs["position"]), int(attrs["n_steps"])
             run = _Run(W=arrays["W"], A=arrays["A"], B=arrays["B"], C=arrays["C"],
+                       Bm=arrays.get("Bm"),
                        history=list(arrays["history"]), pass_=p, pos=pos, n_steps=steps,
                        n_seen=int(attrs["n_samples_seen"]),
                        passes_done=int(attrs["passes_done"]),
@@ -503,6 +529,8 @@ class ONMFO(_OutlierFactorization):
                              f"{exc}.") from exc
         k, d = key["n_components"], key["n_features"]
         shapes = {"W": (k, d), "A": (k, d), "B": (k, k), "C": (k, d)}
+        if "Bm" in arrays:
+            shapes["Bm"] = (d, k, k)
         bad = [f"{a} {arrays[a].shape} (expected {s})" for a, s in shapes.items()
                if arrays[a].shape != s]
         if bad:
@@ -545,14 +573,18 @@ class ONMFO(_OutlierFactorization):
                 k, d = self.n_components, X.shape[1]
                 W = initial_components(seed, k, d, feed.mean(0))
                 A, B, C = np.zeros((k, d)), np.zeros((k, k)), np.zeros((k, d))
+                Bm = None
             else:
                 W, A, B, C = self._W, self._A.copy(), self._B.copy(), self._C.copy()
+                Bm = getattr(self, "_Bm", None)
             st = feed.solve(0, solve_batch_piece, add_statistics, W, self._spec())
         finally:
             feed.close()
         A, B, C = A + st["A"], B + st["B"], C + st["C"]
-        self._W = self._update_W(W, A, B, C)
-        self._A, self._B, self._C = A, B, C
+        if "Bm" in st:
+            Bm = st["Bm"] if Bm is None else Bm + st["Bm"]
+        self._W = self._update_W(W, A, B, C, Bm)
+        self._A, self._B, self._C, self._Bm = A, B, C, Bm
         if first:
             self._stream_seed = seed
             self._fit_dtype = self._output_dtype(X)
@@ -570,11 +602,13 @@ class ONMFO(_OutlierFactorization):
 class _Run:
     """State of a streaming fit (everything a checkpoint holds)."""
 
-    def __init__(self, *, W, A, B, C, history=None, pass_=0, pos=0, n_steps=0, n_seen=0,
-                 passes_done=0, loss_sum=0.0, pass_n=0, inner_rounds=0, inner_n=0,
+    def __init__(self, *, W, A, B, C, Bm=None, history=None, pass_=0, pos=0, n_steps=0,
+                 n_seen=0, passes_done=0, loss_sum=0.0, pass_n=0, inner_rounds=0, inner_n=0,
                  converged=False):
         self.W = np.array(W, dtype=np.float64)
         self.A, self.B, self.C = (np.array(M, dtype=np.float64) for M in (A, B, C))
+        # missing="mask": per-feature Gram matrices of the rows with missing values
+        self.Bm = None if Bm is None else np.array(Bm, dtype=np.float64)
         self.history = [float(h) for h in (history or [])]
         self.pass_, self.pos, self.n_steps, self.n_seen = pass_, pos, n_steps, n_seen
         self.passes_done, self.loss_sum, self.pass_n = passes_done, loss_sum, pass_n
@@ -585,6 +619,11 @@ class _Run:
     @property
     def n_passes(self):
         return self.passes_done
+
+    def add_Bm(self, Bm):
+        """Add a batch's per-feature statistics (None: it had no missing value)."""
+        if Bm is not None:
+            self.Bm = np.array(Bm, dtype=np.float64) if self.Bm is None else self.Bm + Bm
 
 
 # ---------------------------------------------------------------- RobustNMF
@@ -632,6 +671,13 @@ class RobustNMF(_OutlierFactorization):
     inner_tol : float >= 0, default=1e-3
         A sample's solve in those methods stops when a round lowers its objective by at
         most this, relative.
+    missing : {"raise", "mask"}, default="raise"
+        ``"raise"``: NaN in X is an error.  ``"mask"``: NaN entries are missing values:
+        objective (3) over each sample's observed entries (r is 0 at the missing ones),
+        codes from each sample's own Gram matrix ``W diag(m) W^T``, and W from
+        per-feature statistics ``B_j = sum_i m_ij h_i^T h_i`` (n_features x
+        n_components^2 floats); ``inverse_transform`` fills the missing entries
+        (:mod:`daskrnmf.kernels.missing`).
     random_state : int, RandomState instance, Generator or None, default=None
         Seeds W's start.
     verbose : int, default=0
@@ -689,8 +735,8 @@ class RobustNMF(_OutlierFactorization):
     }
 
     def __init__(self, n_components=8, *, alpha_R=1.0, solver="cd", max_iter=300, tol=1e-4,
-                 max_inner_iter=100, inner_tol=1e-3, random_state=None, verbose=0,
-                 callback=None, **renamed):
+                 max_inner_iter=100, inner_tol=1e-3, missing="raise", random_state=None,
+                 verbose=0, callback=None, **renamed):
         self.n_components = n_components
         self.alpha_R = alpha_R
         self.solver = solver
@@ -698,6 +744,7 @@ class RobustNMF(_OutlierFactorization):
         self.tol = tol
         self.max_inner_iter = max_inner_iter
         self.inner_tol = inner_tol
+        self.missing = missing
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback
@@ -726,31 +773,34 @@ class RobustNMF(_OutlierFactorization):
     def _fit_blocks(self, X, blocks, stats, seed, y):
         n, d = X.shape
         alpha_R = float(self.alpha_R)
-        mean = stats["sum"] / max(1, n * d)
+        missing = self._allow_nan
+        mean = stats["sum"] / max(1, n * d - stats.get("nan", 0))    # of the observed entries
         W = initial_components(seed, self.n_components, d, mean)
         cd = self.solver == "cd"
         init, chunk = ((batch_init_chunk_cd, batch_chunk_cd) if cd
                        else (batch_init_chunk, batch_chunk))
-        _, hr = blocks.map_reduce(init, count, args=(W, alpha_R), keep_state=True,
+        _, hr = blocks.map_reduce(init, count, args=(W, alpha_R, missing), keep_state=True,
                                   name="initial H" if cd else "initial H, R")
         state = _BatchState(W=W[None], hr=hr)
 
         def step(state, active):
             res, state.hr = blocks.map_reduce(chunk, add_statistics,
-                                              args=(state.W[0], alpha_R, True), state=state.hr,
-                                              keep_state=True, name="H, R + W statistics")
+                                              args=(state.W[0], alpha_R, True, missing),
+                                              state=state.hr, keep_state=True,
+                                              name="H, R + W statistics")
             if cd:
                 W = update_components_cd(state.W[0], res["A"], res["B"], res["C"], W_SWEEPS,
-                                         1e-3)[0]
+                                         1e-3, Bm=res.get("Bm"))[0]
             else:
-                W = update_components(state.W[0], res["A"], res["B"], res["C"], 1)
+                W = update_components(state.W[0], res["A"], res["B"], res["C"], 1,
+                                      Bm=res.get("Bm"))
             state.W = W[None]
             return state, np.array([res["loss"]])
 
         state, log = self._run(step, state, blocks=blocks)
         self._set_iterations(log)
         W = state.W[0]
-        final, _ = blocks.map_reduce(chunk, add_statistics, args=(W, alpha_R, False),
+        final, _ = blocks.map_reduce(chunk, add_statistics, args=(W, alpha_R, False, missing),
                                      state=state.hr, keep_state=True, name="final objective")
         self.components_ = W
         self.objective_ = float(final["loss"])

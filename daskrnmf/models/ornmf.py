@@ -54,8 +54,9 @@ from .._blocks import tree_reduce
 from .._typing import Array, Data, Labels
 from ..kernels import rng
 from ..kernels.blocks import as_float_block, sum_arrays, sum_dicts
+from ..kernels.missing import gram_rows, observed, rescaled_rows, row_grams
 from ..kernels.mu import pair_floor, residual_norms, update_h
-from ..kernels.nnls import nnls_codes
+from ..kernels.nnls import nnls_codes, nnls_codes_each
 
 _EPS = 1e-10
 
@@ -65,12 +66,14 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
 
     _loss = "l21"
     _non_negative = True
+    _supports_missing = True
     _parameter_constraints = {
         **BaseModel._parameter_constraints,
         "n_components": [v.Interval(int, 1, None)],
         "init": [v.Options(("random", "nndsvda"))],
         "max_iter": [v.Interval(int, 1, None)],
         "tol": [v.Interval(float, 0, None)],
+        "missing": [v.MISSING],
     }
 
     def _alpha(self):
@@ -99,7 +102,8 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
             raise ValueError(f"init='nndsvda' needs n_components <= min(n_samples, n_features) "
                              f"= {min(n, d)}; got n_components={self.n_components}. Use "
                              "init='random' or fewer components.")
-        fit = _MUFit(blocks, stats, k=self.n_components, loss=self._loss, alpha=self._alpha())
+        fit = _MUFit(blocks, stats, k=self.n_components, loss=self._loss, alpha=self._alpha(),
+                     missing=self._allow_nan)
         W, log = self._run(fit.step, fit.init(self.init, seed)[None], blocks=blocks)
         W = W[0]
         err = fit.final(W)
@@ -121,6 +125,8 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
         (non-negative least squares by an active-set method; the L2,1 and the squared loss
         have the same minimiser per sample).  ORNMF: the samples are one ordered sequence
         (its penalty ties neighbours), ``max_iter`` multiplicative updates with W fixed.
+        With ``missing="mask"`` the codes fit the observed entries of each sample only
+        (its own Gram matrix ``W diag(m) W^T``).
 
         Parameters
         ----------
@@ -134,19 +140,31 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
         X = self._checked_input(X, "transform")
         W = np.asarray(self.components_, dtype=np.float64)
         return self._map_rows(X, _nnls_codes, self.n_components_, self._output_dtype(X),
-                              W @ W.T, W)
+                              W @ W.T, W, self._allow_nan)
 
     def inverse_transform(self, H: Array) -> Array:
-        """``H W``: the reconstruction, shape (n_samples, n_features)."""
+        """``H W``: the reconstruction, shape (n_samples, n_features).
+
+        Defined at every entry: with ``missing="mask"``, ``inverse_transform(transform(X))``
+        fills X's missing entries."""
         return H @ self.components_
 
     def _outputs(self, X):
         return {"H": self.transform(X)}
 
 
-def _nnls_codes(block, WWt, W):
-    """Exact non-negative least-squares codes of one block's rows for fixed W."""
-    return nnls_codes(WWt, as_float_block(block) @ W.T)
+def _nnls_codes(block, WWt, W, missing=False):
+    """Exact non-negative least-squares codes of one block's rows for fixed W (``missing``:
+    of the observed entries of each row, with the row's own Gram matrix)."""
+    x = as_float_block(block)
+    if missing:
+        x, mask = observed(x)
+        if mask is not None:
+            step = gram_rows(W.shape[0])        # bounds the (rows, k, k) Gram matrices
+            return np.concatenate([
+                nnls_codes_each(row_grams(W, mask[s:s + step], WWt), x[s:s + step] @ W.T)
+                for s in range(0, x.shape[0], step)]).reshape(x.shape[0], W.shape[0])
+    return nnls_codes(WWt, x @ W.T)
 
 
 class NMF(_FactorizationBase):
@@ -164,6 +182,11 @@ class NMF(_FactorizationBase):
         Multiplicative-update iterations at most (one pass over X each).
     tol : float, default=1e-4
         Stops when the objective falls by at most ``tol`` relative.
+    missing : {"raise", "mask"}, default="raise"
+        ``"raise"``: NaN in X is an error.  ``"mask"``: NaN entries are missing values;
+        the loss and the multiplicative updates run over the observed entries only
+        (weighted NMF), ``transform`` fits each sample's observed entries and
+        ``inverse_transform`` fills the missing ones (:mod:`daskrnmf.kernels.missing`).
     random_state : None, int, numpy RandomState or Generator, default=None
         Seeds the initialisation; results depend on it alone, not on the chunking or
         the number of workers.
@@ -178,7 +201,8 @@ class NMF(_FactorizationBase):
     components_ : ndarray (n_components, n_features)
         W, rows of unit L2 norm.
     reconstruction_err_ : float
-        ``||X - H W||_F`` at the end (scikit-learn's meaning).
+        ``||X - H W||_F`` at the end (scikit-learn's meaning; over the observed entries
+        with ``missing="mask"``).
     objective_ : float
         The model's objective at the end.
     objective_history_ : ndarray (n_iter_,)
@@ -204,11 +228,12 @@ class NMF(_FactorizationBase):
     _loss = "fro"
 
     def __init__(self, n_components=8, *, init="nndsvda", max_iter=200, tol=1e-4,
-                 random_state=None, verbose=0, callback=None):
+                 missing="raise", random_state=None, verbose=0, callback=None):
         self.n_components = n_components
         self.init = init
         self.max_iter = max_iter
         self.tol = tol
+        self.missing = missing
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback
@@ -230,6 +255,11 @@ class RNMF(NMF):
         Multiplicative-update iterations at most (one pass over X each).
     tol : float, default=1e-4
         Stops when the objective falls by at most ``tol`` relative.
+    missing : {"raise", "mask"}, default="raise"
+        ``"raise"``: NaN in X is an error.  ``"mask"``: NaN entries are missing values;
+        the loss and the multiplicative updates run over the observed entries only
+        (weighted NMF), ``transform`` fits each sample's observed entries and
+        ``inverse_transform`` fills the missing ones (:mod:`daskrnmf.kernels.missing`).
     random_state : None, int, numpy RandomState or Generator, default=None
         Seeds the initialisation; results depend on it alone, not on the chunking or
         the number of workers.
@@ -291,6 +321,11 @@ class ORNMF(NMF):
         Multiplicative-update iterations at most (one pass over X each).
     tol : float, default=1e-4
         Stops when the objective falls by at most ``tol`` relative.
+    missing : {"raise", "mask"}, default="raise"
+        ``"raise"``: NaN in X is an error.  ``"mask"``: NaN entries are missing values;
+        the loss and the multiplicative updates run over the observed entries only
+        (weighted NMF), ``transform`` fits each sample's observed entries and
+        ``inverse_transform`` fills the missing ones (:mod:`daskrnmf.kernels.missing`).
     random_state : None, int, numpy RandomState or Generator, default=None
         Seeds the initialisation (and the k-means of ``labels_``).
     verbose : int, default=0
@@ -336,9 +371,9 @@ class ORNMF(NMF):
     }
 
     def __init__(self, n_components=8, *, alpha=0.3, n_clusters=None, boundary_threshold=0.5,
-                 init="nndsvda", max_iter=200, tol=1e-4, random_state=None, verbose=0,
-                 callback=None):
-        super().__init__(n_components, init=init, max_iter=max_iter, tol=tol,
+                 init="nndsvda", max_iter=200, tol=1e-4, missing="raise", random_state=None,
+                 verbose=0, callback=None):
+        super().__init__(n_components, init=init, max_iter=max_iter, tol=tol, missing=missing,
                          random_state=random_state, verbose=verbose, callback=callback)
         self.alpha = alpha
         self.n_clusters = n_clusters
@@ -365,7 +400,7 @@ class ORNMF(NMF):
         X = self._checked_input(X, "transform")
         blocks, stats = self._check_blocks(X)
         fit = _MUFit(blocks, stats, k=self.n_components, loss=self._loss, alpha=self._alpha(),
-                     update_w=False)
+                     update_w=False, missing=self._allow_nan)
         W = np.asarray(self.components_, dtype=np.float64)
         fit.init("constant", 0, W=W)
         self._run(fit.step, W[None], blocks=blocks, name=self._name + ".transform", quiet=True)
@@ -394,9 +429,12 @@ class ORNMF(NMF):
 class _MUFit:
     """Passes of one multiplicative-update fit.  H lives with X's row blocks (state)."""
 
-    def __init__(self, blocks, stats, *, k, loss, alpha, update_w=True):
+    def __init__(self, blocks, stats, *, k, loss, alpha, update_w=True, missing=False):
         self.blocks, self.k, self.loss, self.alpha = blocks, k, loss, alpha
-        self.mean = stats["sum"] / max(1, stats["n"] * blocks.shape[1])  # mean entry of X
+        # mean (observed) entry of X
+        n_obs = stats.get("n", 0) * blocks.shape[1] - stats.get("nan", 0)
+        self.mean = stats["sum"] / max(1, n_obs)
+        self.missing = missing              # missing="mask": blocks masked as they are read
         self.update_w = update_w
         self.H = [None] * blocks.n_blocks   # per-block codes (persisted on the cluster)
         self.scale = np.ones(k)             # pending scale of H (from normalising W)
@@ -486,8 +524,11 @@ class _MUFit:
         self.halo = self._halo(res)
         objective = res["loss"] + self.alpha * res["penalty"]
         if self.update_w:
+            den = res["B"] @ W
+            if "Bd" in res:     # missing="mask": H^T (M o (H W)) of the masked blocks
+                den += res["Bd"]
             with np.errstate(invalid="ignore", divide="ignore"):
-                newW = W * res["A"] / (res["B"] @ W)
+                newW = W * res["A"] / den
             newW = np.where(np.isfinite(newW), newW, 0.0)
             W = self._normalise(newW)
         return W[None], np.array([objective])
@@ -501,7 +542,8 @@ class _MUFit:
     def _spec(self, W, update):
         floor = pair_floor(self.halo["col_sq"], self.blocks.shape[0])
         return MUSpec(loss=self.loss, alpha=self.alpha, WWt=W @ W.T, scale=self.scale,
-                      halo=self.halo, update=update, floor=max(floor, _EPS))
+                      halo=self.halo, update=update, floor=max(floor, _EPS),
+                      missing=self.missing)
 
     # -- the end
     def final(self, W):
@@ -548,13 +590,19 @@ class _MUFit:
 
 
 # ---------------------------------------------------------------- per-block functions
+def _filled(block):
+    """A block for the initialisation: with missing entries, the zero-filled rows scaled
+    by d / |O_i| (:func:`daskrnmf.kernels.missing.rescaled_rows`); else the block."""
+    return rescaled_rows(*observed(as_float_block(block)))
+
+
 def _gram_chunk(block, start):
-    x = as_float_block(block)
+    x = _filled(block)
     return {"gram": x.T @ x}
 
 
 def _svd_norms_chunk(block, start, V, s):
-    u = (as_float_block(block) @ V.T) / np.where(s > 0, s, 1.0)
+    u = (_filled(block) @ V.T) / np.where(s > 0, s, 1.0)
     return np.stack([(np.maximum(u, 0) ** 2).sum(axis=0), (np.maximum(-u, 0) ** 2).sum(axis=0)])
 
 
@@ -589,6 +637,7 @@ class MUSpec:
     halo: dict
     update: bool
     floor: float
+    missing: bool = False
 
 
 def mu_chunk(block, start, H, W, spec):
@@ -599,6 +648,9 @@ def mu_chunk(block, start, H, W, spec):
     block's first and last rows of H (the halo of the next pass).
     """
     x = as_float_block(block)
+    mask = None
+    if spec.missing:        # missing="mask": x zero at the missing entries, mask M
+        x, mask = observed(x)
     H = H * spec.scale
     if spec.update:
         halo = spec.halo
@@ -606,11 +658,19 @@ def mu_chunk(block, start, H, W, spec):
         prev = halo["last"][b - 1] if b > 0 else None
         nxt = halo["first"][b + 1] if b + 1 < halo["first"].shape[0] else None
         if spec.loss == "l21":
-            d1 = 1.0 / np.maximum(residual_norms(x, H, W), _EPS)
+            d1 = 1.0 / np.maximum(residual_norms(x, H, W, mask), _EPS)
         else:
             d1 = np.ones(x.shape[0])
-        H = update_h(x, H, W, spec.WWt, d1, spec.alpha, prev, nxt, floor=spec.floor)
-    r = residual_norms(x, H, W)
+        H = update_h(x, H, W, spec.WWt, d1, spec.alpha, prev, nxt, floor=spec.floor,
+                     mask=mask)
+    if mask is None:
+        r = residual_norms(x, H, W)
+    else:
+        HWm = H @ W
+        HWm *= mask                         # M o (H W)
+        E = x - HWm                         # the residual at the observed entries, else 0
+        r = np.sqrt(np.einsum("ij,ij->i", E, E))
+        del E
     d1 = 1.0 / np.maximum(r, _EPS) if spec.loss == "l21" else np.ones(x.shape[0])
     Hd = H * d1[:, None]
     fro2 = float((r ** 2).sum())
@@ -618,11 +678,18 @@ def mu_chunk(block, start, H, W, spec):
             "fro2": fro2, "l21": float(r.sum()),
             "penalty": float(np.sqrt(((H[1:] - H[:-1]) ** 2).sum(axis=1)).sum()),
             "first": H[:1].copy(), "last": H[-1:].copy(), "col_sq": (H ** 2).sum(axis=0)}
+    if spec.missing:
+        # W's denominator H^T (M o (H W)): B @ W for complete blocks, Bd for masked ones
+        if mask is None:
+            part["Bd"] = np.zeros(W.shape)
+        else:
+            part["B"] = np.zeros_like(part["B"])
+            part["Bd"] = Hd.T @ HWm
     return part, H
 
 
 def _init_h_chunk(block, start, spec_init, k):
-    H = _initial_h(as_float_block(block), start, spec_init, k)
+    H = _initial_h(_filled(block), start, spec_init, k)
     return {"first": H[:1].copy(), "last": H[-1:].copy(), "col_sq": (H ** 2).sum(axis=0)}, H
 
 
@@ -634,6 +701,8 @@ def mu_combine(parts):
            "col_sq": sum_arrays([p["col_sq"] for p in parts]),
            "first": np.concatenate([p["first"] for p in parts]),
            "last": np.concatenate([p["last"] for p in parts])}
+    if "Bd" in parts[0]:
+        out["Bd"] = sum_arrays([p["Bd"] for p in parts])
     for left, right in zip(parts[:-1], parts[1:]):
         out["penalty"] += float(np.sqrt(((right["first"][0] - left["last"][-1]) ** 2).sum()))
     return out
