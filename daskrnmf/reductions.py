@@ -113,7 +113,9 @@ class AssignSpec:
     ``n_worst`` (worst-fit rows kept to re-seed empty clusters), ``seed``/``restarts``
     (random labels), ``stats`` ("sums", "median" or "counts": labels and sizes only),
     ``weights`` ("l21" or "ones"),
-    ``squared`` (k-means objective), ``median_plan`` (L1: the first median round).
+    ``squared`` (k-means objective), ``median_plan`` (L1: the first median round),
+    ``missing`` (``missing="mask"``: NaN entries are missing; the statistics then count
+    each (cluster, feature)'s observed entries: ``wsum_f`` and ``observed``).
     """
 
     metric: str
@@ -126,6 +128,7 @@ class AssignSpec:
     weights: str
     squared: bool = False
     median_plan: dict = None
+    missing: bool = False
 
 
 def assign_chunk(block, start, centers, spec):
@@ -153,14 +156,27 @@ def assign_chunk(block, start, centers, spec):
         labels, residual = nearest(x, centers, spec.metric)
     part = {"objective": (residual ** 2 if spec.squared else residual).sum(axis=0),
             "worst": worst_fit(residual, start, x, spec.n_worst)}
+    nan = np.isnan(x) if spec.missing else None
+    if nan is not None and not nan.any():
+        nan = None                      # a complete block: the plain statistics
     if spec.stats == "sums":
         weights = (np.ones_like(residual) if spec.weights == "ones"
                    else 1.0 / np.maximum(residual, spec.eps))
-        part["sums"], part["wsum"], part["counts"] = cluster_sums(x, labels, weights, k)
+        xs = x if nan is None else np.where(nan, 0.0, x)
+        part["sums"], part["wsum"], part["counts"] = cluster_sums(xs, labels, weights, k)
+        if spec.missing:                # the weights of each feature's observed entries
+            part["wsum_f"] = (np.repeat(part["wsum"][:, :, None], x.shape[1], axis=2)
+                              if nan is None else
+                              cluster_sums((~nan).astype(np.float64), labels, weights, k)[0])
     else:
         part["counts"] = _label_counts(labels, k)
         if spec.stats == "median":
             part["median"] = median_round(x, labels, k, spec.median_plan)
+        if spec.missing:                # observed values per (restart, cluster, feature)
+            part["observed"] = (np.repeat(part["counts"][:, :, None], x.shape[1], axis=2)
+                                if nan is None else
+                                cluster_sums((~nan).astype(np.float64), labels,
+                                             np.ones(labels.shape), k)[0].astype(np.int64))
     return part, labels
 
 
@@ -173,6 +189,9 @@ def assign_combine(parts):
     out = {"objective": sum_arrays([p["objective"] for p in parts]),
            "worst": merge_worst_fit([p["worst"] for p in parts]),
            "counts": sum_arrays([p["counts"] for p in parts])}
+    for key in ("wsum_f", "observed"):
+        if key in parts[0]:
+            out[key] = sum_arrays([p[key] for p in parts])
     if "sums" in parts[0]:
         out["sums"] = sum_arrays([p["sums"] for p in parts])
         out["wsum"] = sum_arrays([p["wsum"] for p in parts])

@@ -27,7 +27,8 @@ def test_bar_redraws_one_line_on_a_terminal_and_counts_batch_iterations(blobs):
     m = RFNMF(3, n_init=2, random_state=0, callback=bar).fit(blobs)
     bar.close()
     text = out.getvalue()
-    assert text.count("\r") == bar.steps == m.n_iter_ and text.endswith("\n")
+    # one redraw per driver step; the kept restart may stop before the others
+    assert text.count("\r") == bar.steps >= m.n_iter_ and text.endswith("\n")
     assert f"fit: iteration {m.n_iter_}, objective " in text
     best = np.nanmin(m.objective_history_[-1:])
     assert f"objective {best:.6g}" in text.split("\r")[-1]

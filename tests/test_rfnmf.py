@@ -360,3 +360,84 @@ def test_restarts_screened_on_the_sample_find_the_same_clusters(loss, monkeypatc
     assert clustering_accuracy(full.labels_, screened.labels_) >= 0.995
     assert clustering_accuracy(y[inlier], screened.labels_[inlier]) >= 0.98
     np.testing.assert_allclose(screened.objective_, full.objective_, rtol=1e-3)
+
+
+# ---------------------------------------------------------------- missing values
+def test_masked_distances_match_numpy():
+    from daskrnmf.kernels.assign import distances, nearest
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(50, 20))
+    X[rng.random(X.shape) < 0.2] = np.nan
+    X[3] = np.nan                                       # a row with nothing observed
+    C = rng.normal(size=(2, 4, 20))
+    M = ~np.isnan(X)
+    scale = np.divide(20, M.sum(1), out=np.zeros(50), where=M.sum(1) > 0)
+    for metric in ("l1", "l2"):
+        diff = np.where(M[:, None, None, :], X[:, None, None, :] - C[None], 0.0)
+        s = (np.abs(diff) if metric == "l1" else diff ** 2).sum(-1) * scale[:, None, None]
+        want = s if metric == "l1" else np.sqrt(s)            # (50, R, k)
+        labels, dist = nearest(X, C, metric)
+        np.testing.assert_array_equal(labels, want.argmin(-1))
+        np.testing.assert_allclose(dist, want.min(-1), rtol=1e-12)
+        np.testing.assert_allclose(distances(X, C[0], metric), want[:, 0], rtol=1e-12)
+
+
+def test_group_medians_skip_missing_values():
+    from daskrnmf.kernels.median import group_medians
+
+    rng = np.random.default_rng(5)
+    X = np.round(rng.normal(size=(80, 6)), 1)
+    X[rng.random(X.shape) < 0.3] = np.nan
+    X[:, 5] = np.nan                                    # a feature nobody observes
+    g = rng.integers(0, 3, 80)
+    out = np.full((3, 6), np.nan)
+    group_medians(np.ascontiguousarray(X.T), np.argsort(g, kind="stable"),
+                  np.cumsum(np.bincount(g, minlength=3)), out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = np.stack([np.nanmedian(X[g == c], axis=0) for c in range(3)])
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("loss", ["l1", "l21"])
+def test_missing_mask_on_complete_data_changes_nothing(loss):
+    X, _, _ = _gross_outlier_blobs(400, 8, 4, seed=2)
+    a = RFNMF(4, loss=loss, n_init=3, random_state=0).fit(X)
+    b = RFNMF(4, loss=loss, n_init=3, random_state=0, missing="mask").fit(X)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert not a.__sklearn_tags__().input_tags.allow_nan
+    assert b.__sklearn_tags__().input_tags.allow_nan
+
+
+@pytest.mark.parametrize("loss", ["l1", "l21"])
+def test_missing_values_clustered_in_memory_and_out_of_core(loss):
+    # 10 % of the entries missing at random: the planted clusters are found as with the
+    # complete data, and many chunks (histogram medians, tree sums) give the in-memory
+    # result (selection medians) exactly
+    X, y, inlier = _gross_outlier_blobs(900, 12, 5, seed=7)
+    Xm = X.copy()
+    Xm[np.random.default_rng(1).random(X.shape) < 0.1] = np.nan
+    full = RFNMF(5, loss=loss, n_init=3, random_state=0).fit(X)
+    mem = RFNMF(5, loss=loss, n_init=3, random_state=0, missing="mask").fit(Xm)
+    ooc = RFNMF(5, loss=loss, n_init=3, random_state=0, missing="mask").fit(
+        da.from_array(Xm, chunks=(101, 12)))
+    assert (clustering_accuracy(y[inlier], mem.labels_[inlier])
+            >= clustering_accuracy(y[inlier], full.labels_[inlier]) - 0.03)
+    np.testing.assert_array_equal(np.asarray(ooc.labels_), mem.labels_)
+    np.testing.assert_allclose(ooc.cluster_centers_, mem.cluster_centers_,
+                               rtol=0 if loss == "l1" else 1e-9)
+    assert np.isfinite(mem.cluster_centers_).all()
+    # predict and transform take missing entries too
+    np.testing.assert_array_equal(mem.predict(Xm), mem.labels_)
+    assert np.isfinite(mem.transform(Xm)).all()
+
+
+def test_missing_raise_is_the_default():
+    X, _, _ = _gross_outlier_blobs(100, 4, 2, seed=0)
+    X[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        RFNMF(2).fit(X)
+    with pytest.raises(ValueError, match="The 'missing' parameter of RFNMF must be"):
+        RFNMF(2, missing="drop").fit(X)

@@ -11,6 +11,28 @@ from .blocks import as_float_block
 
 
 @njit(cache=True, nogil=True, fastmath=True)
+def _sum_upto(x, y, l1, limit):
+    """``sum |x - y|`` (l1) or ``sum (x - y)^2``, in runs of 16 features, stopped as soon
+    as it exceeds ``limit`` (early abandon: the caller only needs to know that)."""
+    d = x.shape[0]
+    s = 0.0
+    j = 0
+    while j < d:
+        stop = min(j + 16, d)
+        if l1:
+            for jj in range(j, stop):
+                s += abs(x[jj] - y[jj])
+        else:
+            for jj in range(j, stop):
+                t = x[jj] - y[jj]
+                s += t * t
+        j = stop
+        if s > limit:
+            break
+    return s
+
+
+@njit(cache=True, nogil=True, fastmath=True)
 def _nearest(X, C, l1, labels, dist):
     n, d = X.shape
     R, k, _ = C.shape
@@ -26,20 +48,7 @@ def _nearest(X, C, l1, labels, dist):
                 c = guess if step == 0 else step - 1
                 if step > 0 and c == guess:
                     continue
-                s = 0.0
-                j = 0
-                while j < d:
-                    stop = min(j + 16, d)
-                    if l1:
-                        for jj in range(j, stop):
-                            s += abs(X[i, jj] - C[r, c, jj])
-                    else:
-                        for jj in range(j, stop):
-                            t = X[i, jj] - C[r, c, jj]
-                            s += t * t
-                    j = stop
-                    if s > best:  # early abandon: cannot become the minimum
-                        break
+                s = _sum_upto(X[i], C[r, c], l1, best)   # past best: not the minimum
                 if s < best or (s == best and c < arg):
                     best = s
                     arg = c
@@ -74,7 +83,9 @@ def nearest(X, centers, metric):
     labels : ndarray of int32, shape (n_rows, n_restarts)
         Index of the nearest centre; ties go to the lowest index.
     distances : ndarray of float64, shape (n_rows, n_restarts)
-        ``||x_i - f_{label_i}||_1`` (l1) or ``||x_i - f_{label_i}||_2`` (l2).
+        ``||x_i - f_{label_i}||_1`` (l1) or ``||x_i - f_{label_i}||_2`` (l2).  NaN
+        entries of X (``missing="mask"``) are left out and the sum over the observed
+        ones is rescaled by ``n_features / n_observed`` (:func:`_nearest_masked`).
     """
     X = as_float_block(X)
     C = np.ascontiguousarray(centers, dtype=np.float64)
@@ -82,7 +93,9 @@ def nearest(X, centers, metric):
     dist = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
     if not X.shape[0]:
         return labels, dist
-    if metric == "l2" and X.shape[1] >= GEMM_MIN_FEATURES and C.shape[1] > 1:
+    if np.isnan(X).any():       # missing entries (missing="mask"): over the observed ones
+        _nearest_masked(X, C, metric == "l1", labels, dist)
+    elif metric == "l2" and X.shape[1] >= GEMM_MIN_FEATURES and C.shape[1] > 1:
         _nearest_l2_certified(X, C, labels, dist)
     else:
         _nearest(X, C, metric == "l1", labels, dist)
@@ -143,7 +156,9 @@ def distances(X, centers, metric):
     X = as_float_block(X)
     C = np.ascontiguousarray(centers, dtype=np.float64)
     out = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
-    if X.shape[0]:
+    if X.shape[0] and np.isnan(X).any():
+        _all_masked(X, C, metric == "l1", out)
+    elif X.shape[0]:
         _all(X, C, metric == "l1", out)
     return out
 
@@ -157,21 +172,7 @@ def _seed_trials(X, cand, mind, tau, l1, power, pot):
         cap = min(mind[i], tau)
         limit = cap if l1 else cap * cap
         for t in range(T):
-            c = cand[t]
-            s = 0.0
-            j = 0
-            while j < d:
-                stop = min(j + 16, d)
-                if l1:
-                    for jj in range(j, stop):
-                        s += abs(X[i, jj] - X[c, jj])
-                else:
-                    for jj in range(j, stop):
-                        u = X[i, jj] - X[c, jj]
-                        s += u * u
-                j = stop
-                if s >= limit:
-                    break
+            s = _sum_upto(X[i], X[cand[t]], l1, limit)
             v = s if l1 else np.sqrt(s)
             if v > cap:
                 v = cap
@@ -184,20 +185,7 @@ def _seed_update(X, c, mind, l1):
     n, d = X.shape
     for i in range(n):
         limit = mind[i] if l1 else mind[i] * mind[i]
-        s = 0.0
-        j = 0
-        while j < d:
-            stop = min(j + 16, d)
-            if l1:
-                for jj in range(j, stop):
-                    s += abs(X[i, jj] - X[c, jj])
-            else:
-                for jj in range(j, stop):
-                    u = X[i, jj] - X[c, jj]
-                    s += u * u
-            j = stop
-            if s >= limit:
-                break
+        s = _sum_upto(X[i], X[c], l1, limit)
         if s < limit:
             mind[i] = s if l1 else np.sqrt(s)
 
@@ -228,3 +216,56 @@ def seed_update(X, c, mind, metric):
     """``mind = min(mind, d(X, X[c]))`` in place; returns mind."""
     _seed_update(X, int(c), mind, metric == "l1")
     return mind
+
+
+# ---------------------------------------------------------------- missing values
+@njit(cache=True, nogil=True, fastmath=False)
+def _nearest_masked(X, C, l1, labels, dist):
+    """As :func:`_nearest` over the observed (non-NaN) entries of each row, the sum
+    rescaled by ``d / |O_i|`` (a row with no observed entry is at distance 0 of every
+    centre and goes to centre 0)."""
+    n, d = X.shape
+    R, k, _ = C.shape
+    for i in range(n):
+        o = 0
+        for j in range(d):
+            if not np.isnan(X[i, j]):
+                o += 1
+        scale = d / o if o else 0.0
+        for r in range(R):
+            best = np.inf
+            arg = 0
+            for c in range(k):
+                s = 0.0
+                for j in range(d):
+                    v = X[i, j]
+                    if not np.isnan(v):
+                        t = v - C[r, c, j]
+                        s += abs(t) if l1 else t * t
+                s *= scale
+                if s < best:
+                    best = s
+                    arg = c
+            labels[i, r] = arg
+            dist[i, r] = best if l1 else np.sqrt(best)
+
+
+@njit(cache=True, nogil=True)
+def _all_masked(X, C, l1, out):
+    n, d = X.shape
+    k = C.shape[0]
+    for i in range(n):
+        o = 0
+        for j in range(d):
+            if not np.isnan(X[i, j]):
+                o += 1
+        scale = d / o if o else 0.0
+        for c in range(k):
+            s = 0.0
+            for j in range(d):
+                v = X[i, j]
+                if not np.isnan(v):
+                    t = v - C[c, j]
+                    s += abs(t) if l1 else t * t
+            s *= scale
+            out[i, c] = s if l1 else np.sqrt(s)

@@ -218,8 +218,9 @@ def group_medians(Xt, order, ends, out):
     Xt : ndarray (n_features, n) float64, C-contiguous: X transposed
     order : ndarray of int (n,), the rows sorted by group
     ends : ndarray of int (n_groups,), cumulative group sizes
-    out : ndarray (n_groups, n_features), filled where a group is not empty
+    out : ndarray (n_groups, n_features), filled where a group has observed values
 
+    NaN values are missing (``missing="mask"``): each median is over the observed ones.
     The median of m values is :func:`numpy.median`'s: the middle value, or the mean of
     the two middle values (``(a + b) / 2``) when m is even.
     """
@@ -241,17 +242,23 @@ def _group_medians(Xt, order, ends, out):
         m = ends[g] - a
         if m == 0:
             continue
-        h = (m - 1) // 2
         for j in range(d):
             row = Xt[j]
+            mo = 0                      # the observed values (NaN: missing)
             for t in range(m):
-                buf[t] = row[order[a + t]]
-            lo = _select(buf, m, h)
-            if m % 2:
+                v = row[order[a + t]]
+                if not np.isnan(v):
+                    buf[mo] = v
+                    mo += 1
+            if mo == 0:
+                continue
+            h = (mo - 1) // 2
+            lo = _select(buf, mo, h)
+            if mo % 2:
                 out[g, j] = lo
             else:                       # the next order statistic: min of the upper part
                 hi = buf[h + 1]
-                for t in range(h + 2, m):
+                for t in range(h + 2, mo):
                     if buf[t] < hi:
                         hi = buf[t]
                 out[g, j] = (lo + hi) / 2.0

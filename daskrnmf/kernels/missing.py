@@ -53,8 +53,27 @@ features of sample i)
   ``decompose``'s R is 0 at missing entries.  ``reconstruction_err_`` and the
   objectives are over observed entries.
 
-Clustering models: see their own documentation (RFNMF: medians and weighted means over
-each feature's observed entries, distances rescaled by the observed fraction).
+RFNMF (both losses, and ``"l2"``)
+--------------------------------
+* Distances over each sample's observed features, rescaled by ``d / |O_i|``
+  (:func:`daskrnmf.kernels.assign.nearest`; a row with no observed entry is at distance
+  0 of every centre), for the assignment, the objective, ``predict`` and ``transform``.
+* L1 centres: the median of each feature over the members that observe it.  In memory by
+  selection (:func:`daskrnmf.kernels.median.group_medians` skips NaN); out of core the
+  median search's histograms and collections skip NaN by construction and each
+  (restart, cluster, feature) entry's rank targets come from its observed count, which
+  the fused pass returns (``observed``, (R, k, d) integers).
+* L2,1 / L2 centres: ``sum_i d_i m_ij x_ij / sum_i d_i m_ij`` per feature (the pass
+  returns the per-feature weight sums ``wsum_f``).
+* A feature that no member of a cluster observes keeps the previous centre's value (the
+  middle of its range at the start); seeds come from the first pass's row sample with its
+  missing entries set to the feature's sample median.
+* Complete blocks take the unmasked kernels; cost with NaN: the masked distance loop (no
+  GEMM, no early abandon) and one more per-block sum for the observed counts.
+
+Not supported: RFNMTF (its co-cluster assignment would need masked block distances),
+SemiNMF and MNMF (mixed-sign least squares would need per-feature k x k solves, and MNMF
+its classifier step): their ``missing`` parameter does not exist, so NaN is refused.
 """
 
 import numpy as np

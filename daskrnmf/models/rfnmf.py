@@ -46,10 +46,10 @@ class RFNMF(ClusterBase):
         refinement of initial points, ICML 1998).
     init : {"k-medians++", "random"} or ndarray (n_clusters, n_features), default="k-medians++"
         ``"random"`` is the paper's: a random indicator G, then one F step.
-        ``"k-medians++"``: greedy k-means++-style seeding (Euclidean D^2 sampling for
-        every loss, the best of ``4 (2 + log k)`` candidates per centre, distances by one
-        matrix product) with the distances clipped at their 90 % quantile, so that gross
-        outliers are not taken as centres;
+        ``"k-medians++"``: greedy k-means++-style seeding in the model's distance (D^2
+        sampling, the best of ``4 (2 + log k)`` candidates per centre; L2 distances by
+        one matrix product) with the distances clipped at their 90 % quantile, so that
+        gross outliers are not taken as centres;
         run in memory on a uniform sample of X drawn in the fit's first pass (10 000
         rows, or 100 per cluster; all of X when smaller): no pass of its own (see
         :func:`daskrnmf.models._clustering.robust_kmedians_pp`).
@@ -61,6 +61,13 @@ class RFNMF(ClusterBase):
         L1 only.  0 computes exact medians (equal to :func:`numpy.median`); a positive
         value stops refining a median once its window is narrower than ``median_tol``
         times that feature's value range.
+    missing : {"raise", "mask"}, default="raise"
+        ``"mask"`` treats NaN entries of X as missing (``"raise"``: a ValueError):
+        distances over each sample's observed features, rescaled by ``n_features /
+        n_observed``; L1 medians and L2,1 weighted means of each feature over the members
+        that observe it (a feature no member observes keeps the previous centre's
+        value); seeds from the first pass's sample with its missing entries set to the
+        feature's sample median.  See :mod:`daskrnmf.kernels.missing`.
     random_state : None, int, numpy RandomState or Generator, default=None
         Results depend on it alone, not on the chunking or the number of workers.
     verbose : int, default=0
@@ -112,15 +119,18 @@ class RFNMF(ClusterBase):
     """
 
     _fitted_attribute = "cluster_centers_"
+    _supports_missing = True
     _parameter_constraints = {
         **ClusterBase._parameter_constraints,
         "n_clusters": [v.Interval(int, 1, None)],
         "loss": [v.Options(("l21", "l1", "l2"))],
+        "missing": [v.MISSING],
         "init": [v.Options(("k-medians++", "random")), v.Kind((np.ndarray,), "an array of shape (n_clusters, n_features)")],
     }
 
     def __init__(self, n_clusters=8, *, loss="l21", n_init=10, init="k-medians++", max_iter=100,
-                 tol=1e-4, median_tol=0.0, random_state=None, verbose=0, callback=None):
+                 tol=1e-4, median_tol=0.0, missing="raise", random_state=None, verbose=0,
+                 callback=None):
         self.n_clusters = n_clusters
         self.loss = loss
         self.n_init = n_init
@@ -128,6 +138,7 @@ class RFNMF(ClusterBase):
         self.max_iter = max_iter
         self.tol = tol
         self.median_tol = median_tol
+        self.missing = missing
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback
@@ -154,7 +165,7 @@ class RFNMF(ClusterBase):
         sample_blocks = RowBlocks(S, block_rows=S.shape[0])
         sfit = CentroidFit(sample_blocks, {"min": stats["min"], "max": stats["max"]}, k=fit.k,
                            R=F0.shape[0], metric=fit.metric, loss=fit.loss, seed=fit.seed,
-                           median_tol=fit.median_tol)
+                           median_tol=fit.median_tol, missing=fit.missing)
         sfit.unit_weights_next = fit.unit_weights_next
         F, _ = self._run(sfit.step, F0, n_restarts=F0.shape[0], quiet=True)
         objective = objective_chunk(S, 0, F, fit.metric, False, fit.loss == "l2")
@@ -172,14 +183,14 @@ class RFNMF(ClusterBase):
                                  f"(n_clusters, n_features) = {(k, d)}; got shape {self.init.shape}.")
             n_init = 1
         fit = CentroidFit(blocks, stats, k=k, R=n_init, metric=self._metric, loss=self.loss,
-                          seed=seed, median_tol=self.median_tol)
+                          seed=seed, median_tol=self.median_tol, missing=self._allow_nan)
         F0 = fit.init_centers(self.init)
         if n_init > 1 and fit.sample is not None and fit.sample.shape[0] < n:
             # X is larger than the seeding sample: the restarts are run to convergence
             # on the sample, in memory, and only the best of them is run on X
             F0 = self._screen_restarts(fit, F0, stats)
             fit = CentroidFit(blocks, stats, k=k, R=1, metric=self._metric, loss=self.loss,
-                              seed=seed, median_tol=self.median_tol)
+                              seed=seed, median_tol=self.median_tol, missing=self._allow_nan)
             n_init = 1
         F, log = self._run(fit.step, F0, n_restarts=n_init, blocks=blocks)
         objective, labels = fit.final(F)
