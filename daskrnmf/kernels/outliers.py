@@ -68,8 +68,23 @@ def initial_codes(x, W, lam, mask=None):
 def huber_rows(e, lam):
     """Per-row objective (3) for residuals ``e = x - h W`` with the exact r:
     ``sum_j psi(e_j)``, ``psi(e) = q (e - q / 2)``, ``q = min(e, lam)`` (float64 sums)."""
-    q = np.minimum(e, lam)
-    return np.einsum("ij,ij->i", q, e - 0.5 * q, dtype=np.float64)
+    e = np.ascontiguousarray(e)
+    out = np.zeros(e.shape[0])
+    if e.size:
+        _huber_rows(e, float(lam), out)
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _huber_rows(e, lam, out):
+    n, d = e.shape
+    for i in range(n):
+        acc = 0.0
+        for j in range(d):
+            v = e[i, j]
+            q = v if v < lam else lam
+            acc += q * (v - 0.5 * q)
+        out[i] = acc
 
 
 def work_dtype(x):
@@ -176,21 +191,45 @@ def update_components_cd(W, A, B, C, max_iter, tol, Bm=None):
     if Bm is not None:
         return _update_components_cd_masked(W, A, B, C, Bm, max_iter, tol)
     W = np.array(W, dtype=np.float64)
-    D = np.asarray(A, dtype=np.float64) - np.asarray(C, dtype=np.float64)
-    k = W.shape[0]
+    D = np.ascontiguousarray(np.asarray(A, dtype=np.float64) - np.asarray(C, dtype=np.float64))
+    sweeps = _hals_components(W, D, np.ascontiguousarray(B, dtype=np.float64),
+                              int(max_iter), float(tol)) if W.size else 0
+    return W, sweeps
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _hals_components(W, D, B, max_iter, tol):
+    """The sweeps of :func:`update_components_cd` in place; returns their number."""
+    k, d = W.shape
+    g = np.empty(d)
     sweeps = 0
     for sweeps in range(1, max_iter + 1):
         moved = 0.0
         for j in range(k):
-            if B[j, j] <= 0.0:
+            bjj = B[j, j]
+            if bjj <= 0.0:
                 continue
-            new = W[j] + (D[j] - B[j] @ W) / B[j, j]
-            np.maximum(new, 0.0, out=new)
-            moved += float(np.dot(new - W[j], new - W[j]))
-            W[j] = new
-        if moved <= tol * tol * float(np.einsum("ij,ij->", W, W)):
+            for c in range(d):
+                g[c] = D[j, c]
+            for t in range(k):
+                bjt = B[j, t]
+                if bjt != 0.0:
+                    for c in range(d):
+                        g[c] -= bjt * W[t, c]
+            for c in range(d):
+                new = W[j, c] + g[c] / bjj
+                if new < 0.0:
+                    new = 0.0
+                delta = new - W[j, c]
+                moved += delta * delta
+                W[j, c] = new
+        total = 0.0
+        for j in range(k):
+            for c in range(d):
+                total += W[j, c] * W[j, c]
+        if moved <= tol * tol * total:
             break
-    return W, sweeps
+    return sweeps
 
 
 def _update_components_cd_masked(W, A, B, C, Bm, max_iter, tol):
@@ -244,37 +283,33 @@ def hals_codes_each(h, G3, b, n_sweeps):
     return h
 
 
+@njit(cache=True, nogil=True, fastmath=True)
+def _hals_row(h, G, b, n_sweeps):
+    """HALS sweeps over one row's codes h (k,) for ``1/2 h G h^T - h b^T``; G symmetric,
+    so row j of G is read (contiguous) for column j."""
+    k = h.shape[0]
+    for _ in range(n_sweeps):
+        for j in range(k):
+            if G[j, j] <= 0.0:
+                h[j] = 0.0
+                continue
+            acc = b[j]
+            for t in range(k):
+                acc -= h[t] * G[j, t]
+            v = h[j] + acc / G[j, j]
+            h[j] = v if v > 0.0 else 0.0
+
+
 @njit(cache=True, nogil=True)
 def _hals_rows_each(h, G3, b, n_sweeps):
-    m, k = h.shape
-    for i in range(m):
-        G = G3[i]
-        for _ in range(n_sweeps):
-            for j in range(k):
-                if G[j, j] <= 0.0:
-                    h[i, j] = 0.0
-                    continue
-                acc = b[i, j]
-                for t in range(k):
-                    acc -= h[i, t] * G[t, j]
-                v = h[i, j] + acc / G[j, j]
-                h[i, j] = v if v > 0.0 else 0.0
+    for i in range(h.shape[0]):
+        _hals_row(h[i], G3[i], b[i], n_sweeps)
 
 
 @njit(cache=True, nogil=True)
 def _hals_rows(h, G, b, n_sweeps):
-    m, k = h.shape
-    for i in range(m):
-        for _ in range(n_sweeps):
-            for j in range(k):
-                if G[j, j] <= 0.0:
-                    h[i, j] = 0.0
-                    continue
-                acc = b[i, j]
-                for t in range(k):
-                    acc -= h[i, t] * G[t, j]
-                v = h[i, j] + acc / G[j, j]
-                h[i, j] = v if v > 0.0 else 0.0
+    for i in range(h.shape[0]):
+        _hals_row(h[i], G, b[i], n_sweeps)
 
 
 def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None, tol=0.0, mask=None):
