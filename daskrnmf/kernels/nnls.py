@@ -164,6 +164,12 @@ def nnls_codes(GtG, XG, tol=None, init=None):
     zero coordinate enters when its gradient exceeds ``tol * (max |G^T x| + max diag(G^T
     G) * max h)`` (default ``32 k`` machine epsilons).
     """
+    return _solve(_nnls_gram_rows, GtG, XG, tol, init)
+
+
+def _solve(kernel, GtG, XG, tol, init):
+    """The arguments :func:`nnls_codes` and :func:`nnls_codes_each` share, then
+    ``kernel``: the default ``tol`` (``32 k`` machine epsilons), a warm start or zeros."""
     XG = np.ascontiguousarray(XG, dtype=np.float64)
     k = XG.shape[1]
     tol = 32 * max(k, 1) * np.finfo(np.float64).eps if tol is None else float(tol)
@@ -171,7 +177,7 @@ def nnls_codes(GtG, XG, tol=None, init=None):
     out = np.array(init, dtype=np.float64) if warm else np.zeros(XG.shape)
     if XG.shape[0] == 0 or k == 0:
         return out
-    return _nnls_gram_rows(np.ascontiguousarray(GtG, dtype=np.float64), XG, out, tol, warm)
+    return kernel(np.ascontiguousarray(GtG, dtype=np.float64), XG, out, tol, warm)
 
 
 def nnls_codes_each(GtG, XG, tol=None, init=None):
@@ -179,12 +185,4 @@ def nnls_codes_each(GtG, XG, tol=None, init=None):
     (e.g. ``W diag(m_i) W^T`` over the observed entries of row i, see
     :func:`daskrnmf.kernels.missing.row_grams`), ``XG`` (n, k).  A row whose Gram matrix
     is the shared one gets :func:`nnls_codes`'s result bit for bit."""
-    XG = np.ascontiguousarray(XG, dtype=np.float64)
-    k = XG.shape[1]
-    tol = 32 * max(k, 1) * np.finfo(np.float64).eps if tol is None else float(tol)
-    warm = init is not None
-    out = np.array(init, dtype=np.float64) if warm else np.zeros(XG.shape)
-    if XG.shape[0] == 0 or k == 0:
-        return out
-    return _nnls_gram_rows_each(np.ascontiguousarray(GtG, dtype=np.float64), XG, out, tol,
-                                warm)
+    return _solve(_nnls_gram_rows_each, GtG, XG, tol, init)
