@@ -15,7 +15,6 @@ import tempfile
 import time
 import warnings
 
-import numpy as np
 from _report import Report, timed
 
 

@@ -11,7 +11,6 @@ import argparse
 import os
 import platform
 import tempfile
-import time
 import warnings
 
 import dask

@@ -175,16 +175,8 @@ class BaseModel(BaseEstimator):
         from .reductions import checked_blocks
 
         where = f"X passed to {self._name}"
-        if self._allow_nan:
-            blocks, stats = _masked_blocks(X, where, self._sample_size(X))
-        else:
-            try:
-                blocks, stats = checked_blocks(X, where, sample_size=self._sample_size(X))
-            except ValueError as exc:
-                hint = self._nan_hint()
-                if hint and "NaN or infinite" in str(exc):
-                    raise ValueError(str(exc) + hint) from None
-                raise
+        blocks, stats = checked_blocks(X, where, sample_size=self._sample_size(X),
+                                       allow_nan=self._allow_nan, hint=self._nan_hint())
         if not np.isfinite(stats["min"]).any():     # every entry missing
             raise ValueError(f"{where} has no observed (non-NaN) value.")
         low = float(np.min(stats["min"]))
@@ -442,27 +434,6 @@ class FactorizationMixin(ClassNamePrefixFeaturesOutMixin, TransformerMixin):
 
     def __sklearn_tags__(self):
         return float_tags(super().__sklearn_tags__())
-
-
-def _masked_blocks(X, where, sample_size=0):
-    """Row blocks of X and its first-pass statistics for ``missing="mask"``: those of
-    :func:`daskrnmf.reductions.checked_blocks`, with NaN allowed (inf refused) and each
-    feature's count of observed entries (``stats["observed"]`` (d,), ``stats["nan"]``)."""
-    import functools
-
-    from ._blocks import RowBlocks
-    from .kernels.missing import stats_chunk, stats_combine
-    from .reductions import _order_sample
-
-    blocks = RowBlocks(X)
-    size = int(min(sample_size, blocks.shape[0]))
-    stats = blocks.map_reduce(stats_chunk, functools.partial(stats_combine, sample_size=size),
-                              args=(size,), name="feature stats (missing='mask')"
-                              + (" + row sample" if size else ""))
-    stats = _order_sample(stats)
-    v.check_missing_count(stats["nan"], stats["nonfinite"] - stats["nan"], where,
-                          allow_nan=True)
-    return blocks, stats
 
 
 def _check_magnitude(top, name):

@@ -65,7 +65,7 @@ def _order_sample(stats):
     return stats
 
 
-def feature_stats(blocks, sample_size=0):
+def feature_stats(blocks, sample_size=0, missing=False):
     """Per-feature minimum and maximum of the finite values, their sum, the number of rows
     and the NaN/inf count (1 pass).
 
@@ -74,24 +74,36 @@ def feature_stats(blocks, sample_size=0):
     ordered by row index: the rows with the smallest keys ``uniform(SAMPLE_SEED, i)``, so
     the sample depends on X alone, not on its chunking (:func:`sample_rows_chunk`).
     Rows holding NaN/inf may be drawn; the caller checks ``nonfinite`` first.
+
+    ``missing`` (``missing="mask"``): NaN counted apart, ``stats["nan"]``, and each
+    feature's observed count, ``stats["observed"]`` (:func:`daskrnmf.kernels.missing.
+    stats_chunk`).
     """
+    from .kernels import missing as _missing
+
+    chunk, combine = ((_missing.stats_chunk, _missing.stats_combine) if missing
+                      else (feature_stats_chunk, feature_stats_combine))
     size = int(min(sample_size, blocks.shape[0]))
-    stats = blocks.map_reduce(feature_stats_chunk,
-                              functools.partial(feature_stats_combine, sample_size=size),
-                              args=(size,), name="feature stats" + (" + row sample" if size else ""))
+    stats = blocks.map_reduce(chunk, functools.partial(combine, sample_size=size), args=(size,),
+                              name="feature stats" + (" (missing='mask')" if missing else "")
+                              + (" + row sample" if size else ""))
     return _order_sample(stats)
 
 
-def checked_blocks(X, where, sample_size=0):
+def checked_blocks(X, where, sample_size=0, allow_nan=False, hint=""):
     """Row blocks of a validated X and its feature stats (with a row sample of
     ``sample_size`` rows, see :func:`feature_stats`); NaN/inf in X is a ValueError naming
-    ``where`` (the first pass of every fit)."""
+    ``where`` (the first pass of every fit) — with ``allow_nan`` (``missing="mask"``) only
+    inf is, and the stats count each feature's observed entries.  ``hint`` ends the NaN
+    error's message."""
     from . import _validation as v
     from ._blocks import RowBlocks
 
     blocks = RowBlocks(X)
-    stats = feature_stats(blocks, sample_size)
-    v.check_finite_count(stats["nonfinite"], where)
+    stats = feature_stats(blocks, sample_size, missing=allow_nan)
+    n_nan = stats.get("nan", 0)
+    v.check_missing_count(n_nan, stats["nonfinite"] - n_nan, where, allow_nan=allow_nan,
+                          hint=hint)
     return blocks, stats
 
 

@@ -22,9 +22,8 @@ from .._blocks import RowBlocks
 from .._driver import iterate
 from .._typing import Array, Data
 from ..kernels.assign import distances, nearest, seed_potentials, seed_update
-from ..kernels.median import group_medians
 from ..kernels.blocks import sum_arrays
-from ..kernels.median import merge_median_round
+from ..kernels.median import group_medians, merge_median_round
 from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, AssignSpec, MedianSearch, assign_chunk,
                           assign_combine, feature_stats, median_refine_chunk, sample_rows)
 
@@ -329,10 +328,7 @@ def robust_kmedians_pp(X, k, gen, metric="l1", *, power=2, n_trials=None,
     pot, D = potentials(cand, mind, np.inf)
     t = int(np.argmin(pot))
     chosen = [int(cand[t])]
-    if D is not None:
-        mind[:] = D[:, t]
-    else:
-        update(chosen[0], mind, D, t)
+    update(chosen[0], mind, D, t)
     for _ in range(1, k):
         tau = float(np.quantile(mind, clip_quantile))
         w = np.minimum(mind, tau) ** power
