@@ -410,6 +410,8 @@ def _k_range(text):
     try:
         for part in text.split(","):
             lo, sep, hi = part.strip().partition("-")
+            if sep and int(hi) < int(lo):
+                raise ValueError(part)
             out.update(range(int(lo), int(hi) + 1) if sep else [int(lo)])
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a range like 3-12 or a list like 3,5,8; "

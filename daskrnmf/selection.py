@@ -121,21 +121,25 @@ class ChooseKResult:
 
 
 # ---------------------------------------------------------------- per-block scoring
-def scoring_chunk(block, start, F, metric, n_bins):
+def scoring_chunk(block, start, F, metric, n_bins, squared=False):
     """Per block, for the seeds' centres ``F`` (n_seeds, k, d): the contingency table of
     every pair of seeds' labels, the sum of the per-sample simplified silhouettes
-    ``1 - a / b`` (a: distance to the nearest centre, b: to the second) and their
-    histogram per cluster (n_seeds, k, n_bins)."""
+    ``1 - a / b`` (a: distance to the nearest centre, b: to the second), their
+    histogram per cluster (n_seeds, k, n_bins) and each seed's objective (the sum of
+    ``a``, squared for the k-means loss)."""
     from .kernels.assign import distances
 
     S, k = F.shape[0], F.shape[1]
     n = block.shape[0]
     labels = np.empty((S, n), dtype=np.int64)
     sums = np.zeros(S)
+    objective = np.zeros(S)
     hist = np.zeros((S, k, n_bins), dtype=np.int64)
     for s in range(S):
         D = distances(block, F[s], metric)
         labels[s] = np.argmin(D, axis=1)          # ties: the lowest index, as nearest()
+        a = D[np.arange(n), labels[s]]
+        objective[s] = (a * a).sum() if squared else a.sum()
         sil = silhouette_values(D)
         sums[s] = sil.sum()
         bins = np.minimum((sil * n_bins).astype(np.int64), n_bins - 1)
@@ -145,7 +149,8 @@ def scoring_chunk(block, start, F, metric, n_bins):
     tables = np.zeros((len(pairs), k, k), dtype=np.int64)
     for p, (s, t) in enumerate(pairs):
         tables[p] = np.bincount(labels[s] * k + labels[t], minlength=k * k).reshape(k, k)
-    return {"tables": tables, "sums": sums, "hist": hist, "n": np.int64(n)}
+    return {"tables": tables, "sums": sums, "hist": hist, "n": np.int64(n),
+            "objective": objective}
 
 
 def scoring_combine(parts):
@@ -206,22 +211,22 @@ def adjusted_rand_from_table(table):
     return float(2.0 * (tp * tn - fn * fp) / ((tp + fn) * (fn + tn) + (tp + fp) * (fp + tn)))
 
 
-def score_centers(blocks, F, metric, n_bins=N_BINS):
+def score_centers(blocks, F, metric, n_bins=N_BINS, squared=False):
     """One pass over X: stability and silhouettes of the seeds' centres ``F`` (S, k, d).
 
     Returns
     -------
     dict with ``ari`` (one per pair of seeds), ``silhouette`` (per seed: the mean over
     its non-empty clusters of the cluster's median) and ``silhouette_mean`` (per seed:
-    the mean over the samples).
+    the mean over the samples) and ``objective`` (per seed).
     """
     F = np.ascontiguousarray(F, dtype=np.float64)
-    res = blocks.map_reduce(scoring_chunk, scoring_combine, args=(F, metric, n_bins),
+    res = blocks.map_reduce(scoring_chunk, scoring_combine, args=(F, metric, n_bins, squared),
                             name="choose_k scores")
     n = int(res["n"])
     return {"ari": np.array([adjusted_rand_from_table(t) for t in res["tables"]]),
             "silhouette": np.array([cluster_median_silhouette(h) for h in res["hist"]]),
-            "silhouette_mean": res["sums"] / max(n, 1)}
+            "silhouette_mean": res["sums"] / max(n, 1), "objective": res["objective"]}
 
 
 # ---------------------------------------------------------------- the fits
@@ -239,27 +244,18 @@ def _fit_stacked(estimator, X, k, n_seeds, seed):
             return "RFNMF"
 
         def _fit_blocks(self, X, blocks, stats, seed, y):
-            from .models._clustering import CentroidFit, objective_chunk, objective_combine
+            from .models._clustering import objective_chunk, objective_combine
 
-            n = X.shape[0]
-            if k > n:
-                raise ValueError(f"n_clusters={k} must be <= n_samples={n}.")
-            per = self.n_init
-            R = per * n_seeds
-            fit = CentroidFit(blocks, stats, k=k, R=R, metric=self._metric, loss=self.loss,
-                              seed=seed, median_tol=self.median_tol)
-            F, log = self._run(fit.step, fit.init_centers(self.init), n_restarts=R,
-                               blocks=blocks)
-            objective = blocks.map_reduce(objective_chunk, objective_combine,
-                                          args=(F, self._metric, False, self.loss == "l2"),
-                                          name="final objectives")
-            best = np.array([g * per + int(np.argmin(objective[g * per:(g + 1) * per]))
-                             for g in range(n_seeds)])
-            out["F"], out["objective"] = F[best], objective[best]
-            out["scores"] = score_centers(blocks, F[best], self._metric)
-            self.cluster_centers_ = F[best[0]].copy()
-            self.objective_ = float(objective[best[0]])
-            self._set_iterations(log, int(best[0]), warn=False)
+            squared = self.loss == "l2"
+            fit, F, _, per = self._fit_groups(blocks, stats, seed, n_groups=n_seeds)
+            if per > 1:         # every group's restarts ran on X: its best is the seed's
+                objective = blocks.map_reduce(objective_chunk, objective_combine,
+                                              args=(F, self._metric, False, squared),
+                                              name="final objectives")
+                F = F[[g * per + int(np.argmin(objective[g * per:(g + 1) * per]))
+                       for g in range(n_seeds)]]
+            out["scores"] = score_centers(blocks, F, self._metric, squared=squared)
+            out["objective"] = out["scores"]["objective"]
 
     params = estimator.get_params(deep=False)
     params.update(n_clusters=k, random_state=seed)

@@ -171,28 +171,42 @@ class RFNMF(ClusterBase):
         objective = objective_chunk(S, 0, F, fit.metric, False, fit.loss == "l2")
         return F[[int(np.argmin(objective))]]
 
-    def _fit_blocks(self, X, blocks, stats, seed, y):
-        n, d = X.shape
+    def _fit_groups(self, blocks, stats, seed, n_groups=1):
+        """The fit's centres for ``n_groups`` independent groups of ``n_init`` restarts
+        (:func:`daskrnmf.choose_k` fits one group per seed in the same passes).
+
+        On X larger than the seeding sample each group's restarts are screened there
+        (:meth:`_screen_restarts`) and one per group runs on X.  Returns ``fit``, the
+        centres ``F`` (n_groups * per, k, d), the driver's log and ``per``, the restarts
+        per group that ran on X (restart ``g * per + i`` belongs to group g)."""
+        n, d = blocks.shape
         k = self.n_clusters
         if k > n:
             raise ValueError(f"n_clusters={k} must be <= n_samples={n}.")
-        n_init = self.n_init
+        per = self.n_init
         if isinstance(self.init, np.ndarray):
             if self.init.shape != (k, d) or not np.all(np.isfinite(self.init)):
                 raise ValueError(f"The 'init' array of {self._name} must be finite with shape "
                                  f"(n_clusters, n_features) = {(k, d)}; got shape {self.init.shape}.")
-            n_init = 1
-        fit = CentroidFit(blocks, stats, k=k, R=n_init, metric=self._metric, loss=self.loss,
-                          seed=seed, median_tol=self.median_tol, missing=self._allow_nan)
+            per = 1
+
+        def centroid_fit(R):
+            return CentroidFit(blocks, stats, k=k, R=R, metric=self._metric, loss=self.loss,
+                               seed=seed, median_tol=self.median_tol, missing=self._allow_nan)
+
+        fit = centroid_fit(per * n_groups)
         F0 = fit.init_centers(self.init)
-        if n_init > 1 and fit.sample is not None and fit.sample.shape[0] < n:
+        if per > 1 and fit.sample is not None and fit.sample.shape[0] < n:
             # X is larger than the seeding sample: the restarts are run to convergence
-            # on the sample, in memory, and only the best of them is run on X
-            F0 = self._screen_restarts(fit, F0, stats)
-            fit = CentroidFit(blocks, stats, k=k, R=1, metric=self._metric, loss=self.loss,
-                              seed=seed, median_tol=self.median_tol, missing=self._allow_nan)
-            n_init = 1
-        F, log = self._run(fit.step, F0, n_restarts=n_init, blocks=blocks)
+            # on the sample, in memory, and only the best of each group is run on X
+            F0 = np.concatenate([self._screen_restarts(fit, F0[g * per:(g + 1) * per], stats)
+                                 for g in range(n_groups)])
+            fit, per = centroid_fit(n_groups), 1
+        F, log = self._run(fit.step, F0, n_restarts=F0.shape[0], blocks=blocks)
+        return fit, F, log, per
+
+    def _fit_blocks(self, X, blocks, stats, seed, y):
+        fit, F, log, _ = self._fit_groups(blocks, stats, seed)
         objective, labels = fit.final(F)
         best = int(np.argmin(objective))
         self._set_iterations(log, best)
