@@ -310,22 +310,11 @@ def load(path: str | os.PathLike, *, storage_options: dict | None = None):
 
 
 def _open_saved(where, storage_options):
-    """The group at ``where``: a local path, or a URL read directly or from the version
-    its (or a parent's) commit pointer names."""
-    import zarr
+    """The group at ``where``: a local path, or for a URL the version its (or a
+    parent's) commit pointer names (:func:`daskrnmf.io._open_node`)."""
+    from .io import _open_node
 
-    from . import io
-
-    if not io.is_url(where):
-        return zarr.open_group(where, mode="r")
-    with io.explained(where, "read"):
-        try:
-            return zarr.open_group(io.store(where, storage_options, read_only=True), mode="r")
-        except (FileNotFoundError, zarr.errors.NodeNotFoundError, zarr.errors.GroupNotFoundError):
-            target = io.resolve(where, storage_options)
-            if target == where:
-                raise
-        return zarr.open_group(io.store(target, storage_options, read_only=True), mode="r")
+    return _open_node(where, None, storage_options, group=True)
 
 
 def _member(group, name):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import os
 import uuid
 
@@ -144,7 +145,7 @@ def read_pointer(url: str, storage_options: dict | None = None) -> str | None:
         meta = json.loads(raw)
         current = meta["current"]
         ok = meta.get("format") == POINTER_FORMAT and isinstance(current, str) \
-            and current.startswith(_VERSION_PREFIX) and "/" not in current
+            and _is_version(current)
     except (ValueError, KeyError, TypeError):
         ok = False
     if not ok:
@@ -189,6 +190,12 @@ def check_writable(url: str, storage_options: dict | None = None, what: str = "o
         fs.rm_file(probe)
 
 
+def _is_version(name):
+    """A name :func:`new_version` makes (``v-`` and 32 hex digits): only those are ever
+    removed as old or abandoned versions, never a user's ``v-data``."""
+    return re.fullmatch(_VERSION_PREFIX + "[0-9a-f]{32}", name) is not None
+
+
 def new_version(url: str) -> str:
     """A fresh, unique version prefix under the location ``url`` (not yet committed)."""
     return _join(url, f"{_VERSION_PREFIX}{uuid.uuid4().hex}")
@@ -212,7 +219,7 @@ def commit(url: str, version: str, storage_options: dict | None = None, *,
             base = entry.rstrip("/").rsplit("/", 1)[-1]
             if base in (POINTER, name):
                 continue
-            if overwrite or base.startswith(_VERSION_PREFIX):
+            if overwrite or _is_version(base):
                 fs.rm(entry, recursive=True)
 
 
@@ -296,21 +303,18 @@ def open_array(url: PathLike, component: str | None = None, *,
     return node
 
 
-def _open_node(url, component, storage_options):
-    """The Zarr node at ``url`` (``component`` inside it), read-only; a URL is read
-    directly, else from the version its (or a parent's) commit pointer names."""
+def _open_node(url, component, storage_options, group=False):
+    """The Zarr node (a group with ``group``) at ``url`` (``component`` inside it),
+    read-only.  For a URL the commit pointer comes first: when ``url`` or a parent is a
+    committed location, the version its pointer names is read, never what an
+    interrupted cleanup may have left at the location itself."""
+    open_ = zarr.open_group if group else zarr.open
     if not is_url(url):
-        return zarr.open(store=url, path=component or "", mode="r")
+        return open_(store=url, path=component or "", mode="r")
     with explained(url, "read"):
-        try:
-            return zarr.open(store=store(url, storage_options, read_only=True),
-                             path=component or "", mode="r")
-        except (FileNotFoundError, zarr.errors.NodeNotFoundError):
-            target = resolve(url, storage_options)
-            if target == url:
-                raise
-        return zarr.open(store=store(target, storage_options, read_only=True),
-                         path=component or "", mode="r")
+        target = resolve(url, storage_options)
+        return open_(store=store(target, storage_options, read_only=True),
+                     path=component or "", mode="r")
 
 
 def _missing_bucket(url, storage_options):

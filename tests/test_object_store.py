@@ -392,3 +392,24 @@ def test_memory_url_round_trip(data, cluster):
     cli.write_store(base + "/out.zarr", {"labels": model.labels_}, {"run": 1}, False,
                     n_rows=1200, row_chunk=200)
     np.testing.assert_array_equal(io.open_array(base + "/out.zarr/labels")[...], model.labels_)
+
+
+def test_commit_removes_only_its_own_versions():
+    # a user's folder named like a version ("v-data") is never taken for an old version,
+    # and a reader follows the pointer, not what is left at the location itself
+    import fsspec
+
+    from daskrnmf import io
+
+    fs = fsspec.filesystem("memory")
+    base = f"memory://commit-{os.getpid()}-{time.time_ns()}/loc"
+    fs.pipe(base.split("://", 1)[1] + "/v-data/keep.txt", b"mine")
+    abandoned = io.new_version(base)              # an interrupted write's prefix
+    fs.pipe(abandoned.split("://", 1)[1] + "/payload", b"x")
+    version = io.new_version(base)
+    fs.pipe(version.split("://", 1)[1] + "/payload", b"x")
+    io.commit(base, version)
+    names = {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(base.split("://", 1)[1], detail=False)}
+    assert "v-data" in names and io.read_pointer(base) in names
+    assert len([n for n in names if n.startswith("v-") and n != "v-data"]) == 1
+    assert io.resolve(base) == f"{base}/{io.read_pointer(base)}"
