@@ -151,10 +151,12 @@ def mnmf_reference(X, y, H0, C, lam, semi_iter, n_iter, intercept_scaling=1.0):
     """Algorithm 1 of Max-Margin Semi-NMF (Kumar, Kotsia & Patras) with every sub-problem solved exactly and densely.
 
     y in {-1, +1}.  SVM step: the dual of the intercept-regularised linear SVM on
-    [G^T x - mean, s], a box QP, by SciPy's L-BFGS-B.  G step: eq. 9 with T_1 - T_2 = -c/4 Q (eq. 10
-    simplified for M_i = x_i w^T; tests/test_mnmf.py), the same way, G from eq. 7 (lam divided out,
-    theta = C / lam); G's columns
-    normalised (scale into H).  H step: scipy.optimize.nnls per sample (eq. 14).
+    [G^T x - mean, s], a box QP, by SciPy's L-BFGS-B.  G step (the scale-invariant form
+    of daskrnmf.models.mnmf: S + diag(w^2) / (2 lam) for H^T H, centred rows z_i = x_i - xbar,
+    the centred intercept c0 held): eq. 9 with T_1 - T_2 = -c/4 Q (eq. 10 simplified for
+    M_i = z_i w^T; tests/test_mnmf.py), the same way, G from eq. 7 (lam divided out,
+    theta = C / lam); G's columns normalised.  H step: scipy.optimize.nnls per sample
+    (eq. 14), also for the initial unit-norm basis.
     Returns G, H, w, b and the objective after each iteration.  L-BFGS-B is reliable on
     these duals only for moderate C and theta (at C = 100, theta = 10^4 it stalls).
     """
@@ -163,35 +165,36 @@ def mnmf_reference(X, y, H0, C, lam, semi_iter, n_iter, intercept_scaling=1.0):
     k = H0.shape[1]
     G, H = semi_nmf_reference(X, H0, semi_iter)
     xbar = X.mean(axis=0)
+    Z = X - xbar
     theta = C / lam
 
-    def normalise(G, H):
-        n = np.linalg.norm(G, axis=0)
-        return G / n, H * n
+    def unit(G):
+        return G / np.linalg.norm(G, axis=0)
 
     def svm(G):
-        Z = np.hstack([X @ G - G.T @ xbar, np.full((len(y), 1), intercept_scaling)])
-        A = Z * y[:, None]
+        F = np.hstack([Z @ G, np.full((len(y), 1), intercept_scaling)])
+        A = F * y[:, None]
         v = A.T @ _box_qp(A @ A.T, np.ones(len(y)), C)
-        w = v[:k]
-        hinge = np.maximum(0, 1 - y * (Z @ v)).sum()
-        return w, v[k] * intercept_scaling - w @ (G.T @ xbar), 0.5 * v @ v + C * hinge
+        hinge = np.maximum(0, 1 - y * (F @ v)).sum()
+        return v, 0.5 * v @ v + C * hinge
 
-    G, H = normalise(G, H)
-    w, b, _ = svm(G)
+    G = unit(G)
+    H = np.array([nnls(G, x)[0] for x in X])
+    v, _ = svm(G)
     history = []
     for _ in range(n_iter):
-        P = np.linalg.inv(H.T @ H)
+        w, c0 = v[:k], v[k] * intercept_scaling
+        P = np.linalg.inv(H.T @ H + np.diag(w * w / (2 * lam)))
         G0 = X.T @ H @ P
         c = w @ P @ w
-        A = X * y[:, None]
-        a = _box_qp(c / 2 * A @ A.T, 1 - y * (X @ G0 @ w + b), theta)
-        G = G0 + 0.5 * np.outer(A.T @ a, P @ w)
-        G, H = normalise(G, H)
+        A = Z * y[:, None]
+        a = _box_qp(c / 2 * A @ A.T, 1 - y * (Z @ G0 @ w + c0), theta)
+        G = unit(G0 + 0.5 * np.outer(A.T @ a, P @ w))
         H = np.array([nnls(G, x)[0] for x in X])
-        w, b, svm_obj = svm(G)
+        v, svm_obj = svm(G)
         history.append(lam * ((X - H @ G.T) ** 2).sum() + svm_obj)
-    return G, H, w, b, np.array(history)
+    w = v[:k]
+    return G, H, w, v[k] * intercept_scaling - w @ (G.T @ xbar), np.array(history)
 
 
 # ---------------------------------------------------------------- ONMFO (Zhao & Tan)

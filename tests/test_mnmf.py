@@ -199,8 +199,27 @@ def test_mnmf_pass_count(small_toy):
         est = MNMF(2, semi_max_iter=5, tol=0, max_iter=2, random_state=0).fit(X, y)
     passes = est.inner_passes_[0]
     assert passes.shape == (3, 2) and passes[0, 0] == 0 and np.all(passes[:, 1] >= 1)
-    # input check + initial H + 5 semi-NMF + every Newton pass + one H pass per iteration
-    assert est.n_passes_ == 2 + 5 + passes.sum() + 2
+    # input check + initial H + 5 semi-NMF + the exact codes of the initial basis + the G
+    # steps' Newton passes + one H pass per iteration; the SVM steps read the kept
+    # features, not X
+    assert np.all(passes[1:, 0] <= est.max_inner_iter)
+    assert est.n_passes_ == 2 + 5 + 1 + passes[:, 0].sum() + 2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mnmf_objective_never_rises_at_the_defaults(seed):
+    """The scale-invariant steps (module docstring, "Scale of G") at the model's defaults
+    (C = 100, theta = 10^4, 8 Newton passes per G step): the objective after each
+    iteration is no higher than after the one before, and an iteration reads X at most
+    max_inner_iter + 1 times."""
+    X, y = make_margin_gaussians(60, 30, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = MNMF(2, tol=0, max_iter=12, random_state=seed).fit(X, y)
+    h = est.objective_history_[0]
+    assert len(h) == 12
+    assert np.all(np.diff(h) <= 1e-9 * np.abs(h[:-1])), h
+    assert np.all(est.inner_passes_[0][1:, 0] <= 8)
 
 
 def test_mnmf_one_vs_one_for_several_classes():

@@ -75,6 +75,32 @@ def test_spilled_state_equals_in_memory_state(client, tmp_path, chunk_rows):
     assert not os.path.exists(scratch)
 
 
+def _state_sum(state, c):
+    return c * float(state.sum())
+
+
+@pytest.mark.parametrize("spill", [True, False])
+def test_map_state_reduces_the_state_without_reading_x(client, tmp_path, spill):
+    """A state pass (MNMF's SVM step) over spilled or in-memory state equals the NumPy
+    twin and is not counted as a pass over X."""
+    x = np.random.default_rng(1).random((40, 3))
+    where = str(tmp_path) if spill else None
+    with dask.config.set({"daskrnmf.scratch-directory": where}):
+        blocks, state, _, _ = _run(da.from_array(x, chunks=(7, 3)))
+        if not spill:
+            blocks._scratch = None
+            _, state = blocks.map_reduce(_step, _add, args=(6.0,), keep_state=True,
+                                         state=[None] * blocks.n_blocks)
+        n_passes = blocks.n_passes
+        total = blocks.map_state(_state_sum, _add, state, args=(0.5,))
+    assert isinstance(state, SpilledState) == spill
+    assert total == pytest.approx(0.5 * 6.0 * x.sum(), rel=1e-12)
+    assert blocks.n_passes == n_passes and blocks.n_state_passes == 1
+    numpy_blocks, numpy_state, _, _ = _run(x)
+    assert numpy_blocks.map_state(_state_sum, _add, numpy_state, args=(0.5,)) == \
+        pytest.approx(total, rel=1e-12)
+
+
 def test_local_schedulers_keep_state_in_memory(tmp_path):
     """No client: no worker can be lost, nothing is written."""
     X = da.from_array(np.ones((10, 2)), chunks=(5, 2))

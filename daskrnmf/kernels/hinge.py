@@ -28,6 +28,7 @@ accepted full step needs one pass; a backtracked step costs one more.
 """
 
 import numpy as np
+from numba import njit
 
 #: step sizes at which a pass evaluates the smoothed loss along the Newton direction
 #: (1 first: the full step; 0 last: the current point)
@@ -39,6 +40,23 @@ _SOLVED = 1e-10
 def smoothed(r, mu):
     """Huber-smoothed hinge ``l_mu(r)`` elementwise."""
     return np.where(r <= 0, 0.0, np.where(r < mu, r * r / (2 * mu), r - mu / 2))
+
+
+@njit(cache=True, nogil=True)
+def _ladder_losses(r0, s, omega, ladder, mu):
+    """``sum_i omega_i l_mu(r0_i - t s_i)`` for every t of the ladder, in one sweep over
+    the rows (the NumPy twin is :func:`smoothed`, tested)."""
+    out = np.zeros(ladder.shape[0])
+    half = mu / 2
+    inv = 1.0 / (2 * mu)
+    for i in range(r0.shape[0]):
+        if omega[i] == 0.0:
+            continue
+        for j in range(ladder.shape[0]):
+            r = r0[i] - ladder[j] * s[i]
+            if r > 0.0:
+                out[j] += omega[i] * (r * r * inv if r < mu else r - half)
+    return out
 
 
 def block_pass(Z, y, p, omega, v, d, mu, ladder=LADDER):
@@ -67,7 +85,7 @@ def block_pass(Z, y, p, omega, v, d, mu, ladder=LADDER):
     """
     r0 = p - y * (Z @ v)
     s = y * (Z @ d)
-    loss = np.array([float((omega * smoothed(r0 - t * s, mu)).sum()) for t in ladder])
+    loss = _ladder_losses(r0, s, omega, np.asarray(ladder, dtype=np.float64), float(mu))
     r = r0 - s
     a = omega * np.clip(r / mu, 0.0, 1.0)
     zone = (omega > 0) & (r > 0) & (r < mu)
@@ -78,7 +96,7 @@ def block_pass(Z, y, p, omega, v, d, mu, ladder=LADDER):
             "n_pos": float(((omega > 0) & (r > 0)).sum())}
 
 
-def solve(run_pass, v0, kappa, theta, *, max_passes, tol, mu0=1.0, mu_min=1e-9):
+def solve(run_pass, v0, kappa, theta, *, max_passes, tol, mu0=1.0, mu_min=1e-9, warm=False):
     """Minimise ``F(v)`` (module docstring) by smoothed Newton with continuation.
 
     Parameters
@@ -97,6 +115,12 @@ def solve(run_pass, v0, kappa, theta, *, max_passes, tol, mu0=1.0, mu_min=1e-9):
         here).  The first width is raised to twice the mean positive residual at ``v0``
         (one extra pass) when that is larger: Newton starts where the smoothed loss is
         quadratic for most rows that violate their margin.
+    warm : bool
+        ``v0`` is the solution of a nearby problem and ``mu0`` the width that solve ended
+        at: start there without raising the width to the residuals (which would lead
+        Newton away from a point that is already nearly optimal and back through every
+        width).  From a width far below the residuals' scale Newton's Hessian sees almost
+        no rows and its steps crawl: the caller floors ``mu0`` where that can happen.
 
     Returns
     -------
@@ -132,19 +156,21 @@ def solve(run_pass, v0, kappa, theta, *, max_passes, tol, mu0=1.0, mu_min=1e-9):
                     mu = max(mu / 10, mu_min)
                 continue
         v = v + d
-        if n_pass == 1 and res["n_pos"] > 0 and 2 * res["hinge"] / res["n_pos"] > mu:
-            mu = 2 * res["hinge"] / res["n_pos"]
-            continue
         primal = float(v @ v) / (2 * kappa) + theta * res["hinge"]
         u = theta * res["u"]
         # every iterate's multipliers are feasible, so the best dual value seen is a lower
-        # bound on the optimum, and the gap is measured against the best primal point
+        # bound on the optimum, and the gap is measured against the best primal point (the
+        # warm start v0 included: the solver never returns a point worse than it)
         lower = max(lower, theta * res["ap"] - kappa / 2 * float(u @ u))
         if best is None or primal < best[1]["F"]:
             best = (v.copy(), {"F": primal, "hinge": res["hinge"]})
         gap = (best[1]["F"] - lower) / max(abs(best[1]["F"]), 1e-300)
         if gap <= tol:
             break
+        if (n_pass == 1 and not warm and res["n_pos"] > 0
+                and 2 * res["hinge"] / res["n_pos"] > mu):
+            mu = 2 * res["hinge"] / res["n_pos"]
+            continue
         grad = v / kappa - u
         hess = (theta / mu) * res["hess"]
         hess[np.diag_indices(m)] += 1.0 / kappa

@@ -52,10 +52,13 @@ class SemiProblem:
         self.xbar = self.stats.pop("xsum") / max(float(self.stats.pop("n")), 1.0)
         self.scale = np.ones(k)              # pending scale of H (from normalising G)
 
-    def basis(self):
-        """G_0 = X^T H (H^T H)^-1 from the last pass's statistics (semi-NMF, eq. 2), and
-        P = (H^T H)^-1."""
+    def basis(self, penalty=None):
+        """G_0 = X^T H P from the last pass's statistics, P = (H^T H + diag(penalty))^-1:
+        semi-NMF's basis (eq. 2) without ``penalty``; with it, the minimiser of
+        ``||X - H G^T||^2 + sum_j penalty_j ||g_j||^2`` (MNMF's G step)."""
         S = self.stats["HtH"]
+        if penalty is not None:
+            S = S + np.diag(penalty)
         ridge = _EPS * max(np.trace(S), 1.0)
         P = np.linalg.inv(S + ridge * np.eye(self.k))
         return self.stats["XtH"] @ P, P
@@ -78,25 +81,34 @@ class SemiProblem:
         self.scale = np.ones(self.k)
         return float(self.stats["loss"])
 
-    def hinge_solve(self, spec, v0, kappa, theta, *, max_passes, tol):
-        """The hinge problem of the G step (``spec.key == "G"``) or the SVM step
-        (``"svm"``), solved by :func:`daskrnmf.kernels.hinge.solve`, one pass a step."""
+    def hinge_solve(self, spec, v0, kappa, theta, *, max_passes, tol, mu0=None):
+        """The hinge problem of the G step (``spec.key == "G"``, one pass over X a step)
+        or the SVM step (``"svm"``, one pass over the kept features a step), solved by
+        :func:`daskrnmf.kernels.hinge.solve`; ``mu0``: warm start at that smoothing width."""
         def run_pass(v, d, mu):
             return self.blocks.map_reduce(hinge_chunk, sum_combine,
                                           args=(replace(spec, v=v, d=d, mu=mu),),
                                           state=self.state, name=f"{spec.key} step")
 
-        return hinge.solve(run_pass, v0, kappa, theta, max_passes=max_passes, tol=tol)
+        def run_state_pass(v, d, mu):
+            return self.blocks.map_state(hinge_state_chunk, sum_combine, self.state,
+                                         args=(replace(spec, v=v, d=d, mu=mu),),
+                                         name=f"{spec.key} step")
+
+        warm = {} if mu0 is None else {"mu0": mu0, "warm": True}
+        return hinge.solve(run_state_pass if spec.key == "svm" else run_pass, v0, kappa,
+                           theta, max_passes=max_passes, tol=tol, **warm)
 
     def unit_columns(self, G):
         """G's columns scaled to unit norm, the scale moved into H (applied on the blocks
-        at the next pass) and into H's statistics: the reconstruction is unchanged."""
+        at the next pass) and into H's statistics: the reconstruction is unchanged.
+        Returns the scaled G and the column norms."""
         norms = np.sqrt((G ** 2).sum(axis=0))
         norms = np.where(norms > 0, norms, 1.0)
         self.scale = self.scale * norms
         self.stats = {**self.stats, "XtH": self.stats["XtH"] * norms,
                       "HtH": self.stats["HtH"] * np.outer(norms, norms)}
-        return G / norms
+        return G / norms, norms
 
     def codes(self, dtype):
         """H (n_samples, k) in ``dtype``: NumPy, or a Dask array of the persisted blocks."""
@@ -148,13 +160,15 @@ class HSpec:
 
 @dataclass(frozen=True)
 class HingeSpec:
-    """A Newton pass of the hinge problems: ``key`` ("G": the G step, with ``G0w`` and
-    ``b``; "svm": the SVM step, with ``G``, ``fmean`` and ``intercept_scaling``), and the
-    solver's point ``v``, direction ``d`` and smoothing ``mu``."""
+    """A Newton pass of the hinge problems: ``key`` ("G": the G step over X, with
+    ``G0w``, the centred intercept ``c0`` and the mean row ``xbar``; "svm": the SVM step
+    over the features kept on the blocks, with ``fmean`` and ``intercept_scaling``), and
+    the solver's point ``v``, direction ``d`` and smoothing ``mu``."""
 
     key: str
     G0w: np.ndarray = None
-    b: float = 0.0
+    c0: float = 0.0
+    xbar: np.ndarray = None
     G: np.ndarray = None
     fmean: np.ndarray = None
     intercept_scaling: float = 1.0
@@ -174,26 +188,32 @@ def h_chunk(block, start, st, spec):
         den = H @ pos + np.maximum(-XG, 0.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             H = np.where(den > 0, H * np.sqrt(num / den), 0.0)
+        new = {**st, "H": H}
     else:
         H = nnls_codes(GtG, XG)
+        new = {**st, "H": H, "F": XG}     # the features G^T x of the SVM step
     keep = st["y"] != 0
     loss = float((((x - H @ G.T) ** 2).sum(axis=1))[keep].sum())
-    return _stats(x, H, keep, loss), {**st, "H": H}
+    return _stats(x, H, keep, loss), new
 
 
 def hinge_chunk(block, start, st, spec):
-    """The block's share of a Newton pass: z = x, p = 1 - y (x^T G_0 w + b) for the G
-    step; z = [x^T G - mean, intercept_scaling], p = 1 for the SVM step."""
-    x = as_float_block(block)
+    """The block's share of a Newton pass of the G step: z = x - xbar,
+    p = 1 - y ((x - xbar)^T G_0 w + c0)."""
+    Z = as_float_block(block) - spec.xbar
     y = st["y"]
-    if spec.key == "G":
-        Z, p = x, 1.0 - y * (x @ spec.G0w + spec.b)
-    else:
-        Z = np.hstack([x @ spec.G - spec.fmean,
-                       np.full((x.shape[0], 1), spec.intercept_scaling)])
-        p = np.ones(x.shape[0])
+    p = 1.0 - y * (Z @ spec.G0w + spec.c0)
     return hinge.block_pass(Z, y, p, (y != 0).astype(np.float64), spec.v, spec.d,
                             spec.mu)
+
+
+def hinge_state_chunk(st, spec):
+    """The block's share of a Newton pass of the SVM step, from the features G^T x the
+    last H pass kept (X is not read): z = [G^T x - mean, intercept_scaling], p = 1."""
+    F, y = st["F"], st["y"]
+    Z = np.hstack([F - spec.fmean, np.full((F.shape[0], 1), spec.intercept_scaling)])
+    return hinge.block_pass(Z, y, np.ones(F.shape[0]), (y != 0).astype(np.float64), spec.v,
+                            spec.d, spec.mu)
 
 
 def scaled_codes(st, scale, dtype):
