@@ -121,6 +121,11 @@ def test_block_pass_sums_over_blocks_equal_one_block():
     assert whole["hinge"] == pytest.approx((omega * np.maximum(r, 0)).sum())
     zone = (omega > 0) & (r > 0) & (r < 0.7)
     np.testing.assert_allclose(whole["hess"], Z[zone].T @ Z[zone])
+    # the compiled ladder of smoothed losses against its NumPy twin
+    r0 = p - y * (Z @ v)
+    ladder = [float((omega * hinge.smoothed(r0 - t * y * (Z @ d), 0.7)).sum())
+              for t in hinge.LADDER]
+    np.testing.assert_allclose(whole["loss"], ladder, rtol=1e-12)
 
 
 def test_semi_nmf_is_dings_algorithm_and_never_increases(small_toy):
