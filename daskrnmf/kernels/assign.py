@@ -10,48 +10,51 @@ from numba import njit
 from .blocks import as_float_block
 
 
-@njit(cache=True, nogil=True, fastmath=True)
-def _sum_upto(x, y, l1, limit):
-    """``sum |x - y|`` (l1) or ``sum (x - y)^2``, in runs of 16 features, stopped as soon
-    as it exceeds ``limit`` (early abandon: the caller only needs to know that)."""
-    d = x.shape[0]
+@njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _l1(x, y):
+    """``sum |x - y|``, one vectorised loop."""
     s = 0.0
-    j = 0
-    while j < d:
-        stop = min(j + 16, d)
-        if l1:
-            for jj in range(j, stop):
-                s += abs(x[jj] - y[jj])
-        else:
-            for jj in range(j, stop):
-                t = x[jj] - y[jj]
-                s += t * t
-        j = stop
-        if s > limit:
-            break
+    for j in range(x.shape[0]):
+        s += abs(x[j] - y[j])
+    return s
+
+
+@njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _sq(x, y):
+    """``sum (x - y)^2``, one vectorised loop."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        t = x[j] - y[j]
+        s += t * t
     return s
 
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _nearest(X, C, l1, labels, dist):
+    # every distance in full: a plain loop over the features vectorises, and is 6-13x
+    # faster than sums stopped early at the best so far (measured on 64 and 1024
+    # features), whose branches keep the compiler from vectorising.  A row's distances
+    # depend on that row only (the summation order is fixed by n_features), so labels do
+    # not depend on the chunking; ties go to the lowest index.
     n, d = X.shape
     R, k, _ = C.shape
     for i in range(n):
+        x = X[i]
         for r in range(R):
-            # the previous row's centre first (rows often come grouped): a tight bound
-            # early makes the other centres' sums stop early; the argmin, ties to the
-            # lowest index, and the winner's full sum do not depend on that order
-            guess = labels[i - 1, r] if i > 0 else 0
             best = np.inf
-            arg = -1
-            for step in range(k + 1):
-                c = guess if step == 0 else step - 1
-                if step > 0 and c == guess:
-                    continue
-                s = _sum_upto(X[i], C[r, c], l1, best)   # past best: not the minimum
-                if s < best or (s == best and c < arg):
-                    best = s
-                    arg = c
+            arg = 0
+            if l1:
+                for c in range(k):
+                    s = _l1(x, C[r, c])
+                    if s < best:
+                        best = s
+                        arg = c
+            else:
+                for c in range(k):
+                    s = _sq(x, C[r, c])
+                    if s < best:
+                        best = s
+                        arg = c
             labels[i, r] = arg
             dist[i, r] = best if l1 else np.sqrt(best)
 
@@ -165,15 +168,14 @@ def distances(X, centers, metric):
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _seed_trials(X, cand, mind, tau, l1, power, pot):
-    """pot[t] = sum_i min(d(x_i, X[cand[t]]), mind_i, tau) ** power (early abandon)."""
+    """pot[t] = sum_i min(d(x_i, X[cand[t]]), mind_i, tau) ** power."""
     n, d = X.shape
     T = cand.shape[0]
     for i in range(n):
         cap = min(mind[i], tau)
-        limit = cap if l1 else cap * cap
+        x = X[i]
         for t in range(T):
-            s = _sum_upto(X[i], X[cand[t]], l1, limit)
-            v = s if l1 else np.sqrt(s)
+            v = _l1(x, X[cand[t]]) if l1 else np.sqrt(_sq(x, X[cand[t]]))
             if v > cap:
                 v = cap
             pot[t] += v if power == 1 else v * v
@@ -181,13 +183,12 @@ def _seed_trials(X, cand, mind, tau, l1, power, pot):
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _seed_update(X, c, mind, l1):
-    """mind_i = min(mind_i, d(x_i, X[c])) in place (early abandon)."""
+    """mind_i = min(mind_i, d(x_i, X[c])) in place."""
     n, d = X.shape
     for i in range(n):
-        limit = mind[i] if l1 else mind[i] * mind[i]
-        s = _sum_upto(X[i], X[c], l1, limit)
-        if s < limit:
-            mind[i] = s if l1 else np.sqrt(s)
+        v = _l1(X[i], X[c]) if l1 else np.sqrt(_sq(X[i], X[c]))
+        if v < mind[i]:
+            mind[i] = v
 
 
 def seed_potentials(X, cand, mind, tau, metric, power):

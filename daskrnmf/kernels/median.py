@@ -210,7 +210,7 @@ def select_collected(keys, vals, n_entries, entries, rank_lo, rank_hi):
     return out
 
 
-def group_medians(Xt, order, ends, out):
+def group_medians(Xt, order, ends, out, pivots=None):
     """Exact medians of groups of rows, in memory, by selection.
 
     Parameters
@@ -223,13 +223,51 @@ def group_medians(Xt, order, ends, out):
     NaN values are missing (``missing="mask"``): each median is over the observed ones.
     The median of m values is :func:`numpy.median`'s: the middle value, or the mean of
     the two middle values (``(a + b) / 2``) when m is even.
+
+    ``pivots`` (n_groups, n_features), optional: a guess of every median (the previous
+    iteration's; NaN: none).  The values are split three ways around it in one pass, and
+    the middle ranks are selected only in the part that holds them — or are the guess
+    itself when it is one of the middle values (tied data: most of them).  The result
+    does not depend on the guess.
     """
-    _group_medians(Xt, np.asarray(order, dtype=np.int64), np.asarray(ends, dtype=np.int64), out)
+    if pivots is None:
+        pivots = np.full(out.shape, np.nan)
+    _group_medians(Xt, np.asarray(order, dtype=np.int64), np.asarray(ends, dtype=np.int64),
+                   out, np.ascontiguousarray(pivots, dtype=np.float64))
     return out
 
 
 @njit(cache=True, nogil=True)
-def _group_medians(Xt, order, ends, out):
+def _three_way(a, m, p):
+    """Arrange a[:m] as [< p | == p | > p] in one pass; returns the sizes of the first
+    two parts."""
+    lt, i, gt = 0, 0, m
+    while i < gt:
+        v = a[i]
+        if v < p:
+            a[i], a[lt] = a[lt], v
+            lt += 1
+            i += 1
+        elif v > p:
+            gt -= 1
+            a[i], a[gt] = a[gt], v
+        else:
+            i += 1
+    return lt, gt - lt
+
+
+@njit(cache=True, nogil=True)
+def _ranked(a, m, lt, eq, p, r):
+    """The r-th smallest of a[:m] arranged by :func:`_three_way` around p."""
+    if r < lt:
+        return _select(a[:lt], lt, r)
+    if r < lt + eq:
+        return p
+    return _select(a[lt + eq:m], m - lt - eq, r - lt - eq)
+
+
+@njit(cache=True, nogil=True)
+def _group_medians(Xt, order, ends, out, pivots):
     d = Xt.shape[0]
     G = ends.shape[0]
     m_max = 0
@@ -253,6 +291,15 @@ def _group_medians(Xt, order, ends, out):
             if mo == 0:
                 continue
             h = (mo - 1) // 2
+            p = pivots[g, j]
+            if not np.isnan(p):
+                lt, eq = _three_way(buf, mo, p)
+                lo = _ranked(buf, mo, lt, eq, p, h)
+                if mo % 2:
+                    out[g, j] = lo
+                else:
+                    out[g, j] = (lo + _ranked(buf, mo, lt, eq, p, h + 1)) / 2.0
+                continue
             lo = _select(buf, mo, h)
             if mo % 2:
                 out[g, j] = lo
