@@ -383,6 +383,37 @@ def test_masked_distances_match_numpy():
         np.testing.assert_allclose(distances(X, C[0], metric), want[:, 0], rtol=1e-12)
 
 
+def test_medians_from_previous_ones_equal_fresh_selection():
+    """cluster_medians keeps the medians of unchanged clusters and selects the others
+    around the previous medians (three-way split): the same values as a fresh selection,
+    on tied, heavy-tailed and missing data, with guesses exact, near and far."""
+    from daskrnmf.kernels.median import group_medians
+    from daskrnmf.models._clustering import cluster_medians
+
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        n, d, k = int(rng.integers(1, 80)), int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        X = (rng.integers(0, 4, size=(n, d)).astype(float) if trial % 2
+             else np.round(rng.standard_cauchy(size=(n, d)), 1))
+        if trial % 3 == 0:
+            X[rng.random(X.shape) < 0.2] = np.nan
+        old = rng.integers(0, k, size=(n, 2))
+        new = old.copy()
+        moved = rng.random(n) < 0.2
+        new[moved] = rng.integers(0, k, size=(int(moved.sum()), 2))
+        before = cluster_medians(X, old, k)
+        np.testing.assert_array_equal(cluster_medians(X, new, k, (old, before)),
+                                      cluster_medians(X, new, k))
+        # any guess gives the same medians
+        lab = new[:, 0]
+        order, ends = np.argsort(lab, kind="stable"), np.cumsum(np.bincount(lab, minlength=k))
+        Xt = np.ascontiguousarray(X.T)
+        fresh = group_medians(Xt, order, ends, np.full((k, d), np.nan))
+        for guess in (fresh, rng.normal(size=(k, d)), np.full((k, d), 1e9)):
+            np.testing.assert_array_equal(
+                group_medians(Xt, order, ends, np.full((k, d), np.nan), guess), fresh)
+
+
 def test_group_medians_skip_missing_values():
     from daskrnmf.kernels.median import group_medians
 
