@@ -10,10 +10,14 @@ from daskrnmf.kernels.median import median_round, merge_median_round, select_col
 from daskrnmf.kernels.sums import cluster_sums, merge_worst_fit, worst_fit
 
 
-@pytest.mark.parametrize("metric", ["l1", "l2"])
-def test_nearest_matches_numpy(rng, metric):
-    X = rng.normal(size=(500, 37))
-    C = rng.normal(size=(3, 6, 37))
+@pytest.mark.parametrize("metric, k, d", [("l1", 6, 37), ("l2", 6, 37), ("l2", 40, 120)])
+def test_nearest_matches_numpy(rng, metric, k, d):
+    # l2 with k * d >= GEMM_MIN_WORK: the certified matrix-product path
+    from daskrnmf.kernels.assign import GEMM_MIN_WORK
+
+    assert (k * d >= GEMM_MIN_WORK) == (k == 40)
+    X = rng.normal(size=(500, d))
+    C = rng.normal(size=(3, k, d))
     labels, dist = nearest(X, C, metric)
     for r in range(3):
         diff = X[:, None, :] - C[r][None]
@@ -30,7 +34,8 @@ def test_nearest_ties_go_to_lowest_index():
     assert (labels == 0).all()
 
 
-@pytest.mark.parametrize("metric, d", [("l2", 9), ("l2", 64), ("l1", 9), ("l1", 67)])
+@pytest.mark.parametrize("metric, d", [("l2", 9), ("l2", 64), ("l2", 1100), ("l1", 9),
+                                       ("l1", 67)])
 def test_nearest_rows_do_not_depend_on_block(metric, d):
     """Bitwise: no BLAS blocking effects, and the vectorised loops' summation order does
     not depend on where a row starts in memory (blocks of odd sizes, an unaligned copy)."""

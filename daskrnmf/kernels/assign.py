@@ -98,15 +98,20 @@ def nearest(X, centers, metric):
         return labels, dist
     if np.isnan(X).any():       # missing entries (missing="mask"): over the observed ones
         _nearest_masked(X, C, metric == "l1", labels, dist)
-    elif metric == "l2" and X.shape[1] >= GEMM_MIN_FEATURES and C.shape[1] > 1:
+    elif (metric == "l2" and X.shape[1] >= GEMM_MIN_FEATURES and C.shape[1] > 1
+          and C.shape[1] * X.shape[1] >= GEMM_MIN_WORK):
         _nearest_l2_certified(X, C, labels, dist)
     else:
         _nearest(X, C, metric == "l1", labels, dist)
     return labels, dist
 
 
-# L2 assignment by one matrix product when there are at least this many features
+# L2 assignment by one matrix product when there are at least this many features and
+# n_clusters x n_features reaches GEMM_MIN_WORK: below it the vectorised loop is faster
+# (measured: 4.5 against 17 ms for 50 000 rows, 64 features, 10 centres; 11 against 24
+# ms at 128 features; the product wins from about 4000: 25 against 47 ms at 50 x 256)
 GEMM_MIN_FEATURES = 16
+GEMM_MIN_WORK = 4096
 
 
 def _nearest_l2_certified(X, C, labels, dist):
