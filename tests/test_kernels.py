@@ -138,6 +138,25 @@ def test_rng_depends_on_global_index_only():
     assert set(np.unique(ints)) == {0, 1, 2, 3}
 
 
+def test_median_round_per_feature_kernel_equals_general_kernel(rng):
+    """RFNMF's rounds (every feature its own group) take a branch-free kernel; the
+    general one (explicit identity column groups) is its twin: ties on bin edges, NaN
+    (missing values), empty windows, several restarts."""
+    n, d, k, R = 500, 9, 3, 2
+    X = np.round(rng.normal(size=(n, d)), 1)
+    X[rng.random(X.shape) < 0.05] = np.nan
+    labels = rng.integers(0, k, size=(n, R))
+    E = R * k * d
+    lo = np.round(rng.uniform(-1.5, 1.5, E), 1)
+    width = np.where(rng.random(E) < 0.2, 0.0, np.round(rng.uniform(0, 2, E), 1))
+    plan = _plan(E, 10, rng.random(E) < 0.6, lo, lo + width,       # some one-point windows
+                 rng.random(E) < 0.5, np.full(E, -0.3), np.where(rng.random(E) < 0.2, -0.4, 0.4))
+    fast = median_round(X, labels, k, plan)
+    general = median_round(X, labels, k, plan, np.tile(np.arange(d), (R, 1)))
+    for key in ("hbelow", "hist", "hmin", "hmax", "cbelow", "cin", "dropped", "keys", "vals"):
+        np.testing.assert_array_equal(fast[key], general[key])
+
+
 def test_median_round_with_column_groups_matches_numpy_twin(rng):
     # RFNMTF's entries: (restart, row cluster, column cluster) blocks
     n, d, K, L, R = 300, 7, 3, 2, 2

