@@ -11,16 +11,20 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def _column_costs(X, labels, S, out):
+    # out is (R, L, d): the innermost loop runs over a row's contiguous features and
+    # vectorises (over the column clusters, a handful, it did not)
     n, d = X.shape
     R = labels.shape[1]
     L = S.shape[2]
     for i in range(n):
+        x = X[i]
         for r in range(R):
             k = labels[i, r]
-            for j in range(d):
-                v = X[i, j]
-                for l in range(L):
-                    out[r, j, l] += abs(v - S[r, k, l])
+            for l in range(L):
+                s = S[r, k, l]
+                o = out[r, l]
+                for j in range(d):
+                    o[j] += abs(x[j] - s)
 
 
 def column_costs(X, labels, S):
@@ -40,11 +44,12 @@ def column_costs(X, labels, S):
         rows: the L1 loss of feature ``j`` if it were in column cluster ``l``.
     """
     R, _, L = S.shape
-    out = np.zeros((R, X.shape[1], L))
+    out = np.zeros((R, L, X.shape[1]))
     if X.shape[0]:
-        _column_costs(X, np.ascontiguousarray(labels, dtype=np.int64),
+        _column_costs(np.ascontiguousarray(X, dtype=np.float64),
+                      np.ascontiguousarray(labels, dtype=np.int64),
                       np.ascontiguousarray(S, dtype=np.float64), out)
-    return out
+    return np.ascontiguousarray(out.transpose(0, 2, 1))
 
 
 def prototypes(S, columns):
