@@ -96,7 +96,7 @@ def nearest(X, centers, metric):
     dist = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
     if not X.shape[0]:
         return labels, dist
-    if np.isnan(X).any():       # missing entries (missing="mask"): over the observed ones
+    if np.isnan(X.min()):       # missing entries (missing="mask"): over the observed ones
         _nearest_masked(X, C, metric == "l1", labels, dist)
     elif (metric == "l2" and X.shape[1] >= GEMM_MIN_FEATURES and C.shape[1] > 1
           and C.shape[1] * X.shape[1] >= GEMM_MIN_WORK):
@@ -164,7 +164,7 @@ def distances(X, centers, metric):
     X = as_float_block(X)
     C = np.ascontiguousarray(centers, dtype=np.float64)
     out = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
-    if X.shape[0] and np.isnan(X).any():
+    if X.shape[0] and np.isnan(X.min()):
         _all_masked(X, C, metric == "l1", out)
     elif X.shape[0]:
         _all(X, C, metric == "l1", out)

@@ -67,7 +67,14 @@ def worst_fit(residual, start, X, m):
     if take:
         gidx = np.arange(start, start + n, dtype=np.int64)
         for r in range(R):
-            order = np.lexsort((gidx, -residual[:, r]))[:take]
+            col = residual[:, r]
+            cand = np.arange(n)
+            if take < n and not np.isnan(col).any():
+                # only the rows at or above the take-th largest residual can be among
+                # the worst (ties included): sort those, not the block
+                thr = np.partition(col, n - take)[n - take]
+                cand = np.flatnonzero(col >= thr)
+            order = cand[np.lexsort((gidx[cand], -col[cand]))[:take]]
             res[r, :take] = residual[order, r]
             idx[r, :take] = gidx[order]
             rows[r, :take] = X[order]
