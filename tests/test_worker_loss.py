@@ -69,7 +69,9 @@ class _SharedCluster:
         pids = self.client.run(os.getpid, on_error="return")
         return sum(isinstance(p, int) and psutil.pid_exists(p) for p in pids.values())
 
-    def at_full_strength(self, timeout=60):
+    def at_full_strength(self, timeout=15):
+        # a replacement worker answers within seconds; a nanny that closed for good never
+        # does, and waiting a minute for it was the suite's largest single cost
         if self.client is None:
             self._start()
             return self.client
