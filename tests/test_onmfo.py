@@ -156,6 +156,17 @@ def test_cd_kernels_match_numpy_twins(data):
             for j in range(4):
                 want[i, j] = max(0.0, want[i, j] + (b[i, j] - want[i] @ G[:, j]) / G[j, j])
     np.testing.assert_allclose(hals_codes(h.copy(), G, b, 3), want, rtol=1e-12)
+    # the fused block step: objective (3) of x - P and, in P, min(x, P + lam)
+    from daskrnmf.kernels.outliers import residual_target
+
+    for dt in (np.float64, np.float32):
+        x = rng.uniform(0, 3, size=(9, 12)).astype(dt)
+        P = rng.uniform(0, 3, size=(9, 12)).astype(dt)
+        e = (x - P).astype(np.float64)
+        q = np.minimum(e, 0.7)
+        loss = residual_target(x, P_out := P.copy(), 0.7)
+        np.testing.assert_allclose(loss, (q * (e - q / 2)).sum(axis=1), rtol=1e-5)
+        np.testing.assert_allclose(P_out, np.minimum(x, P + dt(0.7)), rtol=1e-6)
     A, B, C = rng.uniform(size=(4, 12)), G, rng.uniform(size=(4, 12)) * 0.1
     V = rng.uniform(size=(4, 12))
     want = V.copy()

@@ -65,6 +65,32 @@ def initial_codes(x, W, lam, mask=None):
     return h, r
 
 
+def residual_target(x, P, lam):
+    """Fused for the batch model's block step: from ``P = h W`` (overwritten), the
+    per-row objective (3) of ``e = x - P`` (as :func:`huber_rows`) and, in P, the target
+    ``x - r = min(x, P + lam)`` of the H and W updates; one pass, no temporaries."""
+    out = np.zeros(x.shape[0])
+    if x.size:
+        _residual_target(x, P, float(lam), out)
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _residual_target(x, P, lam, out):
+    n, d = x.shape
+    for i in range(n):
+        acc = 0.0
+        xi = x[i]
+        pi = P[i]
+        for j in range(d):
+            v = xi[j] - pi[j]
+            q = v if v < lam else lam
+            acc += q * (v - 0.5 * q)
+            t = pi[j] + lam
+            pi[j] = t if t < xi[j] else xi[j]
+        out[i] = acc
+
+
 def huber_rows(e, lam):
     """Per-row objective (3) for residuals ``e = x - h W`` with the exact r:
     ``sum_j psi(e_j)``, ``psi(e) = q (e - q / 2)``, ``q = min(e, lam)`` (float64 sums)."""
@@ -266,12 +292,39 @@ def _update_components_cd_masked(W, A, B, C, Bm, max_iter, tol):
 
 def hals_codes(h, G, b, n_sweeps):
     """``n_sweeps`` HALS sweeps over the columns of h for ``min_{h >= 0} 1/2 h G h^T -
-    h b^T`` row by row (``G = W W^T`` (k, k), ``b = (x - r) W^T`` (m, k)); h is updated
-    in place and returned."""
-    h = np.ascontiguousarray(h, dtype=np.float64)
-    _hals_rows(h, np.ascontiguousarray(G, dtype=np.float64),
-               np.ascontiguousarray(b, dtype=np.float64), int(n_sweeps))
-    return h
+    h b^T`` row by row (``G = W W^T`` (k, k), ``b = (x - r) W^T`` (m, k)); returns the
+    new h (m, k).
+
+    Every row's sweeps are those of :func:`_hals_row` (columns in order, each exact
+    given the others), run for all rows at once on the transposed codes: the inner loop
+    then runs over the rows, contiguous, and vectorises (3x faster on 400 x 49 codes)."""
+    hT = np.ascontiguousarray(np.asarray(h, dtype=np.float64).T)
+    _hals_columns(hT, np.ascontiguousarray(G, dtype=np.float64),
+                  np.ascontiguousarray(np.asarray(b, dtype=np.float64).T), int(n_sweeps))
+    return np.ascontiguousarray(hT.T)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _hals_columns(hT, G, bT, n_sweeps):
+    """:func:`_hals_row`'s sweeps for every row at once: hT (k, m), bT (k, m)."""
+    k, m = hT.shape
+    acc = np.empty(m)
+    for _ in range(n_sweeps):
+        for j in range(k):
+            hj = hT[j]
+            if G[j, j] <= 0.0:
+                hj[:] = 0.0
+                continue
+            acc[:] = bT[j]
+            for t in range(k):
+                g = G[j, t]
+                ht = hT[t]
+                for i in range(m):
+                    acc[i] -= g * ht[i]
+            inv = 1.0 / G[j, j]
+            for i in range(m):
+                v = hj[i] + acc[i] * inv
+                hj[i] = v if v > 0.0 else 0.0
 
 
 def hals_codes_each(h, G3, b, n_sweeps):
@@ -306,10 +359,6 @@ def _hals_rows_each(h, G3, b, n_sweeps):
         _hals_row(h[i], G3[i], b[i], n_sweeps)
 
 
-@njit(cache=True, nogil=True)
-def _hals_rows(h, G, b, n_sweeps):
-    for i in range(h.shape[0]):
-        _hals_row(h[i], G, b[i], n_sweeps)
 
 
 def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None, tol=0.0, mask=None):

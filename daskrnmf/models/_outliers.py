@@ -20,8 +20,8 @@ import numpy as np
 from ..kernels.blocks import check_values
 from ..kernels.missing import MASK_HINT, feature_grams, gram_rows, observed, row_grams
 from ..kernels.outliers import (block_statistics, hals_codes, hals_codes_each, huber_rows,
-                                initial_codes, solve_codes, solve_codes_cd, update_components,
-                                update_components_cd, work_dtype)
+                                initial_codes, residual_target, solve_codes, solve_codes_cd,
+                                update_components, update_components_cd, work_dtype)
 
 SOLVE_ROWS = 2048  # rows solved at a time: bounds the kernels' temporaries
 H_SWEEPS = 4       # RobustNMF (cd): HALS sweeps over H per pass (cheap beside the pass's GEMMs)
@@ -189,15 +189,23 @@ def batch_chunk_cd(block, start, hr, W, alpha_R, update, missing=False):
     h = hr
     dt = x.dtype
     Wd = np.asarray(W, dtype=dt)
-    e = x - h.astype(dt) @ Wd
-    loss = float(huber_rows(e if mask is None else e * mask, alpha_R).sum())
     k, d = W.shape
-    if not update:
-        return {"loss": loss, "n": x.shape[0]}, h
-    np.subtract(x, e, out=e)            # h W
-    e += alpha_R
-    np.minimum(e, x, out=e)             # x - r = min(x, h W + alpha_R)
-    y = e
+    if mask is None:
+        # one fused pass: the objective of e = x - h W and, in place of h W, the target
+        # x - r = min(x, h W + alpha_R)
+        y = h.astype(dt) @ Wd
+        loss = float(residual_target(x, y, alpha_R).sum())
+        if not update:
+            return {"loss": loss, "n": x.shape[0]}, h
+    else:
+        e = x - h.astype(dt) @ Wd
+        loss = float(huber_rows(e * mask, alpha_R).sum())
+        if not update:
+            return {"loss": loss, "n": x.shape[0]}, h
+        np.subtract(x, e, out=e)            # h W
+        e += alpha_R
+        np.minimum(e, x, out=e)             # x - r = min(x, h W + alpha_R)
+        y = e
     W64 = np.asarray(W, dtype=np.float64)
     if mask is None:
         h = hals_codes(np.array(h, dtype=np.float64), W64 @ W64.T,
