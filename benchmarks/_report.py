@@ -1,5 +1,6 @@
 """The benchmarks' Markdown report (lines printed as they come and saved at the end) and timer."""
 
+import contextlib
 import os
 import threading
 import time
@@ -52,3 +53,38 @@ def reset_peak(dask_worker):
 def peak(dask_worker):
     """The peak RSS recorded by :func:`start_sampler` (bytes)."""
     return getattr(dask_worker, "_bench_peak", 0)
+
+
+def blob_store(store, n, d, *, outlier_fraction, chunk_rows):
+    """Write the scale benchmarks' float32 blob store (10 clusters) unless it exists;
+    returns it as a Dask array."""
+    import dask
+    import dask.array as da
+
+    from daskrnmf.datasets import make_zarr_blobs
+
+    if not os.path.exists(store):
+        tic = time.perf_counter()
+        with dask.config.set(scheduler="threads"):
+            make_zarr_blobs(store, n_samples=n, n_features=d, n_clusters=10, dtype="float32",
+                            outlier_fraction=outlier_fraction, chunk_rows=chunk_rows,
+                            random_state=0)
+        print(f"wrote {store} in {time.perf_counter() - tic:.0f} s", flush=True)
+    return da.from_zarr(store, component="X")
+
+
+@contextlib.contextmanager
+def capped_cluster(limit):
+    """A 2-worker, 1-thread LocalCluster whose workers are capped at ``limit`` bytes with
+    Dask's own spilling and pausing off (so the cap measures the library), the peak-RSS
+    sampler started; yields the Client."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    with dask.config.set({"distributed.worker.memory.pause": False,
+                          "distributed.worker.memory.target": False,
+                          "distributed.worker.memory.spill": False}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=limit,
+                         dashboard_address=None) as cluster, Client(cluster) as client:
+        client.run(start_sampler)
+        yield client

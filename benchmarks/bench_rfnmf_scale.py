@@ -21,9 +21,7 @@ import tempfile
 import time
 import warnings
 
-import dask
-import dask.array as da
-from _report import Report, peak as _peak, reset_peak as _reset_peak, start_sampler as _start_sampler
+from _report import Report, blob_store, capped_cluster, peak as _peak, reset_peak as _reset_peak
 
 LIMIT = 2 * 2**30
 
@@ -38,30 +36,16 @@ def main():
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                       "rfnmf_scale.md"))
     args = parser.parse_args()
-    from distributed import Client, LocalCluster
-
     from daskrnmf import RFNMF
-    from daskrnmf.datasets import make_zarr_blobs
 
     warnings.simplefilter("ignore")
     emit = Report()
     workdir = args.workdir or tempfile.mkdtemp(prefix="daskrnmf-scale-")
     store = os.path.join(workdir, "rfnmf-scale.zarr")
     n, d = args.rows, args.features
-    if not os.path.exists(store):
-        tic = time.perf_counter()
-        with dask.config.set(scheduler="threads"):
-            make_zarr_blobs(store, n_samples=n, n_features=d, n_clusters=10, dtype="float32",
-                            outlier_fraction=0.05, chunk_rows=100_000, random_state=0)
-        print(f"wrote {store} in {time.perf_counter() - tic:.0f} s", flush=True)
-    X = da.from_zarr(store, component="X")
+    X = blob_store(store, n, d, outlier_fraction=0.05, chunk_rows=100_000)
     gb = X.nbytes / 1e9
-    with dask.config.set({"distributed.worker.memory.pause": False,
-                          "distributed.worker.memory.target": False,
-                          "distributed.worker.memory.spill": False}), \
-            LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=LIMIT,
-                         dashboard_address=None) as cluster, Client(cluster) as client:
-        client.run(_start_sampler)
+    with capped_cluster(LIMIT) as client:
         client.run(_reset_peak)
         tic = time.perf_counter()
         X.sum().compute()

@@ -121,9 +121,13 @@ def test_block_pass_sums_over_blocks_equal_one_block():
     assert whole["hinge"] == pytest.approx((omega * np.maximum(r, 0)).sum())
     zone = (omega > 0) & (r > 0) & (r < 0.7)
     np.testing.assert_allclose(whole["hess"], Z[zone].T @ Z[zone])
-    # the compiled ladder of smoothed losses against its NumPy twin
+    # the compiled ladder of smoothed losses against its NumPy twin, the Huber-smoothed
+    # hinge l_mu(r) = 0 (r <= 0), r^2 / (2 mu) (0 < r < mu), r - mu / 2 (r >= mu)
+    def smoothed(r, mu):
+        return np.where(r <= 0, 0.0, np.where(r < mu, r * r / (2 * mu), r - mu / 2))
+
     r0 = p - y * (Z @ v)
-    ladder = [float((omega * hinge.smoothed(r0 - t * y * (Z @ d), 0.7)).sum())
+    ladder = [float((omega * smoothed(r0 - t * y * (Z @ d), 0.7)).sum())
               for t in hinge.LADDER]
     np.testing.assert_allclose(whole["loss"], ladder, rtol=1e-12)
 

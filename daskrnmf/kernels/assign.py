@@ -61,15 +61,13 @@ def _nearest(X, C, l1, labels, dist):
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _all(X, C, l1, out):
+    # the loops of _nearest: distances equal the ones it compares
     n, d = X.shape
     k = C.shape[0]
     for i in range(n):
+        x = X[i]
         for c in range(k):
-            s = 0.0
-            for j in range(d):
-                t = X[i, j] - C[c, j]
-                s += abs(t) if l1 else t * t
-            out[i, c] = s if l1 else np.sqrt(s)
+            out[i, c] = _l1(x, C[c]) if l1 else np.sqrt(_sq(x, C[c]))
 
 
 def nearest(X, centers, metric):
@@ -225,6 +223,28 @@ def seed_update(X, c, mind, metric):
 
 
 # ---------------------------------------------------------------- missing values
+@njit(cache=True, nogil=True, inline="always")
+def _observed_scale(x):
+    """``d / |O|`` for a row whose NaN entries are missing (0 when none is observed)."""
+    o = 0
+    for j in range(x.shape[0]):
+        if not np.isnan(x[j]):
+            o += 1
+    return x.shape[0] / o if o else 0.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _masked_sum(x, y, l1):
+    """``sum |x - y|`` (l1) or ``sum (x - y)^2`` over the observed (non-NaN) x."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        v = x[j]
+        if not np.isnan(v):
+            t = v - y[j]
+            s += abs(t) if l1 else t * t
+    return s
+
+
 @njit(cache=True, nogil=True, fastmath=False)
 def _nearest_masked(X, C, l1, labels, dist):
     """As :func:`_nearest` over the observed (non-NaN) entries of each row, the sum
@@ -233,22 +253,12 @@ def _nearest_masked(X, C, l1, labels, dist):
     n, d = X.shape
     R, k, _ = C.shape
     for i in range(n):
-        o = 0
-        for j in range(d):
-            if not np.isnan(X[i, j]):
-                o += 1
-        scale = d / o if o else 0.0
+        scale = _observed_scale(X[i])
         for r in range(R):
             best = np.inf
             arg = 0
             for c in range(k):
-                s = 0.0
-                for j in range(d):
-                    v = X[i, j]
-                    if not np.isnan(v):
-                        t = v - C[r, c, j]
-                        s += abs(t) if l1 else t * t
-                s *= scale
+                s = _masked_sum(X[i], C[r, c], l1) * scale
                 if s < best:
                     best = s
                     arg = c
@@ -261,17 +271,7 @@ def _all_masked(X, C, l1, out):
     n, d = X.shape
     k = C.shape[0]
     for i in range(n):
-        o = 0
-        for j in range(d):
-            if not np.isnan(X[i, j]):
-                o += 1
-        scale = d / o if o else 0.0
+        scale = _observed_scale(X[i])
         for c in range(k):
-            s = 0.0
-            for j in range(d):
-                v = X[i, j]
-                if not np.isnan(v):
-                    t = v - C[c, j]
-                    s += abs(t) if l1 else t * t
-            s *= scale
+            s = _masked_sum(X[i], C[c], l1) * scale
             out[i, c] = s if l1 else np.sqrt(s)

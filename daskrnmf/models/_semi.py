@@ -70,11 +70,13 @@ class SemiProblem:
         loss = self.h_pass(state.G, "semi")
         return replace(state, G=self.basis()[0]), np.array([loss])
 
-    def h_pass(self, G, kind):
+    def h_pass(self, G, kind, keep_features=False):
         """Update every block's H for fixed G — one Ding step (eq. 3, ``kind="semi"``) or
         the exact NNLS codes per sample (``kind="nnls"``) — and return the loss
-        ``||X - H G^T||^2`` with the new H (the statistics for the next G are kept)."""
-        spec = HSpec(kind=kind, G=G, GtG=G.T @ G, scale=self.scale)
+        ``||X - H G^T||^2`` with the new H (the statistics for the next G are kept).
+        ``keep_features``: the blocks also keep ``G^T x`` per row (MNMF's SVM step)."""
+        spec = HSpec(kind=kind, G=G, GtG=G.T @ G, scale=self.scale,
+                     keep_features=keep_features)
         self.stats, self.state = self.blocks.map_reduce(h_chunk, sum_combine, args=(spec,),
                                                         state=self.state, keep_state=True,
                                                         name=f"H update ({kind})")
@@ -150,12 +152,14 @@ def sum_combine(parts):
 @dataclass(frozen=True)
 class HSpec:
     """An H pass: ``kind`` ("semi": Ding's update, eq. 3; "nnls": exact codes), the basis
-    ``G`` (n_features, k), ``G^T G`` and the pending ``scale`` of H."""
+    ``G`` (n_features, k), ``G^T G``, the pending ``scale`` of H, and whether the blocks
+    keep the features ``G^T x`` (``keep_features``)."""
 
     kind: str
     G: np.ndarray
     GtG: np.ndarray
     scale: np.ndarray
+    keep_features: bool = False
 
 
 @dataclass(frozen=True)
@@ -188,10 +192,11 @@ def h_chunk(block, start, st, spec):
         den = H @ pos + np.maximum(-XG, 0.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             H = np.where(den > 0, H * np.sqrt(num / den), 0.0)
-        new = {**st, "H": H}
     else:
         H = nnls_codes(GtG, XG)
-        new = {**st, "H": H, "F": XG}     # the features G^T x of the SVM step
+    new = {"y": st["y"], "H": H}
+    if spec.keep_features:
+        new["F"] = XG                     # the features G^T x of the SVM step
     keep = st["y"] != 0
     loss = float((((x - H @ G.T) ** 2).sum(axis=1))[keep].sum())
     return _stats(x, H, keep, loss), new

@@ -328,7 +328,7 @@ class _MarginFit:
         """w, b before the first G step: exact codes for the unit-norm semi-NMF basis (one
         pass, which keeps the features), then the SVM step on them."""
         G, _ = self.problem.unit_columns(G)
-        self.problem.h_pass(G, "nnls")
+        self.problem.h_pass(G, "nnls", keep_features=True)
         v_svm, info = self.svm(G, np.zeros(G.shape[1] + 1))
         return _MarginState(G=G, v_svm=v_svm, mu=(None, info["mu"]),
                             passes=((0, info["passes"]),), gaps=((0.0, info["gap"]),))
@@ -353,7 +353,7 @@ class _MarginFit:
         else:            # w = 0: the margin term does not depend on G
             G, info_g = G0, {"passes": 0, "gap": 0.0, "mu": state.mu[0]}
         G, norms = problem.unit_columns(G)
-        loss = problem.h_pass(G, "nnls")
+        loss = problem.h_pass(G, "nnls", keep_features=True)
         # the SVM step starts from the same classifier on the rescaled features
         v_svm, info_s = self.svm(G, np.append(w * norms, state.v_svm[k]), state.mu[1])
         new = replace(state, G=G, v_svm=v_svm, mu=(info_g["mu"], info_s["mu"]),
