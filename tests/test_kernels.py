@@ -225,3 +225,39 @@ def test_group_medians_match_numpy_fuzz():
         for c in range(G):
             want = np.median(X[g == c], axis=0) if (g == c).any() else np.full(d, np.nan)
             np.testing.assert_array_equal(out[c], want)
+
+
+@pytest.mark.parametrize("spread", [1.0, 1e-3])
+def test_nnls_with_a_kept_factor_matches_scipy_through_a_chain_of_warm_solves(spread):
+    """The active set keeps its Cholesky factor from one solve to the next on the same A
+    (columns appended, and removed by Givens rotations at any position, as in the rounds
+    of :mod:`daskrnmf.kernels.cd_rows`): every solve of the chain equals SciPy's NNLS of
+    its right-hand side, and the factor stays that of A on the passive set."""
+    from scipy.optimize import nnls
+
+    from daskrnmf.kernels.nnls import _nnls_row
+
+    rs = np.random.default_rng(1)
+    k = 12
+    G = rs.normal(size=(40, k))
+    G[:, 1] = G[:, 0] + spread * rs.normal(size=40)
+    A = G.T @ G
+    amax = float(np.abs(np.diag(A)).max())
+    idx, z = np.empty(k, dtype=np.int64), np.empty(k)
+    L, passive = np.empty((k, k)), np.zeros(k, dtype=np.bool_)
+    tol = 32 * k * np.finfo(np.float64).eps
+    x, s = np.zeros(k), -1
+    base = rs.normal(size=40)
+    sizes = []
+    for step in range(60):
+        # the target drifts, and jumps now and then: the support grows and shrinks
+        y = base + (0.3 if step % 7 else 3.0) * rs.normal(size=40)
+        s = _nnls_row(A, G.T @ y, x, tol, True, amax, idx, z, L, passive, s)
+        ref = nnls(G, y)[0]
+        np.testing.assert_allclose(x, ref, rtol=1e-6, atol=1e-8 * max(1.0, ref.max()))
+        P = idx[:s]
+        assert sorted(P) == list(np.flatnonzero(passive)) and set(P) >= set(np.flatnonzero(x))
+        np.testing.assert_allclose(np.tril(L[:s, :s]) @ np.tril(L[:s, :s]).T, A[np.ix_(P, P)],
+                                   rtol=1e-9, atol=1e-9 * amax)
+        sizes.append(s)
+    assert min(sizes) < max(sizes) - 2          # the chain did add and remove columns

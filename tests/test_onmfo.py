@@ -603,3 +603,12 @@ def test_fused_cd_rows_match_the_vectorised_solve(dtype):
     # rows are solved on their own: a row's result does not depend on its block
     h_1, _, _ = solve_rows_fused(x[7:8], W, 1.0, 200, 1e-10)
     np.testing.assert_array_equal(h_1, h_f[7:8])
+    # the per-row objectives the kernel returns (summed by the batch statistics in place
+    # of a pass over the residual) are (3) at the h, r it returns
+    h_l, r_l, _, loss = solve_rows_fused(x, W, 1.0, 200, 1e-10, return_loss=True)
+    np.testing.assert_array_equal(h_l, h_f)
+    ref = _objective_3(x.astype(np.float64), h_l, W, r_l.astype(np.float64), 1.0)
+    np.testing.assert_allclose(loss, ref, rtol=1e-4 if dtype == np.float32 else 1e-10,
+                               atol=1e-9 * ref.max())
+    st = block_statistics(x, h_l, r_l, W, 1.0)
+    assert st["loss"] == pytest.approx(ref.sum(), rel=1e-4)

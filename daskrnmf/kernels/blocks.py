@@ -31,9 +31,20 @@ def check_values(x, where, *, non_negative, rows="", allow_nan=False, hint=""):
     finite, non-negative where the model needs it, below :data:`MAX_ABS`.  ``rows`` names
     the block's rows in the messages (e.g. ``" in rows 0..99"``).  ``allow_nan``
     (``missing="mask"``): NaN entries are missing values, not an error (inf still is);
-    the other checks apply to the observed entries.  ``hint`` ends the NaN message."""
-    bad = x.size - int(np.count_nonzero(np.isfinite(x)))
-    n_nan = int(np.count_nonzero(np.isnan(x))) if bad and allow_nan else 0
+    the other checks apply to the observed entries.  ``hint`` ends the NaN message.
+    Returns the largest magnitude of the (observed) values, 0.0 for none."""
+    if not x.size:
+        return 0.0
+    if not allow_nan and x.dtype.kind == "f":
+        # min and max see NaN (it propagates) and +-inf: two vectorised passes, no mask;
+        # the bad values are counted only for the message
+        low, top = float(x.min()), float(x.max())
+        bad = 0 if np.isfinite(low) and np.isfinite(top) else (
+            x.size - int(np.count_nonzero(np.isfinite(x))))
+        n_nan = 0
+    else:
+        bad = x.size - int(np.count_nonzero(np.isfinite(x)))
+        n_nan = int(np.count_nonzero(np.isnan(x))) if bad and allow_nan else 0
     if bad - n_nan:
         if allow_nan:
             raise ValueError(f"Input X contains infinity: {where} has {bad - n_nan} infinite "
@@ -41,11 +52,11 @@ def check_values(x, where, *, non_negative, rows="", allow_nan=False, hint=""):
                              "values, but infinite values are not allowed.")
         raise ValueError(f"Input X contains NaN or infinity: {where} has {bad} NaN or infinite "
                          f"value(s){rows}; remove or impute them before fitting.{hint}")
-    if not x.size or n_nan == x.size:
-        return
+    if n_nan == x.size:
+        return 0.0
     if n_nan:       # fmin/fmax skip NaN, without a copy of the block
         low, top = float(np.fmin.reduce(x, axis=None)), float(np.fmax.reduce(x, axis=None))
-    else:
+    elif allow_nan or x.dtype.kind != "f":
         low, top = float(x.min()), float(x.max())
     if non_negative and low < 0:
         raise ValueError(f"Negative values in data passed to {where} (min {low:g}{rows}); the "
@@ -54,6 +65,7 @@ def check_values(x, where, *, non_negative, rows="", allow_nan=False, hint=""):
         raise ValueError(f"{where} has values up to {max(abs(low), abs(top)):.3g} in magnitude"
                          f"{rows}; above {MAX_ABS:g} the products the models form overflow "
                          "float64. Rescale X (e.g. X / X.max()).")
+    return max(abs(low), abs(top))
 
 
 def checked_apply(block, fn, check, dtype, *args, **kwargs):

@@ -11,19 +11,53 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def _passive_solve(A, b, idx, s, L, z):
-    """Solve ``A[P, P] z = b[P]`` (P = ``idx[:s]``) by Cholesky; a pivot that roundoff
-    made non-positive is floored (a column dependent on the others gets ~0)."""
-    for i in range(s):
-        for j in range(i + 1):
-            acc = A[idx[i], idx[j]]
-            for m in range(j):
-                acc -= L[i, m] * L[j, m]
-            if i == j:
-                floor = 1e-14 * A[idx[i], idx[i]] + 1e-300
-                L[i, i] = np.sqrt(acc if acc > floor else floor)
-            else:
-                L[i, j] = acc / L[j, j]
+def _chol_append(A, idx, s, L, c):
+    """Append column c to the passive set ``idx[:s]`` and its Cholesky factor L of
+    ``A[idx, idx]`` (one new row, O(s^2)); a pivot that roundoff made non-positive is
+    floored (a column dependent on the others gets ~0).  Returns the new size."""
+    idx[s] = c
+    for j in range(s):
+        acc = A[c, idx[j]]
+        for m in range(j):
+            acc -= L[s, m] * L[j, m]
+        L[s, j] = acc / L[j, j]
+    acc = A[c, c]
+    for m in range(s):
+        acc -= L[s, m] * L[s, m]
+    floor = 1e-14 * A[c, c] + 1e-300
+    L[s, s] = np.sqrt(acc if acc > floor else floor)
+    return s + 1
+
+
+@njit(cache=True, nogil=True)
+def _chol_delete(idx, s, L, t):
+    """Remove position t from the passive set ``idx[:s]`` and its Cholesky factor: the
+    rows below t move up, and Givens rotations of neighbouring columns take out the
+    superdiagonal this leaves (O((s - t)^2)).  Returns the new size."""
+    for i in range(t, s - 1):
+        idx[i] = idx[i + 1]
+        for j in range(i + 2):
+            L[i, j] = L[i + 1, j]
+    for i in range(t, s - 1):
+        a = L[i, i]
+        b = L[i, i + 1]
+        r = np.sqrt(a * a + b * b)
+        if r > 0.0:
+            c = a / r
+            sn = b / r
+            L[i, i] = r
+            for row in range(i + 1, s - 1):
+                u = L[row, i]
+                w = L[row, i + 1]
+                L[row, i] = c * u + sn * w
+                L[row, i + 1] = c * w - sn * u
+        L[i, i + 1] = 0.0
+    return s - 1
+
+
+@njit(cache=True, nogil=True)
+def _chol_solve(b, idx, s, L, z):
+    """``A[P, P] z = b[P]`` (P = ``idx[:s]``) from the factor L."""
     for i in range(s):                      # L y = b
         acc = b[idx[i]]
         for m in range(i):
@@ -47,11 +81,12 @@ def _nnls_gram_rows(A, B, out, tol, warm):
     idx = np.empty(k, dtype=np.int64)
     z = np.empty(k)
     L = np.empty((k, k))
+    passive = np.zeros(k, dtype=np.bool_)
     amax = 0.0
     for c in range(k):
         amax = max(amax, abs(A[c, c]))
     for i in range(n):
-        _nnls_row(A, B[i], out[i], tol, warm, amax, idx, z, L)
+        _nnls_row(A, B[i], out[i], tol, warm, amax, idx, z, L, passive, -1)
     return out
 
 
@@ -63,65 +98,91 @@ def _nnls_gram_rows_each(A3, B, out, tol, warm):
     idx = np.empty(k, dtype=np.int64)
     z = np.empty(k)
     L = np.empty((k, k))
+    passive = np.zeros(k, dtype=np.bool_)
     for i in range(n):
         A = A3[i]
         amax = 0.0
         for c in range(k):
             amax = max(amax, abs(A[c, c]))
-        _nnls_row(A, B[i], out[i], tol, warm, amax, idx, z, L)
+        _nnls_row(A, B[i], out[i], tol, warm, amax, idx, z, L, passive, -1)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _nnls_row(A, b, x, tol, warm, amax, idx, z, L):
+def _nnls_row(A, b, x, tol, warm, amax, idx, z, L, passive, s):
     """One row of the active-set solve (``x`` is the row's solution, updated in place;
-    ``idx``, ``z``, ``L`` scratch space)."""
+    ``idx``, ``z``, ``L``, ``passive`` scratch space).
+
+    The passive set ``idx[:s]`` keeps its Cholesky factor ``L[:s, :s]`` of ``A[idx,
+    idx]`` up to date as columns enter (one new row) and leave (Givens rotations), so a
+    step costs O(s^2), not a factorisation.  ``s >= 0``: ``idx[:s]``, ``L`` and
+    ``passive`` hold the factor a previous call on the same A left (returned), and a warm
+    start changes it only where the support of x differs; ``s < 0``: built from scratch
+    (a row's result then does not depend on the rows solved before it).  Returns the
+    passive set's size."""
     k = b.shape[0]
-    passive = np.zeros(k, dtype=np.bool_)
+    if s < 0:
+        s = 0
+        for c in range(k):
+            passive[c] = False
     resume = False
     if warm:
+        for t in range(s - 1, -1, -1):      # cached columns that left the support
+            c = idx[t]
+            if not (x[c] > 0.0):
+                passive[c] = False
+                s = _chol_delete(idx, s, L, t)
         for c in range(k):
             if x[c] > 0.0 and A[c, c] > 0.0:
-                passive[c] = True
                 resume = True
+                if not passive[c]:
+                    passive[c] = True
+                    s = _chol_append(A, idx, s, L, c)
             else:
                 x[c] = 0.0
+                if passive[c]:              # a cached column whose A[c, c] is 0
+                    for t in range(s):
+                        if idx[t] == c:
+                            s = _chol_delete(idx, s, L, t)
+                            break
+                    passive[c] = False
     else:
+        for t in range(s):
+            passive[idx[t]] = False
+        s = 0
         x[:] = 0.0
     bmax = 0.0
     for c in range(k):
         bmax = max(bmax, abs(b[c]))
     if bmax == 0.0:
         x[:] = 0.0
-        return
+        for t in range(s):
+            passive[idx[t]] = False
+        return 0
     for _outer in range(3 * k + 3):
-        xmax = 0.0
-        for c in range(k):
-            xmax = max(xmax, x[c])
-        thresh = tol * (bmax + amax * xmax)
-        best, wbest = -1, thresh
-        for c in range(k):
-            if passive[c] or A[c, c] <= 0.0:
-                continue
-            w = b[c]
-            for j in range(k):
-                w -= A[c, j] * x[j]
-            if w > wbest:
-                best, wbest = c, w
+        best = -1
         if resume:                      # a warm start: solve on its passive set first
-            best, resume = -1, False
-        elif best < 0:
-            break                       # KKT holds: no zero coordinate can descend
+            resume = False
         else:
+            xmax = 0.0
+            for c in range(k):
+                xmax = max(xmax, x[c])
+            wbest = tol * (bmax + amax * xmax)
+            for c in range(k):
+                if passive[c] or A[c, c] <= 0.0:
+                    continue
+                w = b[c]
+                for j in range(k):
+                    w -= A[c, j] * x[j]
+                if w > wbest:
+                    best, wbest = c, w
+            if best < 0:
+                break                   # KKT holds: no zero coordinate can descend
             passive[best] = True
+            s = _chol_append(A, idx, s, L, best)
         stalled = False
         for inner in range(3 * k + 3):
-            s = 0
-            for c in range(k):
-                if passive[c]:
-                    idx[s] = c
-                    s += 1
-            _passive_solve(A, b, idx, s, L, z)
+            _chol_solve(b, idx, s, L, z)
             feasible = True
             for t in range(s):
                 if z[t] <= 0.0:
@@ -130,12 +191,10 @@ def _nnls_row(A, b, x, tol, warm, amax, idx, z, L):
                 for t in range(s):
                     x[idx[t]] = z[t]
                 break
-            if inner == 0 and best >= 0 and x[best] == 0.0:
-                for t in range(s):
-                    if idx[t] == best and z[t] <= 0.0:
-                        stalled = True  # roundoff: the entering column cannot move
-            if stalled:
+            if inner == 0 and best >= 0 and x[best] == 0.0 and z[s - 1] <= 0.0:
+                stalled = True          # roundoff: the entering column cannot move
                 passive[best] = False
+                s -= 1                  # it was appended last
                 break
             alpha, tmin = 1.0, -1
             for t in range(s):
@@ -146,12 +205,14 @@ def _nnls_row(A, b, x, tol, warm, amax, idx, z, L):
             for t in range(s):
                 x[idx[t]] += alpha * (z[t] - x[idx[t]])
             x[idx[tmin]] = 0.0          # the blocking coordinate, exactly on its bound
-            for t in range(s):
+            for t in range(s - 1, -1, -1):
                 if x[idx[t]] <= 0.0:
                     x[idx[t]] = 0.0
                     passive[idx[t]] = False
+                    s = _chol_delete(idx, s, L, t)
         if stalled:
             break
+    return s
 
 
 def nnls_codes(GtG, XG, tol=None, init=None):

@@ -113,16 +113,18 @@ def _huber_rows(e, lam, out):
         out[i] = acc
 
 
-def work_dtype(x):
+def work_dtype(x, magnitude=None):
     """The dtype the solvers compute in: float32 input stays float32 (half the bytes and
-    twice the GEMM speed) unless its values are large enough for squares to overflow."""
+    twice the GEMM speed) unless its values are large enough for squares to overflow
+    (``magnitude``: the largest |x|, when the caller knows it; else a pass over x)."""
     x = np.asarray(x)
-    if x.dtype == np.float32 and (not x.size or float(np.abs(x).max()) < 1e15):
+    if x.dtype == np.float32 and (not x.size or (
+            float(np.abs(x).max()) if magnitude is None else magnitude) < 1e15):
         return np.dtype(np.float32)
     return np.dtype(np.float64)
 
 
-def solve_codes_cd(x, W, lam, max_iter, tol, h=None, mask=None):
+def solve_codes_cd(x, W, lam, max_iter, tol, h=None, mask=None, **fused):
     """Exact r, exact NNLS h, alternated until each row's objective (3) stalls.
 
     Parameters
@@ -150,13 +152,14 @@ def solve_codes_cd(x, W, lam, max_iter, tol, h=None, mask=None):
         not depend on the other rows of the block).
 
     Complete rows (``mask=None``) run in one compiled loop per row
-    (:func:`daskrnmf.kernels.cd_rows.solve_rows_fused`, 1.9x faster on long narrow blocks),
-    whose first round starts from the clipped least-squares codes.
+    (:func:`daskrnmf.kernels.cd_rows.solve_rows_fused`, 1.9x faster on long narrow blocks;
+    ``**fused``: its keywords), whose first round starts from the clipped least-squares
+    codes.
     """
     if mask is None:
         from .cd_rows import solve_rows_fused
 
-        return solve_rows_fused(x, W, lam, max_iter, tol, h=h)
+        return solve_rows_fused(x, W, lam, max_iter, tol, h=h, **fused)
     dt = work_dtype(x)
     x = np.ascontiguousarray(x, dtype=dt)
     W64 = np.asarray(W, dtype=np.float64)
@@ -434,7 +437,7 @@ def _ratio(num, den):
     return np.where(den > 0, out, 0.0)
 
 
-def block_statistics(x, h, r, W, lam, mask=None):
+def block_statistics(x, h, r, W, lam, mask=None, loss=None):
     """The block's sufficient statistics and its part of objective (5) (computed in x's
     dtype when it is float32, summed in float64).
 
@@ -444,9 +447,15 @@ def block_statistics(x, h, r, W, lam, mask=None):
     summed over the block — ``loss`` = sum of 1/2 ||x - h W - r||^2 + lam ||r||_1 and
     ``n`` = m.  With ``mask`` (x zero at the missing entries, r too): the loss over the
     observed entries, ``B`` = 0 and ``Bm`` (d, k, k) = ``sum_i m_ij h_i^T h_i``.
+    ``loss``: the rows' objectives (3) at (h, r) as the solver returned them (complete
+    rows), summed instead of computed again from the residual.
     """
     dt = x.dtype if x.dtype == np.float32 else np.float64
     hd, Wd = h.astype(dt, copy=False), np.asarray(W, dtype=dt)
+    if loss is not None and mask is None:     # the solver's own per-row objectives
+        return {"A": (hd.T @ x).astype(np.float64), "B": h.T @ h,
+                "C": (hd.T @ r.astype(dt, copy=False)).astype(np.float64),
+                "loss": float(np.sum(loss)), "n": x.shape[0]}
     res = x - hd @ Wd
     res -= r
     if mask is not None:

@@ -63,7 +63,9 @@ class SolveSpec:
 
 
 def solve_rows(x, W, spec, mask=None):
-    """h (m, k), r (m, d) and the rounds taken (summed over rows) for rows x (``mask``:
+    """h (m, k), r (m, d), the rounds taken (summed over rows) and the rows' objectives
+    (3) when the solver gives them (complete rows, "cd"; else None) for rows x, in the
+    work dtype of :func:`as_work_block` (``mask``:
     their observed entries, x zero at the others; the rows are then solved
     :func:`daskrnmf.kernels.missing.gram_rows` at a time, which bounds their Gram
     matrices' memory)."""
@@ -72,15 +74,20 @@ def solve_rows(x, W, spec, mask=None):
         parts = [solve_rows(x[s:s + step], W, spec, mask[s:s + step])
                  for s in range(0, x.shape[0], step)]
         return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                sum(p[2] for p in parts))
+                sum(p[2] for p in parts), None)
+    if spec.solver == "cd" and mask is None:
+        # the work dtype is x's (as_work_block chose it); the rows' objectives come along
+        h, r, rounds, loss = solve_codes_cd(x, W, spec.alpha_R, spec.n_iter, spec.tol,
+                                            dtype=x.dtype, return_loss=True)
+        return h, r, int(rounds.sum()), loss
     if spec.solver == "cd":
         h, r, rounds = solve_codes_cd(x, W, spec.alpha_R, spec.n_iter, spec.tol, mask=mask)
-        return h, r, int(rounds.sum())
+        return h, r, int(rounds.sum()), None
     if spec.tol > 0:
         h, r, rounds = solve_codes(x, W, spec.alpha_R, spec.n_iter, tol=spec.tol, mask=mask)
-        return h, r, rounds * x.shape[0]
+        return h, r, rounds * x.shape[0], None
     h, r = solve_codes(x, W, spec.alpha_R, spec.n_iter, mask=mask)
-    return h, r, spec.n_iter * x.shape[0]
+    return h, r, spec.n_iter * x.shape[0], None
 
 
 def _block(x, missing):
@@ -89,11 +96,12 @@ def _block(x, missing):
     return observed(x) if missing else (x, None)
 
 
-def as_work_block(block):
-    """One row block, C-contiguous, in the solvers' dtype (float32 kept)."""
+def as_work_block(block, magnitude=None):
+    """One row block, C-contiguous, in the solvers' dtype (float32 kept; ``magnitude``:
+    its largest |value| if known, see :func:`daskrnmf.kernels.outliers.work_dtype`)."""
     block = np.asarray(block)
-    return np.ascontiguousarray(block, dtype=work_dtype(block) if block.dtype.kind == "f"
-                                else np.float64)
+    return np.ascontiguousarray(block, dtype=work_dtype(block, magnitude)
+                                if block.dtype.kind == "f" else np.float64)
 
 
 def solve_batch_piece(block, start, W, spec):
@@ -103,15 +111,16 @@ def solve_batch_piece(block, start, W, spec):
     Checks the piece (finite, non-negative; NaN allowed with ``spec.missing``), then
     solves ``SOLVE_ROWS`` rows at a time.  ``spec``: a :class:`SolveSpec`.
     """
-    x = as_work_block(block)
-    check_values(x, spec.where, non_negative=True,
-                 rows=f", in rows {start}..{start + x.shape[0] - 1}", allow_nan=spec.missing,
-                 hint=MASK_HINT)
+    x = np.asarray(block)
+    top = check_values(x, spec.where, non_negative=True,
+                       rows=f", in rows {start}..{start + x.shape[0] - 1}",
+                       allow_nan=spec.missing, hint=MASK_HINT)
+    x = as_work_block(x, top)
     parts = []
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
-        h, r, rounds = solve_rows(xs, W, spec, mask)
-        st = block_statistics(xs, h, r, W, spec.alpha_R, mask)
+        h, r, rounds, loss = solve_rows(xs, W, spec, mask)
+        st = block_statistics(xs, h, r, W, spec.alpha_R, mask, loss=loss)
         st["rounds"] = rounds
         parts.append(st)
     if not parts:
@@ -128,7 +137,7 @@ def codes_block(block, W, spec, what):
     out = np.empty((x.shape[0], k + (x.shape[1] if what == "hr" else 0)), dtype=x.dtype)
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
-        h, r, _ = solve_rows(xs, W, spec, mask)
+        h, r = solve_rows(xs, W, spec, mask)[:2]
         out[s:s + SOLVE_ROWS, :k] = h
         if what == "hr":
             out[s:s + SOLVE_ROWS, k:] = r
