@@ -42,6 +42,8 @@ def run_all(noisy, clean, seed):
     old = dict(solver="mu", max_inner_iter=300, inner_tol=0)      # the paper's updates
     for name, make in (
             ("ONMFO() defaults (cd)", lambda: ONMFO(49, random_state=seed)),
+            ("ONMFO(tol=1e-3) (cd; the previous default tol)",
+             lambda: ONMFO(49, tol=1e-3, random_state=seed)),
             ("old: ONMFO mu, batch 10, 2 passes, 300 inner", lambda: ONMFO(
                 49, batch_size=10, max_iter=2, tol=0, random_state=seed, **old)),
             ("RobustNMF() defaults (cd)", lambda: RobustNMF(49, random_state=seed)),
@@ -107,6 +109,12 @@ def main():
     emit = Report()
     X, _ = load_orl()
     table, figures = {}, []
+    # load the compiled kernels once, outside the timings (a one-time cost per process)
+    from daskrnmf import ONMFO, RobustNMF
+
+    warm = corrupt_images(X, 0.1, random_state=0)[1]
+    ONMFO(49, max_iter=1, tol=0, random_state=0).fit(warm)
+    RobustNMF(49, max_iter=2, tol=0, random_state=0).fit(warm)
     for rho in args.rhos:
         for seed in range(args.seeds):
             clean, noisy, _ = corrupt_images(X, rho, random_state=seed)
@@ -157,6 +165,10 @@ def main():
     for name in names:
         emit(f"| {name} | " + " | ".join(f"{err(name, r) / err(conv, r):.3f}"
                                           for r in args.rhos) + " |")
+    emit()
+    emit("Previous table (committed before the kept-factor NNLS and the default tol=1e-2, "
+         "same machine): ONMFO() defaults (cd, tol=1e-3) 2.19 s, 2.66x MiniBatchNMF(), "
+         "E_avg 1.044 / 1.043 x converged; RobustNMF() defaults 0.55 s, 1.20x NMF mu 200.")
     if figures:
         emit()
         for fig in figures:
