@@ -241,13 +241,27 @@ class MedianSearch:
     tol : float
         Relative tolerance (0: exact).
     warm : tuple of ndarray, optional
-        ``(lo, hi, count)`` windows from the previous fit iteration; entries whose median
-        falls inside resolve in the first round.
+        ``(lo, hi, count[, median])`` windows from the previous fit iteration
+        (:attr:`final_window`), widened to share the collection budget around the
+        previous median (:func:`_widened`); entries whose median falls inside resolve in
+        the first round.
     n_total : int
         Total number of values across entries (all collected at once if small).
+    counts_known : bool
+        The caller passes ``n_values`` with the first round (RFNMF's fused pass) and
+        the warm windows held every median last time: an entry collecting in a warm
+        window then skips the histogram of its full range in that round (the bin
+        updates are most of a round's arithmetic).  Otherwise every entry is
+        histogrammed too, which gives the counts and refines the misses.
+
+    Attributes
+    ----------
+    warm_hit : bool or None
+        After the first round of a warm search: whether every warm collection held its
+        median (None before, or without warm windows).
     """
 
-    def __init__(self, lo, hi, *, tol=0.0, warm=None, n_total=None):
+    def __init__(self, lo, hi, *, tol=0.0, warm=None, n_total=None, counts_known=False):
         self.E = lo.shape[0]
         self.span = np.maximum(hi - lo, 0.0)
         self.full_lo, self.full_hi = lo.astype(np.float64), hi.astype(np.float64)
@@ -260,10 +274,18 @@ class MedianSearch:
         self.rounds = 0
         self.n_approximate = 0
         self._warm = warm
+        self._counts_known = counts_known
+        self.warm_hit = None
         self._collect_all = n_total is not None and n_total <= COLLECT_VALUES
         self._histogram_next = np.zeros(self.E, dtype=bool)   # dropped collections
-        self.final_window = (np.full(self.E, np.nan), np.full(self.E, np.nan),
-                             np.zeros(self.E, dtype=np.int64))
+        self._final = (np.full(self.E, np.nan), np.full(self.E, np.nan),
+                       np.zeros(self.E, dtype=np.int64))
+
+    @property
+    def final_window(self):
+        """``(lo, hi, count, median)`` per entry: the window where its median was found
+        and the values it held (the ``warm`` of the next fit iteration)."""
+        return (*self._final, self.value)
 
     # -- planning
     def first_plan(self):
@@ -275,15 +297,18 @@ class MedianSearch:
         coll = np.zeros(self.E, dtype=bool)
         clo, chi = np.zeros(self.E), np.zeros(self.E)
         if self._warm is not None:
-            wlo, whi, wcount = self._warm
+            wlo, whi, wcount = _widened(*self._warm)
             ok = np.isfinite(wlo) & np.isfinite(whi)
             coll = ok & _greedy_budget(np.where(ok, wcount, np.iinfo(np.int64).max // 4), ok)
             clo, chi = np.where(coll, wlo, 0.0), np.where(coll, whi, 0.0)
         # the warm windows were planned from the previous iteration's counts, which the
         # current labels may exceed many times over: a hard bound on what any partial
         # result holds (twice the budget); an entry over it is only counted, and its
-        # median refined from the histogram that the same round makes of every entry
-        return self._plan(active, coll, self.full_lo, self.full_hi, clo, chi,
+        # median refined in the next round.  With the counts known, a collected entry
+        # is not histogrammed too (the bin updates are most of a round's arithmetic):
+        # one that misses continues on the side of its window where the median went.
+        hist = active & ~coll if self._counts_known else active
+        return self._plan(hist, coll, self.full_lo, self.full_hi, clo, chi,
                           max_collect=2 * COLLECT_VALUES)
 
     def next_plan(self):
@@ -341,6 +366,8 @@ class MedianSearch:
             m = res["cin"][ent]
             below = res["cbelow"][ent]
             inside = (below <= t_lo[ent]) & (t_hi[ent] < below + m)
+            if self.rounds == 1 and self._warm is not None:
+                self.warm_hit = bool(inside.all() and not res["dropped"][ent].any())
             # over the collection budget: only counted; the median is inside the window,
             # which the next round refines (histogram or a smaller collection)
             over = ent[inside & res["dropped"][ent]]
@@ -352,16 +379,21 @@ class MedianSearch:
             if good.size:
                 self._resolve(good, select_collected(res["keys"], res["vals"], self.E, good,
                                                      t_lo[good] - below[ok], t_hi[good] - below[ok]))
-                keep = good[~np.isfinite(self.final_window[0][good])]
-                self.final_window[0][keep] = plan["clo"][keep]
-                self.final_window[1][keep] = plan["chi"][keep]
-                self.final_window[2][keep] = np.bincount(res["keys"], minlength=self.E)[keep]
+                keep = good[~np.isfinite(self._final[0][good])]
+                self._final[0][keep] = plan["clo"][keep]
+                self._final[1][keep] = plan["chi"][keep]
+                self._final[2][keep] = np.bincount(res["keys"], minlength=self.E)[keep]
                 done_by_collect[good] = True
-            missed = ent[~inside]
-            # A collection that missed (a warm window the median left): if the entry
-            # was not histogrammed in the same round, start again from the full range.
-            nohist = missed[plan["hist_slot"][missed] < 0]
-            self.lo[nohist], self.hi[nohist] = self.full_lo[nohist], self.full_hi[nohist]
+            # A collection that missed (a warm window the median left), if the entry was
+            # not histogrammed in the same round: the side of the window the middle
+            # order statistics are on (values below clo were counted, values inside too)
+            side = ~inside & (plan["hist_slot"][ent] < 0)
+            nohist, below_s, m_s = ent[side], below[side], m[side]
+            self.lo[nohist] = np.where(below_s <= t_lo[nohist], plan["clo"][nohist],
+                                       self.full_lo[nohist])
+            self.hi[nohist] = np.where(t_hi[nohist] < below_s + m_s, plan["chi"][nohist],
+                                       self.full_hi[nohist])
+            self.count[nohist] = np.iinfo(np.int64).max // 4
 
         hist = (plan["hist_slot"] >= 0) & ~self.resolved
         if hist.any():
@@ -404,7 +436,7 @@ class MedianSearch:
     def _record_warm(self, ent, cum0, b_lo, b_hi, hlo, w, margin, B):
         """Remember, for the next fit iteration, the widest run of bins around the median
         whose values fit in an even share of the collection budget (first histogram only)."""
-        new = ~np.isfinite(self.final_window[0][ent])
+        new = ~np.isfinite(self._final[0][ent])
         if not new.any():
             return
         ent, cum0, b_lo, b_hi, hlo, w, margin = (a[new] for a in (ent, cum0, b_lo, b_hi, hlo, w, margin))
@@ -417,9 +449,9 @@ class MedianSearch:
         ok = best >= 0
         rows = np.arange(ent.size)[ok]
         qb = best[ok]
-        self.final_window[0][ent[ok]] = hlo[ok] + left[rows, qb] * w[ok] - margin[ok]
-        self.final_window[1][ent[ok]] = hlo[ok] + right[rows, qb] * w[ok] + margin[ok]
-        self.final_window[2][ent[ok]] = counts[rows, qb]
+        self._final[0][ent[ok]] = hlo[ok] + left[rows, qb] * w[ok] - margin[ok]
+        self._final[1][ent[ok]] = hlo[ok] + right[rows, qb] * w[ok] + margin[ok]
+        self._final[2][ent[ok]] = counts[rows, qb]
 
     def _resolve(self, ent, values, approx=False):
         ent = np.asarray(ent)
@@ -427,6 +459,30 @@ class MedianSearch:
         self.resolved[ent] = True
         if approx:
             self.n_approximate += int(ent.size)
+
+
+def _widened(lo, hi, count, median=None):
+    """The previous iteration's final windows, resized to share the collection budget.
+
+    A median moves when members change cluster; a window that held only the values next
+    to it (a last histogram bin) then misses, and one miss (or one window left out of
+    the budget) costs every entry another pass.  Each usable window is resized, at the
+    density of values it held, to hold about ``COLLECT_VALUES / E`` values centred on
+    the previous median: a median that moves by fewer ranks than half of that stays
+    inside, and together the windows fit the budget.  Returns the windows and their
+    expected counts."""
+    if median is None:
+        median = 0.5 * (lo + hi)
+    ok = (np.isfinite(lo) & np.isfinite(hi) & np.isfinite(median) & (hi > lo)
+          & (count > 0))
+    n_ok = int(ok.sum())
+    if not n_ok:
+        return lo, hi, count
+    target = max(COLLECT_VALUES // n_ok, 1)
+    density = np.where(ok, count / np.where(ok, hi - lo, 1.0), 1.0)
+    half = 0.5 * target / density
+    return (np.where(ok, median - half, lo), np.where(ok, median + half, hi),
+            np.where(ok, target, count))
 
 
 def _greedy_budget(count, candidates):

@@ -170,3 +170,54 @@ def test_warm_window_collection_is_bounded(monkeypatch):
         plan = search.next_plan()
     np.testing.assert_array_equal(search.value, np.median(X, axis=0))
     assert search.n_approximate == 0
+
+
+@pytest.mark.parametrize("known", [False, True])
+@pytest.mark.parametrize("moved", [0.002, 0.3])
+def test_warm_windows_resized_to_the_budget_resolve_in_one_round(monkeypatch, moved, known):
+    """The previous iteration's windows (here: last histogram bins of ~130 values),
+    resized around the previous medians to share the collection budget, hold the new
+    medians when few members changed cluster: one round, exact.  When many changed, the
+    medians are still exact: the same round's histograms refine the misses, or, when
+    the counts come with the round (``counts_known``: no histograms beside the
+    collections), the side of the window each median left."""
+    from daskrnmf.kernels.median import merge_median_round
+
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 3000)
+    monkeypatch.setattr(reductions, "HIST_CELLS", 256)
+    rs = np.random.default_rng(2)
+    k = 3
+    lab = rs.integers(0, k, size=20000)
+    X = rs.standard_t(2, size=(20000, 3)) + 2.0 * lab[:, None]     # heavy tails
+    X[rs.random(X.shape) < 0.2] = 0.5                              # and ties
+    blocks = RowBlocks(X, block_rows=3000)
+
+    def medians(lab, warm):
+        labels, s = [], 0
+        for n in blocks.sizes:
+            labels.append(lab[s:s + n, None].astype(np.int64))
+            s += n
+        search = reductions.MedianSearch(np.tile(X.min(0), k), np.tile(X.max(0), k),
+                                         warm=warm, counts_known=known and warm is not None)
+        plan = search.first_plan()
+        n_values = np.repeat(np.bincount(lab, minlength=k), 3) if known else None
+        while plan is not None:
+            search.update(plan, blocks.map_reduce(reductions.median_refine_chunk,
+                                                  merge_median_round, args=(k, plan),
+                                                  state=labels), n_values=n_values)
+            n_values = None
+            plan = search.next_plan()
+        for c in range(k):
+            np.testing.assert_array_equal(search.value.reshape(k, 3)[c],
+                                          np.median(X[lab == c], axis=0))
+        return search
+
+    first = medians(lab, None)
+    assert first.rounds >= 2 and np.median(first.final_window[2]) < 200   # narrow
+    lab2 = lab.copy()
+    change = rs.random(lab.shape[0]) < moved
+    lab2[change] = rs.integers(0, k, size=int(change.sum()))
+    second = medians(lab2, first.final_window)
+    assert second.warm_hit == (moved < 0.01)
+    if moved < 0.01:
+        assert second.rounds == 1

@@ -108,7 +108,8 @@ def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins, c
 @njit(cache=True, nogil=True)
 def _median_collect_features(X, labels, n_clusters, clo, chi, keys, vals):
     """:func:`_median_collect` when every feature is its own group (windows (-inf, -inf]
-    where an entry collects nothing): one predictable branch per value."""
+    where an entry collects nothing): one predictable branch per row, none per value
+    (``keys``/``vals`` need ``d`` slots past the values collected)."""
     n, d = X.shape
     R = labels.shape[1]
     p = 0
@@ -123,12 +124,13 @@ def _median_collect_features(X, labels, n_clusters, clo, chi, keys, vals):
                 hit |= (x[j] >= cl[j]) & (x[j] <= ch[j])
             if not hit:
                 continue
+            # branch-free compaction: every value is written at p, which moves on only
+            # past a value inside its window (the arrays have d slots of slack)
             for j in range(d):
                 v = x[j]
-                if cl[j] <= v <= ch[j]:
-                    keys[p] = base + j
-                    vals[p] = v
-                    p += 1
+                keys[p] = base + j
+                vals[p] = v
+                p += (v >= cl[j]) & (v <= ch[j])
 
 
 @njit(cache=True, nogil=True)
@@ -201,12 +203,14 @@ def median_round(X, labels, n_clusters, plan, columns=None):
     dropped = _over_budget(cin, plan.get("max_collect"))
     coll = plan["coll"] & ~dropped
     m = int(cin[coll].sum())
-    keys = np.empty(m, dtype=np.int32 if E < 2**31 else np.int64)
-    vals = np.empty(m, dtype=np.float64)
+    slack = X.shape[1] if m and per_feature else 0
+    keys = np.empty(m + slack, dtype=np.int32 if E < 2**31 else np.int64)
+    vals = np.empty(m + slack, dtype=np.float64)
     if m and per_feature:
         never = np.full(E, -np.inf)
         _median_collect_features(X, labels, n_clusters, np.where(coll, plan["clo"], never),
                                  np.where(coll, plan["chi"], never), keys, vals)
+        keys, vals = keys[:m], vals[:m]
     elif m:
         _median_collect(X, labels, n_clusters, columns, n_groups, coll, plan["clo"],
                         plan["chi"], keys, vals)

@@ -133,6 +133,7 @@ class CentroidFit:
                     float(np.max(np.abs(self.lo))))
         self.eps = max(1e-10 * scale, 1e-280) if scale > 0 else 1.0
         self.warm = None  # previous iteration's final median windows, per restart
+        self.warm_hit = False  # ... and whether they all held the medians last time
         # in memory (L1): every restart's last labels and medians (cluster_medians keeps
         # the medians of clusters whose members did not change), and which are set
         self._medians = None
@@ -237,14 +238,19 @@ class CentroidFit:
         if self.warm is not None:
             warm = tuple(w[active].ravel() for w in self.warm)
         n_total = self.blocks.shape[0] * self.d * Ra
-        return MedianSearch(lo, hi, tol=self.median_tol, warm=warm, n_total=n_total)
+        # the fused pass counts every entry's values (n_values with its first round);
+        # the warm collections skip their histograms once they held every median
+        return MedianSearch(lo, hi, tol=self.median_tol, warm=warm, n_total=n_total,
+                            counts_known=self.warm_hit)
 
     def _keep_warm(self, search, active):
         if self.warm is None:
             shape = (self.R, self.k, self.d)
-            self.warm = (np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, dtype=np.int64))
+            self.warm = (np.full(shape, np.nan), np.full(shape, np.nan),
+                         np.zeros(shape, dtype=np.int64), np.full(shape, np.nan))
         for w, new in zip(self.warm, search.final_window):
             w[active] = new.reshape(-1, self.k, self.d)
+        self.warm_hit = bool(search.warm_hit)
 
     # -- the end
     def final(self, F):

@@ -359,7 +359,7 @@ class _CoFit:
         if self.warm is None:
             shape = (self.R, self.K, self.L)
             self.warm = (np.full(shape, np.nan), np.full(shape, np.nan),
-                         np.zeros(shape, dtype=np.int64))
+                         np.zeros(shape, dtype=np.int64), np.full(shape, np.nan))
         for w, new in zip(self.warm, search.final_window):
             w[active] = new.reshape(-1, self.K, self.L)
 
