@@ -138,23 +138,66 @@ def test_rng_depends_on_global_index_only():
     assert set(np.unique(ints)) == {0, 1, 2, 3}
 
 
-def test_median_round_per_feature_kernel_equals_general_kernel(rng):
-    """RFNMF's rounds (every feature its own group) take a branch-free kernel; the
-    general one (explicit identity column groups) is its twin: ties on bin edges, NaN
-    (missing values), empty windows, several restarts."""
+def _median_round_loop(X, labels, K, plan, columns, n_groups):
+    """The plain twin of :func:`median_round`: every (row, restart, feature) value to its
+    (restart, cluster, column group) entry, one at a time."""
+    E = plan["hist_slot"].shape[0]
+    out = {"hbelow": np.zeros(E, np.int64), "hmin": np.full(E, np.inf),
+           "hmax": np.full(E, -np.inf), "cbelow": np.zeros(E, np.int64),
+           "cin": np.zeros(E, np.int64),
+           "hist": np.zeros((plan["n_hist"], plan["n_bins"]), np.int64)}
+    keys, vals = [], []
+    B = plan["n_bins"]
+    for i in range(X.shape[0]):
+        for r in range(labels.shape[1]):
+            for j in range(X.shape[1]):
+                e = (r * K + labels[i, r]) * n_groups + columns[r, j]
+                v = X[i, j]
+                s = plan["hist_slot"][e]
+                lo, hi = plan["hlo"][e], plan["hhi"][e]
+                if s >= 0 and v < lo:
+                    out["hbelow"][e] += 1
+                elif s >= 0 and v <= hi:
+                    w = (hi - lo) / B
+                    out["hist"][s, min(max(int((v - lo) / w) if w > 0 else 0, 0), B - 1)] += 1
+                    out["hmin"][e] = min(out["hmin"][e], v)
+                    out["hmax"][e] = max(out["hmax"][e], v)
+                if plan["coll"][e] and v < plan["clo"][e]:
+                    out["cbelow"][e] += 1
+                elif plan["coll"][e] and v <= plan["chi"][e]:
+                    out["cin"][e] += 1
+                    keys.append(e)
+                    vals.append(v)
+    out["keys"], out["vals"] = np.array(keys, dtype=np.int64), np.array(vals)
+    return out
+
+
+@pytest.mark.parametrize("groups", ["features", "column groups"])
+def test_median_round_matches_a_plain_loop(rng, groups):
+    """RFNMF's rounds (every feature its own group) and RFNMTF's (column groups, mapped
+    onto per-feature entries) take the branch-free per-feature kernels; a plain loop over
+    every value is their twin: ties on bin edges, NaN (missing values), one-point and
+    empty windows, several restarts."""
     n, d, k, R = 500, 9, 3, 2
     X = np.round(rng.normal(size=(n, d)), 1)
     X[rng.random(X.shape) < 0.05] = np.nan
     labels = rng.integers(0, k, size=(n, R))
-    E = R * k * d
+    if groups == "features":
+        columns, L = None, d
+    else:
+        L = 4
+        columns = rng.integers(0, L, size=(R, d))
+    E = R * k * L
     lo = np.round(rng.uniform(-1.5, 1.5, E), 1)
     width = np.where(rng.random(E) < 0.2, 0.0, np.round(rng.uniform(0, 2, E), 1))
     plan = _plan(E, 10, rng.random(E) < 0.6, lo, lo + width,       # some one-point windows
                  rng.random(E) < 0.5, np.full(E, -0.3), np.where(rng.random(E) < 0.2, -0.4, 0.4))
-    fast = median_round(X, labels, k, plan)
-    general = median_round(X, labels, k, plan, np.tile(np.arange(d), (R, 1)))
-    for key in ("hbelow", "hist", "hmin", "hmax", "cbelow", "cin", "dropped", "keys", "vals"):
-        np.testing.assert_array_equal(fast[key], general[key])
+    out = median_round(X, labels, k, plan, columns)
+    ref = _median_round_loop(X, labels, k, plan,
+                             np.tile(np.arange(d), (R, 1)) if columns is None else columns, L)
+    for key in ("hbelow", "hist", "hmin", "hmax", "cbelow", "cin", "keys", "vals"):
+        np.testing.assert_array_equal(out[key], ref[key], err_msg=key)
+    assert not out["dropped"].any()
 
 
 def test_median_round_with_column_groups_matches_numpy_twin(rng):

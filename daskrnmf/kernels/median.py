@@ -21,48 +21,15 @@ from .blocks import sum_arrays
 
 
 @njit(cache=True, nogil=True)
-def _median_round(X, labels, n_clusters, columns, n_groups, hist_slot, hlo, hhi, n_bins,
-                  coll, clo, chi, hbelow, hist, hmin, hmax, cbelow, cin):
-    n, d = X.shape
-    R = labels.shape[1]
-    for i in range(n):
-        for r in range(R):
-            base = (r * n_clusters + labels[i, r]) * n_groups
-            for j in range(d):
-                e = base + columns[r, j]
-                v = X[i, j]
-                s = hist_slot[e]
-                if s >= 0:
-                    if v < hlo[e]:
-                        hbelow[e] += 1
-                    elif v <= hhi[e]:
-                        w = (hhi[e] - hlo[e]) / n_bins
-                        b = int((v - hlo[e]) / w) if w > 0 else 0
-                        if b >= n_bins:
-                            b = n_bins - 1
-                        elif b < 0:
-                            b = 0
-                        hist[s, b] += 1
-                        if v < hmin[e]:
-                            hmin[e] = v
-                        if v > hmax[e]:
-                            hmax[e] = v
-                if coll[e]:
-                    if v < clo[e]:
-                        cbelow[e] += 1
-                    elif v <= chi[e]:
-                        cin[e] += 1
-
-
-@njit(cache=True, nogil=True)
 def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins, clo, chi,
                            hbelow, hist, hmin, hmax, cbelow, cin):
-    """:func:`_median_round` when every feature is its own group (RFNMF): a row's entries
-    are a contiguous run and the counts are taken without branches (those of the general
-    loop mispredict on most values); only a value inside a histogram window branches, to
-    its bin.  Where an entry asks for no histogram / collection its window is
-    (-inf, -inf], so nothing counts there; NaN compares false.  Same results as the
-    general loop (tested), 2x faster on RFNMF's rounds."""
+    """Counts, histograms and extremes of one round for per-feature entries ``e = (r *
+    n_clusters + c) * d + j`` (RFNMF's; RFNMTF's column groups are mapped onto them by
+    :func:`median_round`): a row's entries are a contiguous run and the counts are taken
+    without branches (a per-value branch mispredicts on most values); only a value
+    inside a histogram window branches, to its bin.  Where an entry asks for no
+    histogram / collection its window is (-inf, -inf], so nothing counts there; NaN
+    compares false.  Tested against a plain loop over (row, restart, feature)."""
     n, d = X.shape
     R = labels.shape[1]
     for i in range(n):
@@ -86,8 +53,8 @@ def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins, c
                 inside_any |= (v >= hl[j]) & (v <= hh[j])
             if not inside_any:
                 continue
-            # the bin update is written out as in _median_round, not shared through a
-            # helper: any call in this kernel (inlined or not) measured 3.4x slower
+            # the bin update is written out, not shared through a helper: any call in
+            # this kernel (inlined or not) measured 3.4x slower
             for j in range(d):
                 v = x[j]
                 if hl[j] <= v <= hh[j]:
@@ -107,8 +74,9 @@ def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins, c
 
 @njit(cache=True, nogil=True)
 def _median_collect_features(X, labels, n_clusters, clo, chi, keys, vals):
-    """:func:`_median_collect` when every feature is its own group (windows (-inf, -inf]
-    where an entry collects nothing): one predictable branch per row, none per value
+    """The values inside their entries' collection windows (per-feature entries as in
+    :func:`_median_round_features`; windows (-inf, -inf] where an entry collects
+    nothing), in row order: one predictable branch per row, none per value
     (``keys``/``vals`` need ``d`` slots past the values collected)."""
     n, d = X.shape
     R = labels.shape[1]
@@ -131,24 +99,6 @@ def _median_collect_features(X, labels, n_clusters, clo, chi, keys, vals):
                 keys[p] = base + j
                 vals[p] = v
                 p += (v >= cl[j]) & (v <= ch[j])
-
-
-@njit(cache=True, nogil=True)
-def _median_collect(X, labels, n_clusters, columns, n_groups, coll, clo, chi, keys, vals):
-    n, d = X.shape
-    R = labels.shape[1]
-    p = 0
-    for i in range(n):
-        for r in range(R):
-            base = (r * n_clusters + labels[i, r]) * n_groups
-            for j in range(d):
-                e = base + columns[r, j]
-                if coll[e]:
-                    v = X[i, j]
-                    if clo[e] <= v <= chi[e]:
-                        keys[p] = e
-                        vals[p] = v
-                        p += 1
 
 
 def median_round(X, labels, n_clusters, plan, columns=None):
@@ -177,43 +127,56 @@ def median_round(X, labels, n_clusters, plan, columns=None):
     """
     E = plan["hist_slot"].shape[0]
     labels = np.ascontiguousarray(labels, dtype=np.int64)
-    per_feature = columns is None
-    columns, n_groups = column_groups(columns, labels.shape[1], X.shape[1],
-                                      E // max(1, labels.shape[1] * n_clusters))
-    hbelow = np.zeros(E, dtype=np.int64)
+    R, d = labels.shape[1], X.shape[1]
+    if columns is None:
+        emap = None
+        hist_slot, hlo, hhi = plan["hist_slot"], plan["hlo"], plan["hhi"]
+        coll_e, clo, chi = plan["coll"], plan["clo"], plan["chi"]
+    else:
+        # column groups (RFNMTF): every (restart, cluster, feature) gets the window of its
+        # group, so the per-feature kernels (branch-free counts) run; the counts are then
+        # summed, the extremes and collected keys mapped, per group
+        columns, n_groups = column_groups(columns, R, d, E // max(1, R * n_clusters))
+        emap = ((np.arange(R)[:, None, None] * n_clusters
+                 + np.arange(n_clusters)[None, :, None]) * n_groups
+                + columns[:, None, :]).ravel()
+        hist_slot, hlo, hhi = (plan["hist_slot"][emap], plan["hlo"][emap],
+                               plan["hhi"][emap])
+        coll_e, clo, chi = plan["coll"][emap], plan["clo"][emap], plan["chi"][emap]
+    Ef = hist_slot.shape[0]
+    hbelow = np.zeros(Ef, dtype=np.int64)
     # int32 per block (a block has < 2**31 rows); merged counts are int64
     hist = np.zeros((plan["n_hist"], plan["n_bins"]), dtype=np.int32)
-    hmin = np.full(E, np.inf)
-    hmax = np.full(E, -np.inf)
-    cbelow = np.zeros(E, dtype=np.int64)
-    cin = np.zeros(E, dtype=np.int64)
-    if X.shape[0] and per_feature:
-        off = plan["hist_slot"] < 0
-        never = np.full(E, -np.inf)
+    hmin = np.full(Ef, np.inf)
+    hmax = np.full(Ef, -np.inf)
+    cbelow = np.zeros(Ef, dtype=np.int64)
+    cin = np.zeros(Ef, dtype=np.int64)
+    never = np.full(Ef, -np.inf)
+    if X.shape[0]:
+        off = hist_slot < 0
         _median_round_features(
-            X, labels, n_clusters, plan["hist_slot"], np.where(off, never, plan["hlo"]),
-            np.where(off, never, plan["hhi"]), plan["n_bins"],
-            np.where(plan["coll"], plan["clo"], never), np.where(plan["coll"], plan["chi"], never),
-            hbelow, hist, hmin, hmax, cbelow, cin)
-    elif X.shape[0]:
-        _median_round(X, labels, n_clusters, columns, n_groups, plan["hist_slot"], plan["hlo"],
-                      plan["hhi"],
-                      plan["n_bins"], plan["coll"], plan["clo"], plan["chi"],
-                      hbelow, hist, hmin, hmax, cbelow, cin)
+            X, labels, n_clusters, hist_slot, np.where(off, never, hlo),
+            np.where(off, never, hhi), plan["n_bins"], np.where(coll_e, clo, never),
+            np.where(coll_e, chi, never), hbelow, hist, hmin, hmax, cbelow, cin)
+    if emap is not None:
+        hbelow, cbelow, cin = (np.bincount(emap, weights=c, minlength=E).astype(np.int64)
+                               for c in (hbelow, cbelow, cin))
+        gmin, gmax = np.full(E, np.inf), np.full(E, -np.inf)
+        np.minimum.at(gmin, emap, hmin)
+        np.maximum.at(gmax, emap, hmax)
+        hmin, hmax = gmin, gmax
     dropped = _over_budget(cin, plan.get("max_collect"))
     coll = plan["coll"] & ~dropped
     m = int(cin[coll].sum())
-    slack = X.shape[1] if m and per_feature else 0
-    keys = np.empty(m + slack, dtype=np.int32 if E < 2**31 else np.int64)
-    vals = np.empty(m + slack, dtype=np.float64)
-    if m and per_feature:
-        never = np.full(E, -np.inf)
-        _median_collect_features(X, labels, n_clusters, np.where(coll, plan["clo"], never),
-                                 np.where(coll, plan["chi"], never), keys, vals)
-        keys, vals = keys[:m], vals[:m]
-    elif m:
-        _median_collect(X, labels, n_clusters, columns, n_groups, coll, plan["clo"],
-                        plan["chi"], keys, vals)
+    keys = np.empty(m + d, dtype=np.int32 if max(E, Ef) < 2**31 else np.int64)
+    vals = np.empty(m + d, dtype=np.float64)
+    if m:
+        cf = coll if emap is None else coll[emap]
+        _median_collect_features(X, labels, n_clusters, np.where(cf, clo, never),
+                                 np.where(cf, chi, never), keys, vals)
+    keys, vals = keys[:m], vals[:m]
+    if emap is not None:
+        keys = emap[keys].astype(keys.dtype)
     return {"hbelow": hbelow, "hist": hist, "hmin": hmin, "hmax": hmax,
             "cbelow": cbelow, "cin": cin, "dropped": dropped, "keys": keys, "vals": vals,
             "max_collect": plan.get("max_collect")}
