@@ -21,7 +21,7 @@ from .blocks import sum_arrays
 
 
 @njit(cache=True, nogil=True)
-def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins, clo, chi,
+def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, hw, n_bins, clo, chi,
                            hbelow, hist, hmin, hmax, cbelow, cin):
     """Counts, histograms and extremes of one round for per-feature entries ``e = (r *
     n_clusters + c) * d + j`` (RFNMF's; RFNMTF's column groups are mapped onto them by
@@ -29,7 +29,8 @@ def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins, c
     without branches (a per-value branch mispredicts on most values); only a value
     inside a histogram window branches, to its bin.  Where an entry asks for no
     histogram / collection its window is (-inf, -inf], so nothing counts there; NaN
-    compares false.  Tested against a plain loop over (row, restart, feature)."""
+    compares false.  ``hw``: each entry's bin width ``(hhi - hlo) / n_bins``, computed
+    once.  Tested against a plain loop over (row, restart, feature)."""
     n, d = X.shape
     R = labels.shape[1]
     for i in range(n):
@@ -42,6 +43,7 @@ def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins, c
             ci = cin[base:base + d]
             hl = hlo[base:base + d]
             hh = hhi[base:base + d]
+            hwd = hw[base:base + d]
             cl = clo[base:base + d]
             ch = chi[base:base + d]
             inside_any = False
@@ -59,7 +61,7 @@ def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, n_bins, c
                 v = x[j]
                 if hl[j] <= v <= hh[j]:
                     e = base + j
-                    w = (hh[j] - hl[j]) / n_bins
+                    w = hwd[j]
                     b = int((v - hl[j]) / w) if w > 0 else 0
                     if b >= n_bins:
                         b = n_bins - 1
@@ -154,10 +156,13 @@ def median_round(X, labels, n_clusters, plan, columns=None):
     never = np.full(Ef, -np.inf)
     if X.shape[0]:
         off = hist_slot < 0
+        hlo, hhi = np.where(off, never, hlo), np.where(off, never, hhi)
+        with np.errstate(invalid="ignore"):
+            hw = np.where(off, 0.0, (hhi - hlo) / plan["n_bins"])
         _median_round_features(
-            X, labels, n_clusters, hist_slot, np.where(off, never, hlo),
-            np.where(off, never, hhi), plan["n_bins"], np.where(coll_e, clo, never),
-            np.where(coll_e, chi, never), hbelow, hist, hmin, hmax, cbelow, cin)
+            X, labels, n_clusters, hist_slot, hlo, hhi, hw, plan["n_bins"],
+            np.where(coll_e, clo, never), np.where(coll_e, chi, never), hbelow, hist, hmin,
+            hmax, cbelow, cin)
     if emap is not None:
         hbelow, cbelow, cin = (np.bincount(emap, weights=c, minlength=E).astype(np.int64)
                                for c in (hbelow, cbelow, cin))
