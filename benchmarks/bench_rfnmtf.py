@@ -18,6 +18,7 @@ import tempfile
 import warnings
 
 import dask
+import dask.array as da
 from _report import Report, timed
 
 
@@ -66,7 +67,7 @@ def main():
         # load the compiled kernels here and on the workers, outside the timings
         warm, _, _, _ = make_coclusters(400, 60, 8, 6, random_state=0)
         RFNMTF(8, 6, n_init=2, random_state=0).fit(warm)
-        RFNMTF(8, 6, n_init=2, random_state=0).fit(dask.array.from_array(warm, chunks=(100, 60)))
+        RFNMTF(8, 6, n_init=2, random_state=0).fit(da.from_array(warm, chunks=(100, 60)))
         emit(f"# RFNMTF benchmarks\n\nMachine: {os.cpu_count()} cores, Python "
              f"{platform.python_version()}; daskrnmf {daskrnmf.__version__}, dask "
              f"{dask.__version__}, scikit-learn {sklearn.__version__}; LocalCluster 2 workers x "
