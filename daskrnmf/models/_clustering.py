@@ -8,7 +8,9 @@ RFNMF runs :class:`CentroidFit` on X; RFNMTF runs it in memory on a small sample
 
 from __future__ import annotations
 
+import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -155,10 +157,19 @@ class CentroidFit:
         if S is None:       # not drawn in the first pass: one pass for it
             size = seed_sample_size(self.blocks.shape[0], self.d, self.k)
             S, _ = sample_rows(self.blocks, size, SAMPLE_SEED, SAMPLE_STREAM)
-        S = impute_missing(S, self.lo, self.hi)
-        return np.stack([robust_kmedians_pp(S, self.k, np.random.default_rng([self.seed, r]),
-                                            self.metric, power=2)
-                         for r in range(self.R)])
+        S = np.ascontiguousarray(impute_missing(S, self.lo, self.hi), dtype=np.float64)
+
+        def seed(r):
+            return robust_kmedians_pp(S, self.k, np.random.default_rng([self.seed, r]),
+                                      self.metric, power=2)
+
+        # the restarts' seeds are independent (a generator each) and their kernels release
+        # the GIL: one thread per core, the same seeds as one after the other
+        n_threads = min(self.R, os.cpu_count() or 1)
+        if n_threads < 2:
+            return np.stack([seed(r) for r in range(self.R)])
+        with ThreadPoolExecutor(n_threads, thread_name_prefix="daskrnmf-seed") as pool:
+            return np.stack(list(pool.map(seed, range(self.R))))
 
     # -- one iteration
     def step(self, F, active):
