@@ -482,6 +482,7 @@ def test_seeds_drawn_on_threads_are_those_drawn_in_sequence(monkeypatch, loss):
 
     X, _ = make_blobs(300, n_features=5, centers=4, random_state=3)
     X -= X.min()
+    monkeypatch.setattr(_clustering.os, "cpu_count", lambda: 4)      # threads, whatever the machine
     threaded = RFNMF(4, loss=loss, n_init=6, max_iter=2, tol=0, random_state=7).fit(X)
     monkeypatch.setattr(_clustering.os, "cpu_count", lambda: 1)
     sequential = RFNMF(4, loss=loss, n_init=6, max_iter=2, tol=0, random_state=7).fit(X)
