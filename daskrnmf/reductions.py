@@ -247,12 +247,22 @@ class MedianSearch:
         the first round.
     n_total : int
         Total number of values across entries (all collected at once if small).
-    counts_known : bool
-        The caller passes ``n_values`` with the first round (RFNMF's fused pass) and
-        the warm windows held every median last time: an entry collecting in a warm
-        window then skips the histogram of its full range in that round (the bin
-        updates are most of a round's arithmetic).  Otherwise every entry is
-        histogrammed too, which gives the counts and refines the misses.
+    counts_given : bool
+        The caller passes ``n_values`` with the first round (RFNMF's fused pass counts
+        every entry's values): the first round's histograms need not cover the full
+        range, so they can skip a trusted warm collection and start from ``bracket``.
+    trust_warm : bool
+        With ``counts_given``: the warm windows held every median last time, so an entry
+        collecting in its warm window skips the histogram of its full range in the first
+        round (the bin updates are most of a round's arithmetic); one that misses
+        continues on the side of its window where the median went.  Otherwise every
+        entry is histogrammed too, which refines the misses in the same round.
+    bracket : tuple of ndarray, optional
+        With ``counts_given`` and no warm windows: ``(lo, hi)`` per entry, a window that
+        holds its median with high probability (NaN: none), histogrammed in the first
+        round instead of the full range (RFNMF: order statistics of the seeding sample
+        around its median, see :func:`sample_bracket`).  A median outside continues on
+        the side it is on.
 
     Attributes
     ----------
@@ -261,7 +271,8 @@ class MedianSearch:
         median (None before, or without warm windows).
     """
 
-    def __init__(self, lo, hi, *, tol=0.0, warm=None, n_total=None, counts_known=False):
+    def __init__(self, lo, hi, *, tol=0.0, warm=None, n_total=None, counts_given=False,
+                 trust_warm=False, bracket=None):
         self.E = lo.shape[0]
         self.span = np.maximum(hi - lo, 0.0)
         self.full_lo, self.full_hi = lo.astype(np.float64), hi.astype(np.float64)
@@ -274,7 +285,9 @@ class MedianSearch:
         self.rounds = 0
         self.n_approximate = 0
         self._warm = warm
-        self._counts_known = counts_known
+        self._counts_given = counts_given
+        self._trust_warm = trust_warm and counts_given
+        self._bracket = bracket if counts_given and warm is None else None
         self.warm_hit = None
         self._collect_all = n_total is not None and n_total <= COLLECT_VALUES
         self._histogram_next = np.zeros(self.E, dtype=bool)   # dropped collections
@@ -307,9 +320,14 @@ class MedianSearch:
         # median refined in the next round.  With the counts known, a collected entry
         # is not histogrammed too (the bin updates are most of a round's arithmetic):
         # one that misses continues on the side of its window where the median went.
-        hist = active & ~coll if self._counts_known else active
-        return self._plan(hist, coll, self.full_lo, self.full_hi, clo, chi,
-                          max_collect=2 * COLLECT_VALUES)
+        hist = active & ~coll if self._trust_warm else active
+        hlo, hhi = self.full_lo, self.full_hi
+        if self._bracket is not None:
+            blo, bhi = self._bracket
+            use = ~(blo > bhi)          # NaN or -inf / inf: that side's full range
+            hlo = np.where(use & np.isfinite(blo), np.maximum(blo, self.full_lo), self.full_lo)
+            hhi = np.where(use & np.isfinite(bhi), np.minimum(bhi, self.full_hi), self.full_hi)
+        return self._plan(hist, coll, hlo, hhi, clo, chi, max_collect=2 * COLLECT_VALUES)
 
     def next_plan(self):
         """The plan of the next round, or None when every entry is resolved."""
@@ -407,9 +425,13 @@ class MedianSearch:
         inside = cum[:, -1]
         rel_lo, rel_hi = t_lo[ent] - below, t_hi[ent] - below
         ok = (rel_lo >= 0) & (rel_hi < inside)
-        # Outside the window can only mean a rounding slip at an edge: widen to full range.
+        # Outside the window: a bracket that missed (the median is on one side: values
+        # below the window were counted, those inside too), or a rounding slip at an edge
         bad = ent[~ok]
-        self.lo[bad], self.hi[bad] = self.full_lo[bad], self.full_hi[bad]
+        hlo_b, hhi_b = plan["hlo"][bad], plan["hhi"][bad]
+        rlo, rhi, ins = rel_lo[~ok], rel_hi[~ok], inside[~ok]
+        self.lo[bad] = np.where(rlo >= ins, hhi_b, np.where(rlo >= 0, hlo_b, self.full_lo[bad]))
+        self.hi[bad] = np.where(rhi < 0, hlo_b, np.where(rhi < ins, hhi_b, self.full_hi[bad]))
         self.count[bad] = np.iinfo(np.int64).max // 4
         ent, h, cum = ent[ok], h[ok], cum[ok]
         rel_lo, rel_hi = rel_lo[ok], rel_hi[ok]
@@ -459,6 +481,36 @@ class MedianSearch:
         self.resolved[ent] = True
         if approx:
             self.n_approximate += int(ent.size)
+
+
+BRACKET_Z = 4.0      # sample_bracket: normal quantile of its rank interval (~6e-5 miss)
+BRACKET_MIN = 30     # ... and the fewest sample members a cluster needs for one
+
+
+def sample_bracket(S, labels, n_clusters, z=BRACKET_Z, min_count=BRACKET_MIN):
+    """Windows that hold each (cluster, feature) median of X with high probability, from
+    a uniform row sample ``S`` (m, d) of X labelled as X will be (``labels``).
+
+    Of the m_c sample members of a cluster, the number below the population median is
+    Binomial(m_c, 1/2): the order statistics ``z sqrt(m_c) / 2`` ranks either side of
+    the sample median bracket it but with probability ~``2 Phi(-z)``.  Returns ``(lo,
+    hi)`` of shape (n_clusters * d,): NaN where a cluster has fewer than ``min_count``
+    members, -inf / inf where the rank interval leaves the sample (that side's full
+    range)."""
+    m_all, d = S.shape
+    lo = np.full((n_clusters, d), np.nan)
+    hi = np.full((n_clusters, d), np.nan)
+    for c in range(n_clusters):
+        V = S[labels == c]
+        m = V.shape[0]
+        if m < min_count:
+            continue
+        V = np.sort(V, axis=0)
+        half = 0.5 * z * np.sqrt(m)
+        a, b = int(np.floor((m - 1) / 2 - half)), int(np.ceil(m / 2 + half))
+        lo[c] = V[a] if a >= 0 else -np.inf
+        hi[c] = V[b] if b < m else np.inf
+    return lo.ravel(), hi.ravel()
 
 
 def _widened(lo, hi, count, median=None):

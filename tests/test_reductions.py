@@ -179,8 +179,8 @@ def test_warm_windows_resized_to_the_budget_resolve_in_one_round(monkeypatch, mo
     resized around the previous medians to share the collection budget, hold the new
     medians when few members changed cluster: one round, exact.  When many changed, the
     medians are still exact: the same round's histograms refine the misses, or, when
-    the counts come with the round (``counts_known``: no histograms beside the
-    collections), the side of the window each median left."""
+    the counts come with the round and the warm windows are trusted (no histograms
+    beside the collections), the side of the window each median left."""
     from daskrnmf.kernels.median import merge_median_round
 
     monkeypatch.setattr(reductions, "COLLECT_VALUES", 3000)
@@ -198,7 +198,8 @@ def test_warm_windows_resized_to_the_budget_resolve_in_one_round(monkeypatch, mo
             labels.append(lab[s:s + n, None].astype(np.int64))
             s += n
         search = reductions.MedianSearch(np.tile(X.min(0), k), np.tile(X.max(0), k),
-                                         warm=warm, counts_known=known and warm is not None)
+                                         warm=warm, counts_given=known,
+                                         trust_warm=known and warm is not None)
         plan = search.first_plan()
         n_values = np.repeat(np.bincount(lab, minlength=k), 3) if known else None
         while plan is not None:
@@ -221,3 +222,50 @@ def test_warm_windows_resized_to_the_budget_resolve_in_one_round(monkeypatch, mo
     assert second.warm_hit == (moved < 0.01)
     if moved < 0.01:
         assert second.rounds == 1
+
+
+def test_sample_bracket_holds_the_population_medians():
+    """Order statistics z sqrt(m) / 2 ranks either side of a uniform sample's median
+    bracket the median of the whole (here: 200 sample draws, 2 clusters x 3 features,
+    none missed at z = 4); a cluster with too few sample members gets no bracket, a rank
+    interval leaving the sample gets that side's full range (-inf / inf)."""
+    rs = np.random.default_rng(4)
+    P = np.concatenate([rs.standard_t(2, size=(40000, 3)), 5 + rs.exponential(size=(40000, 3))])
+    lab = np.repeat([0, 1], 40000)
+    med = np.stack([np.median(P[lab == c], axis=0) for c in range(2)]).ravel()
+    for _ in range(200):
+        idx = rs.choice(P.shape[0], 400, replace=False)
+        lo, hi = reductions.sample_bracket(P[idx], lab[idx], 2)
+        assert np.all((lo <= med) & (med <= hi))
+    lo, hi = reductions.sample_bracket(P[:40], lab[:40], 2)          # 40 of cluster 0
+    assert np.isnan(lo[3:]).all() and np.isfinite(lo[:3]).all()
+    lo, hi = reductions.sample_bracket(P[:40], lab[:40], 2, z=10.0)  # wider than the sample
+    assert np.all(lo[:3] == -np.inf) and np.all(hi[:3] == np.inf)
+
+
+@pytest.mark.parametrize("side", ["below", "above", "inside"])
+def test_first_round_from_a_bracket_is_exact_when_the_bracket_misses(side):
+    """The first round histograms each entry's bracket (with the counts given); a
+    median outside it continues on its side and is still exact."""
+    from daskrnmf.kernels.median import merge_median_round
+
+    rs = np.random.default_rng(6)
+    X = rs.standard_t(2, size=(6000, 2))
+    blocks = RowBlocks(X, block_rows=1000)
+    labels = [np.zeros((n, 1), dtype=np.int64) for n in blocks.sizes]
+    med = np.median(X, axis=0)
+    shift = {"below": 1.0, "above": -1.0, "inside": 0.0}[side]
+    bracket = (med + shift - 0.05, med + shift + 0.05)
+    search = reductions.MedianSearch(X.min(0), X.max(0), counts_given=True, bracket=bracket)
+    plan = search.first_plan()
+    np.testing.assert_array_equal(plan["hlo"], bracket[0])
+    n_values = np.full(2, X.shape[0])
+    while plan is not None:
+        search.update(plan, blocks.map_reduce(reductions.median_refine_chunk,
+                                              merge_median_round, args=(1, plan),
+                                              state=labels), n_values=n_values)
+        n_values = None
+        plan = search.next_plan()
+    np.testing.assert_array_equal(search.value, med)
+    if side == "inside":
+        assert search.rounds == 2

@@ -27,7 +27,8 @@ from ..kernels.assign import distances, nearest, seed_potentials, seed_update
 from ..kernels.blocks import sum_arrays
 from ..kernels.median import group_medians, merge_median_round
 from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, AssignSpec, MedianSearch, assign_chunk,
-                          assign_combine, feature_stats, median_refine_chunk, sample_rows)
+                          assign_combine, feature_stats, median_refine_chunk, sample_bracket,
+                          sample_rows)
 
 # Seeding runs in memory on a uniform row sample drawn in the first pass: at least
 # SEED_SAMPLE_ROWS rows (and 100 per cluster), at most SEED_SAMPLE_BYTES as float64.
@@ -136,6 +137,7 @@ class CentroidFit:
         self.eps = max(1e-10 * scale, 1e-280) if scale > 0 else 1.0
         self.warm = None  # previous iteration's final median windows, per restart
         self.warm_hit = False  # ... and whether they all held the medians last time
+        self.seed_rows = None  # the seeding sample (k-medians++), for the first medians
         # in memory (L1): every restart's last labels and medians (cluster_medians keeps
         # the medians of clusters whose members did not change), and which are set
         self._medians = None
@@ -158,6 +160,9 @@ class CentroidFit:
             size = seed_sample_size(self.blocks.shape[0], self.d, self.k)
             S, _ = sample_rows(self.blocks, size, SAMPLE_SEED, SAMPLE_STREAM)
         S = np.ascontiguousarray(impute_missing(S, self.lo, self.hi), dtype=np.float64)
+        # the sample brackets the first step's medians, unless values are missing (their
+        # imputed entries are not X's)
+        self.seed_rows = None if self.missing else S
 
         def seed(r):
             return robust_kmedians_pp(S, self.k, np.random.default_rng([self.seed, r]),
@@ -208,7 +213,7 @@ class CentroidFit:
             self._medians[2][cols] = True
             self.median_rounds.append(1)
         elif self.loss == "l1":
-            search = self._median_search(Ra, active)
+            search = self._median_search(Ra, active, Fa)
             plan = search.first_plan()
             spec = replace(spec, median_plan=plan)
             res, labels = self.blocks.map_reduce(assign_chunk, assign_combine, args=(Fa, spec),
@@ -242,17 +247,24 @@ class CentroidFit:
             newF = np.where(np.isnan(newF), fill, newF)
         return newF, res["objective"]
 
-    def _median_search(self, Ra, active):
+    def _median_search(self, Ra, active, Fa=None):
         lo = np.tile(self.lo, Ra * self.k)
         hi = np.tile(self.hi, Ra * self.k)
-        warm = None
+        warm = bracket = None
         if self.warm is not None:
             warm = tuple(w[active].ravel() for w in self.warm)
+        elif Fa is not None and self.seed_rows is not None:
+            # the first step: the seeding sample, labelled by the same centres, brackets
+            # the medians (a histogram of the bracket, then a collection: two rounds)
+            labels = nearest(self.seed_rows, Fa, self.metric)[0]
+            parts = [sample_bracket(self.seed_rows, labels[:, r], self.k) for r in range(Ra)]
+            bracket = (np.concatenate([p[0] for p in parts]),
+                       np.concatenate([p[1] for p in parts]))
         n_total = self.blocks.shape[0] * self.d * Ra
         # the fused pass counts every entry's values (n_values with its first round);
         # the warm collections skip their histograms once they held every median
         return MedianSearch(lo, hi, tol=self.median_tol, warm=warm, n_total=n_total,
-                            counts_known=self.warm_hit)
+                            counts_given=True, trust_warm=self.warm_hit, bracket=bracket)
 
     def _keep_warm(self, search, active):
         if self.warm is None:

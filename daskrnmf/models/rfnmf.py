@@ -201,7 +201,9 @@ class RFNMF(ClusterBase):
             # on the sample, in memory, and only the best of each group is run on X
             F0 = np.concatenate([self._screen_restarts(fit, F0[g * per:(g + 1) * per], stats)
                                  for g in range(n_groups)])
+            seed_rows = fit.seed_rows
             fit, per = centroid_fit(n_groups), 1
+            fit.seed_rows = seed_rows       # the sample still brackets the first medians
         F, log = self._run(fit.step, F0, n_restarts=F0.shape[0], blocks=blocks)
         return fit, F, log, per
 
