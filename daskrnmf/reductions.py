@@ -317,9 +317,9 @@ class MedianSearch:
         # the warm windows were planned from the previous iteration's counts, which the
         # current labels may exceed many times over: a hard bound on what any partial
         # result holds (twice the budget); an entry over it is only counted, and its
-        # median refined in the next round.  With the counts known, a collected entry
-        # is not histogrammed too (the bin updates are most of a round's arithmetic):
-        # one that misses continues on the side of its window where the median went.
+        # median refined in the next round.  With the warm windows trusted, a collected
+        # entry is not histogrammed too (the bin updates are most of a round's
+        # arithmetic): one that misses continues on the side its median went.
         hist = active & ~coll if self._trust_warm else active
         hlo, hhi = self.full_lo, self.full_hi
         if self._bracket is not None:
@@ -407,10 +407,12 @@ class MedianSearch:
             # order statistics are on (values below clo were counted, values inside too)
             side = ~inside & (plan["hist_slot"][ent] < 0)
             nohist, below_s, m_s = ent[side], below[side], m[side]
-            self.lo[nohist] = np.where(below_s <= t_lo[nohist], plan["clo"][nohist],
-                                       self.full_lo[nohist])
-            self.hi[nohist] = np.where(t_hi[nohist] < below_s + m_s, plan["chi"][nohist],
-                                       self.full_hi[nohist])
+            tl, th = t_lo[nohist], t_hi[nohist]
+            cl, ch = plan["clo"][nohist], plan["chi"][nohist]
+            self.lo[nohist] = np.where(tl >= below_s + m_s, ch,
+                                       np.where(below_s <= tl, cl, self.full_lo[nohist]))
+            self.hi[nohist] = np.where(th < below_s, cl,
+                                       np.where(th < below_s + m_s, ch, self.full_hi[nohist]))
             self.count[nohist] = np.iinfo(np.int64).max // 4
 
         hist = (plan["hist_slot"] >= 0) & ~self.resolved
