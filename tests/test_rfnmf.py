@@ -355,7 +355,8 @@ def test_restarts_screened_on_the_sample_find_the_same_clusters(loss, monkeypatc
                      callback=lambda info: seen.append(len(info["objective"])) and False)
     screened.fit(da.from_array(X, chunks=500))
     assert set(seen) == {1}                                     # one restart on X
-    assert screened.n_passes_ == 1 + screened.n_iter_ + 1
+    # (L1: a fit whose last step kept its centres needs no final pass)
+    assert screened.n_passes_ == 1 + screened.n_iter_ + (loss != "l1")
     # the same clusters (a fixed point reached from other centres may move a row or two)
     assert clustering_accuracy(full.labels_, screened.labels_) >= 0.995
     assert clustering_accuracy(y[inlier], screened.labels_[inlier]) >= 0.98
@@ -488,3 +489,23 @@ def test_seeds_drawn_on_threads_are_those_drawn_in_sequence(monkeypatch, loss):
     sequential = RFNMF(4, loss=loss, n_init=6, max_iter=2, tol=0, random_state=7).fit(X)
     np.testing.assert_array_equal(threaded.cluster_centers_, sequential.cluster_centers_)
     np.testing.assert_array_equal(threaded.labels_, sequential.labels_)
+
+
+def test_l1_out_of_core_final_assignment_is_the_last_pass_when_the_centres_stay():
+    """Out of core, an L1 fit whose last step kept its centres (its labels did not
+    change, so neither did the medians) takes that pass's labels and objective as the
+    final assignment: no extra pass, the same result as the in-memory fit's final pass.
+    A fit stopped while the centres still move makes the final pass."""
+    X, _, _ = _gross_outlier_blobs(2400, 10, 6, seed=5)
+    Xd = da.from_array(X, chunks=500)
+    ref = RFNMF(6, loss="l1", n_init=1, random_state=0).fit(X)
+    m = RFNMF(6, loss="l1", n_init=1, random_state=0).fit(Xd)
+    assert m.n_passes_ == 1 + sum(m.median_rounds_)                  # no final pass
+    np.testing.assert_array_equal(np.asarray(m.labels_), ref.labels_)
+    np.testing.assert_array_equal(m.cluster_centers_, ref.cluster_centers_)
+    assert m.objective_ == pytest.approx(ref.objective_, rel=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        short = RFNMF(6, loss="l1", n_init=1, init="random", max_iter=1, tol=0,
+                      random_state=0).fit(Xd)
+    assert short.n_passes_ == 1 + sum(short.median_rounds_) + 1      # the final pass

@@ -138,6 +138,7 @@ class CentroidFit:
         self.warm = None  # previous iteration's final median windows, per restart
         self.warm_hit = False  # ... and whether they all held the medians last time
         self.seed_rows = None  # the seeding sample (k-medians++), for the first medians
+        self._last_pass = None  # L1 out of core: (centres, objective, labels) of the last step
         # in memory (L1): every restart's last labels and medians (cluster_medians keeps
         # the medians of clusters whose members did not change), and which are set
         self._medians = None
@@ -227,6 +228,10 @@ class CentroidFit:
                                               state=labels, name="median round")
                 search.update(plan, part)
                 rounds += 1
+            # the pass's labels and objective stay until the next step: if the centres
+            # it was given turn out to be the final ones, they are the final assignment
+            self._last_pass = (None if Fa is None or self.missing or not active.all()
+                               else (Fa.copy(), res["objective"], labels))
             del labels
             self.median_rounds.append(rounds)
             newF = search.value.reshape(Ra, self.k, self.d)
@@ -278,7 +283,14 @@ class CentroidFit:
     # -- the end
     def final(self, F):
         """Objective of every restart at its final centres and the per-block labels of
-        every restart (1 pass; the labels stay with the blocks until gathered)."""
+        every restart (1 pass; the labels stay with the blocks until gathered).
+
+        Out of core, L1: when the last step's pass was given exactly these centres (its
+        labels did not change, so neither did the medians), that pass's labels and
+        objective are the final assignment, and no pass is made."""
+        last, self._last_pass = self._last_pass, None
+        if last is not None and last[0].shape == F.shape and np.array_equal(last[0], F):
+            return last[1], last[2]
         return self.blocks.map_reduce(objective_chunk, objective_combine,
                                       args=(F, self.metric, True, self.loss == "l2"),
                                       keep_state=True, name="final assignment")
