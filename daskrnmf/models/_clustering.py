@@ -437,8 +437,9 @@ def cluster_medians(X, labels, k, previous=None):
     n, d = X.shape
     R = labels.shape[1]
     out = np.full((R, k, d), np.nan)
-    Xt = None
-    for r in range(R):
+    Xt = np.ascontiguousarray(np.asarray(X, dtype=np.float64).T)   # a feature per row
+
+    def one(r):
         lab = np.ascontiguousarray(labels[:, r], dtype=np.int64)
         todo = np.ones(k, dtype=bool)
         if previous is not None:
@@ -449,16 +450,24 @@ def cluster_medians(X, labels, k, previous=None):
             todo[old[moved]] = True
             out[r, ~todo] = previous[1][r, ~todo]
             if not todo.any():
-                continue
+                return
             lab = np.where(todo[lab], lab, k)        # unchanged clusters: not selected
-        if Xt is None:
-            Xt = np.ascontiguousarray(np.asarray(X, dtype=np.float64).T)   # a feature per row
         order = np.argsort(lab, kind="stable")
         ends = np.cumsum(np.bincount(lab, minlength=k + 1))[:k]
         part = np.full((k, d), np.nan)
         group_medians(Xt, order, ends, part,
                       None if previous is None else previous[1][r])
         out[r, todo] = part[todo]
+
+    # restarts are independent and the selection kernel releases the GIL: one thread
+    # per core (each writes only its own restart's medians)
+    n_threads = min(R, os.cpu_count() or 1)
+    if n_threads < 2:
+        for r in range(R):
+            one(r)
+    else:
+        with ThreadPoolExecutor(n_threads, thread_name_prefix="daskrnmf-medians") as pool:
+            list(pool.map(one, range(R)))
     return out
 
 
