@@ -171,7 +171,7 @@ class CentroidFit:
 
         # the restarts' seeds are independent (a generator each) and their kernels release
         # the GIL: one thread per core, the same seeds as one after the other
-        n_threads = min(self.R, os.cpu_count() or 1)
+        n_threads = _n_threads(self.R, S.size)
         if n_threads < 2:
             return np.stack([seed(r) for r in range(self.R)])
         with ThreadPoolExecutor(n_threads, thread_name_prefix="daskrnmf-seed") as pool:
@@ -415,6 +415,17 @@ def impute_missing(S, lo, hi):
     return S
 
 
+THREADS_MIN_VALUES = 2**18    # restarts share the cores only when each has this much data
+
+
+def _n_threads(n_restarts, n_values):
+    """Threads for per-restart work on in-memory data: one per core, at most one per
+    restart, and one when the data is so small that starting threads costs more."""
+    if n_values < THREADS_MIN_VALUES:
+        return 1
+    return min(n_restarts, os.cpu_count() or 1)
+
+
 def cluster_medians(X, labels, k, previous=None):
     """Exact per-cluster, per-feature medians of an in-memory X (selection, as
     :func:`numpy.median`: the mean of the two middle values), for stacked restarts.
@@ -461,7 +472,7 @@ def cluster_medians(X, labels, k, previous=None):
 
     # restarts are independent and the selection kernel releases the GIL: one thread
     # per core (each writes only its own restart's medians)
-    n_threads = min(R, os.cpu_count() or 1)
+    n_threads = _n_threads(R, X.size)
     if n_threads < 2:
         for r in range(R):
             one(r)
