@@ -415,13 +415,14 @@ def impute_missing(S, lo, hi):
     return S
 
 
-THREADS_MIN_VALUES = 2**18    # restarts share the cores only when each has this much data
+THREADS_MIN_VALUES = 2**20    # restarts share the cores only above this much work
 
 
 def _n_threads(n_restarts, n_values):
-    """Threads for per-restart work on in-memory data: one per core, at most one per
-    restart, and one when the data is so small that starting threads costs more."""
-    if n_values < THREADS_MIN_VALUES:
+    """Threads for per-restart work on in-memory data (``n_values`` each): one per core,
+    at most one per restart, and one when the work is so small that starting threads
+    costs more than it saves."""
+    if n_values * n_restarts < THREADS_MIN_VALUES:
         return 1
     return min(n_restarts, os.cpu_count() or 1)
 
