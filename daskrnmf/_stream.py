@@ -162,7 +162,7 @@ class Feed:
     """Reads X's chunks ahead of their use and solves batches where their data is.
 
     * A distributed Client is active and X is a Dask array: each chunk a batch needs is
-      computed into a future ``prefetch`` batches ahead, on the workers in turn (once, however many
+      computed into a future on a worker ``prefetch`` batches ahead (once, however many
       batches use it: it is released when the last one pending has been solved); each
       piece's solve is submitted to run where its chunk lives, and only its (small)
       result is gathered.
@@ -186,11 +186,6 @@ class Feed:
         self.pending = {}          # batch -> its pieces' chunk indices (wanted, unsolved)
         self.chunks = {}           # chunk index -> [data or future, pending uses]
         self._pool = None
-        # chunks are read onto the workers in turn, so that a batch's pieces (solved
-        # where their chunk is) spread over the workers instead of queueing on one
-        self._workers = (sorted(self.client.scheduler_info()["workers"])
-                         if self.client is not None else [])
-        self._turn = 0
         if self.is_dask and self.client is None:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -204,12 +199,7 @@ class Feed:
             return self.X
         block = self.X.blocks[c]
         if self.client is not None:
-            if not self._workers:
-                return self.client.compute(block, priority=-1)
-            worker = self._workers[self._turn % len(self._workers)]
-            self._turn += 1
-            return self.client.compute(block, priority=-1, workers=[worker],
-                                       allow_other_workers=True)
+            return self.client.compute(block, priority=-1)
         import dask
 
         return self._pool.submit(lambda: dask.compute(block)[0])

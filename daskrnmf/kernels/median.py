@@ -138,7 +138,8 @@ def median_round(X, labels, n_clusters, plan, columns=None):
         # column groups (RFNMTF): every (restart, cluster, feature) gets the window of its
         # group, so the per-feature kernels (branch-free counts) run; the counts are then
         # summed, the extremes and collected keys mapped, per group
-        columns, n_groups = column_groups(columns, R, d, E // max(1, R * n_clusters))
+        columns = np.ascontiguousarray(columns, dtype=np.int64)
+        n_groups = E // max(1, R * n_clusters)
         emap = ((np.arange(R)[:, None, None] * n_clusters
                  + np.arange(n_clusters)[None, :, None]) * n_groups
                 + columns[:, None, :]).ravel()
@@ -202,14 +203,6 @@ def _over_budget(cin, max_collect, dropped=None):
     n_drop = int(np.searchsorted(np.cumsum(sizes), excess, side="left")) + 1
     out[order[:n_drop]] = True
     return out
-
-
-def column_groups(columns, n_restarts, n_features, n_groups):
-    """``(columns, n_groups)`` as the kernels take them: C-contiguous int64 of shape
-    (n_restarts, n_features); None gives every feature its own group."""
-    if columns is None:
-        return np.tile(np.arange(n_features, dtype=np.int64), (n_restarts, 1)), n_features
-    return np.ascontiguousarray(columns, dtype=np.int64), n_groups
 
 
 def merge_median_round(parts):

@@ -362,8 +362,6 @@ def _hals_rows_each(h, G3, b, n_sweeps):
         _hals_row(h[i], G3[i], b[i], n_sweeps)
 
 
-
-
 def solve_codes(x, W, lam, n_iter, h=None, r=None, WWt=None, tol=0.0, mask=None):
     """``n_iter`` rounds of (16) then (17) for all samples of the block, W fixed.
 

@@ -142,6 +142,7 @@ class CentroidFit:
         # in memory (L1): every restart's last labels and medians (cluster_medians keeps
         # the medians of clusters whose members did not change), and which are set
         self._medians = None
+        self._Xt = None        # in memory (L1): X transposed, for the selections
         self.median_rounds = []
         # k-medians++ seeds are data points: their own residual is 0 and the L2,1 weight
         # 1/||x - f|| would pin every centre to its seed, so the first F step after
@@ -204,7 +205,10 @@ class CentroidFit:
             previous = None
             if self._medians is not None and self._medians[2][cols].all():
                 previous = (self._medians[0][:, cols], self._medians[1][cols])
-            newF = cluster_medians(self.blocks.array, labels, self.k, previous)
+            if self._Xt is None:        # X a feature per row, once for the fit
+                self._Xt = np.ascontiguousarray(
+                    np.asarray(self.blocks.array, dtype=np.float64).T)
+            newF = cluster_medians(self.blocks.array, labels, self.k, previous, Xt=self._Xt)
             if self._medians is None:
                 self._medians = (np.zeros((labels.shape[0], self.R), dtype=labels.dtype),
                                  np.zeros((self.R, self.k, self.d)),
@@ -427,7 +431,7 @@ def _n_threads(n_restarts, n_values):
     return min(n_restarts, os.cpu_count() or 1)
 
 
-def cluster_medians(X, labels, k, previous=None):
+def cluster_medians(X, labels, k, previous=None, Xt=None):
     """Exact per-cluster, per-feature medians of an in-memory X (selection, as
     :func:`numpy.median`: the mean of the two middle values), for stacked restarts.
 
@@ -440,6 +444,8 @@ def cluster_medians(X, labels, k, previous=None):
         An earlier call's labels (n, n_restarts) and result: a cluster whose members are
         the same keeps its medians (near convergence most clusters), the others are
         selected again.
+    Xt : ndarray (n_features, n) float64, optional
+        X transposed, C-contiguous (a caller that selects every iteration makes it once).
 
     Returns
     -------
@@ -449,7 +455,8 @@ def cluster_medians(X, labels, k, previous=None):
     n, d = X.shape
     R = labels.shape[1]
     out = np.full((R, k, d), np.nan)
-    Xt = np.ascontiguousarray(np.asarray(X, dtype=np.float64).T)   # a feature per row
+    if Xt is None:
+        Xt = np.ascontiguousarray(np.asarray(X, dtype=np.float64).T)   # a feature per row
 
     def one(r):
         lab = np.ascontiguousarray(labels[:, r], dtype=np.int64)

@@ -65,10 +65,9 @@ class SolveSpec:
 def solve_rows(x, W, spec, mask=None):
     """h (m, k), r (m, d), the rounds taken (summed over rows) and the rows' objectives
     (3) when the solver gives them (complete rows, "cd"; else None) for rows x, in the
-    work dtype of :func:`as_work_block` (``mask``:
-    their observed entries, x zero at the others; the rows are then solved
-    :func:`daskrnmf.kernels.missing.gram_rows` at a time, which bounds their Gram
-    matrices' memory)."""
+    work dtype of :func:`as_work_block`.  ``mask``: their observed entries, x zero at the
+    others; the rows are then solved :func:`daskrnmf.kernels.missing.gram_rows` at a
+    time, which bounds their Gram matrices' memory."""
     step = gram_rows(W.shape[0])
     if mask is not None and spec.solver == "cd" and x.shape[0] > step:
         parts = [solve_rows(x[s:s + step], W, spec, mask[s:s + step])
