@@ -97,6 +97,15 @@ def capped_cluster(big_store):
             yield client
 
 
+def _fresh_workers(client):
+    """Restart the capped workers (the memory earlier tests left in them, freed or not,
+    is gone), load the kernels again and start a new peak sampler: a test's peak is its
+    own."""
+    client.restart()
+    client.run(_compile_kernels)
+    client.run(_start_sampler)
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("loss, max_iter", [("l21", 2), ("l1", 1)])
 def test_fit_with_worker_memory_below_data_size(capped_cluster, big_store, loss, max_iter):
@@ -143,6 +152,7 @@ def test_ornmf_with_worker_memory_below_data_size(capped_cluster, big_store):
     # H (n x k) stays on the workers with X's blocks; only W, the k x d / k x k
     # statistics and the halo rows travel
     client = capped_cluster
+    _fresh_workers(client)
     pids = client.run(os.getpid)
     with dask.config.set({"array.chunk-size": "5MiB"}):
         m = ORNMF(5, alpha=0.3, max_iter=2, tol=0.0, random_state=0)
@@ -168,6 +178,7 @@ def test_mnmf_with_worker_memory_below_data_size(capped_cluster, big_store):
     # G step, H step, SVM step); the G step is capped at 3 Newton passes over X, the SVM
     # steps read the k features per row kept on the workers.
     client = capped_cluster
+    _fresh_workers(client)
     pids = client.run(os.getpid)
     with dask.config.set({"array.chunk-size": "5MiB"}):
         y = (da.from_zarr(big_store + "/y") == 0).astype(np.int8)
