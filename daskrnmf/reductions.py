@@ -22,7 +22,7 @@ from .kernels import rng
 from .kernels.assign import nearest
 from .kernels.blocks import as_float_block, sum_arrays
 from .kernels.median import median_round, merge_median_round, select_collected
-from .kernels.sums import cluster_sums, merge_worst_fit, worst_fit
+from .kernels.sums import cluster_sums, finite_stats, merge_worst_fit, worst_fit
 
 # The first pass's row sample (seeding): a fixed key, so that it depends on X alone.
 SAMPLE_SEED, SAMPLE_STREAM = 0x5EED5, 7
@@ -34,16 +34,16 @@ MAX_ROUNDS = 24          # hard cap; float64 needs at most ~8 rounds of 256 bins
 
 
 # ---------------------------------------------------------------- feature statistics
-def feature_stats_chunk(block, start, sample_size=0):
+def feature_stats_chunk(block, start, sample_size=0, threshold=1.0):
+    """One block's min, max, non-finite count, row count and sum of finite values (one
+    compiled pass, :func:`~daskrnmf.kernels.sums.finite_stats`), with its candidate
+    sample rows (keys below ``threshold``, see :func:`sample_rows_chunk`)."""
     x = np.asarray(block)
-    finite = np.isfinite(x) if x.dtype.kind == "f" else np.ones(x.shape, dtype=bool)
-    xf = x.astype(np.float64)
-    lo = np.where(finite, xf, np.inf).min(axis=0)
-    hi = np.where(finite, xf, -np.inf).max(axis=0)
-    out = {"min": lo, "max": hi, "nonfinite": int(x.size - finite.sum()), "n": x.shape[0],
-           "sum": float(np.where(finite, xf, 0.0).sum())}
+    lo, hi, nonfinite, total = finite_stats(x)
+    out = {"min": lo, "max": hi, "nonfinite": nonfinite, "n": x.shape[0], "sum": total}
     if sample_size:
-        out["sample"] = sample_rows_chunk(xf, start, SAMPLE_SEED, SAMPLE_STREAM, sample_size)
+        out["sample"] = sample_rows_chunk(x, start, SAMPLE_SEED, SAMPLE_STREAM, sample_size,
+                                          threshold)
     return out
 
 
@@ -65,6 +65,21 @@ def _order_sample(stats):
     return stats
 
 
+def sample_threshold(size, n):
+    """The key below which a block offers its rows to a uniform sample of ``size`` of ``n``
+    rows (:func:`sample_rows_chunk`).
+
+    The ``size``-th smallest of ``n`` uniform keys is about ``size / n``: keys below
+    ``(size + 8 sqrt(size) + 16) / n`` number ``size`` or more but for a chance below
+    1e-15 (8 standard deviations), so a block sends a few more than its share of the
+    sample instead of ``size`` rows.  Where they fall short the sample is drawn again
+    in a second pass with no threshold (:func:`feature_stats`, :func:`sample_rows`).
+    """
+    if size >= n:
+        return 1.0
+    return float(min(1.0, (size + 8.0 * np.sqrt(size) + 16.0) / n))
+
+
 def feature_stats(blocks, sample_size=0, missing=False):
     """Per-feature minimum and maximum of the finite values, their sum, the number of rows
     and the NaN/inf count (1 pass).
@@ -84,9 +99,13 @@ def feature_stats(blocks, sample_size=0, missing=False):
     chunk, combine = ((_missing.stats_chunk, _missing.stats_combine) if missing
                       else (feature_stats_chunk, feature_stats_combine))
     size = int(min(sample_size, blocks.shape[0]))
-    stats = blocks.map_reduce(chunk, functools.partial(combine, sample_size=size), args=(size,),
+    stats = blocks.map_reduce(chunk, functools.partial(combine, sample_size=size),
+                              args=(size, sample_threshold(size, blocks.shape[0])),
                               name="feature stats" + (" (missing='mask')" if missing else "")
                               + (" + row sample" if size else ""))
+    if size and stats["sample"]["idx"].shape[0] < size:     # below the threshold: < 1e-15
+        rows, idx = sample_rows(blocks, size, SAMPLE_SEED, SAMPLE_STREAM, threshold=1.0)
+        stats["sample"] = {"rows": rows, "idx": idx}
     return _order_sample(stats)
 
 
@@ -587,18 +606,22 @@ def grouped_medians(blocks, labels, n_clusters, n_restarts, lo, hi, *, tol=0.0):
 
 
 # ---------------------------------------------------------------- row sample
-def sample_rows_chunk(block, start, seed, stream, size):
-    """The block's ``size`` rows with the smallest keys ``uniform(seed, stream, i)``.
+def sample_rows_chunk(block, start, seed, stream, size, threshold=1.0):
+    """The block's candidates for a uniform sample of ``size`` rows: its rows with keys
+    ``uniform(seed, stream, i)`` below ``threshold`` (:func:`sample_threshold`), at most
+    the ``size`` smallest, as float64.
 
     Merged by :func:`sample_rows_combine`, the root holds the ``size`` rows with the
     smallest keys of all of X: a uniform sample without replacement that depends on the
     seed alone, not on the chunking.
     """
-    x = as_float_block(block)
+    x = np.asarray(block)
     idx = np.arange(start, start + x.shape[0], dtype=np.int64)
     keys = rng.uniform(seed, stream, idx.astype(np.uint64))
-    take = np.lexsort((idx, keys))[:size]
-    return {"key": keys[take], "idx": idx[take], "rows": x[take]}
+    cand = np.flatnonzero(keys < threshold) if threshold < 1.0 else idx - start
+    take = cand[np.lexsort((idx[cand], keys[cand]))[:size]]
+    return {"key": keys[take], "idx": idx[take],
+            "rows": np.ascontiguousarray(x[take], dtype=np.float64)}
 
 
 def sample_rows_combine(parts, size):
@@ -609,16 +632,24 @@ def sample_rows_combine(parts, size):
     return {"key": key[take], "idx": idx[take], "rows": rows[take]}
 
 
-def sample_rows(blocks, size, seed, stream):
+def sample_rows(blocks, size, seed, stream, threshold=None):
     """A uniform sample of ``size`` rows of X (1 pass), ordered by row index.
+
+    Blocks send only their rows with keys below ``threshold`` (default
+    :func:`sample_threshold`); in the rare case that too few keys fall below it, a second
+    pass draws the sample with none.
 
     Returns
     -------
     rows : ndarray (size, n_features), idx : ndarray (size,) of global row indices
     """
     size = min(size, blocks.shape[0])
+    if threshold is None:
+        threshold = sample_threshold(size, blocks.shape[0])
     res = blocks.map_reduce(sample_rows_chunk, functools.partial(sample_rows_combine, size=size),
-                            args=(seed, stream, size),
+                            args=(seed, stream, size, threshold),
                             name="row sample")
+    if res["idx"].shape[0] < size:      # fewer keys below the threshold (< 1e-15): again
+        return sample_rows(blocks, size, seed, stream, threshold=1.0)
     order = np.argsort(res["idx"])
     return res["rows"][order], res["idx"][order]

@@ -70,7 +70,37 @@ def test_feature_stats_counts_nonfinite(rng):
     X[5, 1], X[50, 2], X[99, 0] = np.nan, np.inf, -np.inf
     s = feature_stats(RowBlocks(da.from_array(X, chunks=(7, 3))))
     assert s["nonfinite"] == 3
-    assert np.isfinite(s["min"]).all()
+    finite = np.isfinite(X)
+    np.testing.assert_array_equal(s["min"], np.where(finite, X, np.inf).min(0))
+    np.testing.assert_array_equal(s["max"], np.where(finite, X, -np.inf).max(0))
+    assert s["sum"] == pytest.approx(X[finite].sum(), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.uint8])
+def test_finite_stats_kernel_matches_numpy(rng, dtype):
+    """The compiled block statistics against their NumPy twin: finite blocks, a block
+    with NaN/inf, one whose sum overflows (the masked route), and no rows."""
+    from daskrnmf.kernels.sums import finite_stats
+    X = (rng.random((200, 5)) * 100).astype(dtype)
+    cases = [X]
+    if np.dtype(dtype).kind == "f":
+        Y = X.copy()
+        Y[3, 1], Y[7, 4], Y[9, 4] = np.nan, np.inf, -np.inf
+        Z = X.copy()
+        Z[:2, 0] = np.finfo(dtype).max
+        cases += [Y, Z]
+    for x in cases:
+        finite = np.isfinite(x.astype(np.float64))
+        xf = x.astype(np.float64)
+        with np.errstate(over="ignore"):    # the overflowing sum
+            lo, hi, bad, total = finite_stats(x)
+            expect = np.where(finite, xf, 0.0).sum()
+        np.testing.assert_array_equal(lo, np.where(finite, xf, np.inf).min(0))
+        np.testing.assert_array_equal(hi, np.where(finite, xf, -np.inf).max(0))
+        assert bad == x.size - finite.sum()
+        assert total == pytest.approx(expect, rel=1e-12)
+    lo, hi, bad, total = finite_stats(X[:0])
+    assert np.all(lo == np.inf) and np.all(hi == -np.inf) and bad == 0 and total == 0.0
 
 
 def _labels_per_block(blocks, labels):
@@ -140,6 +170,31 @@ def test_sample_rows_matches_numpy_twin(rng):
         assert blocks.n_passes == 1
     rows, idx = sample_rows(RowBlocks(X, block_rows=10), 5000, 11, 5)  # more than n: all rows
     np.testing.assert_array_equal(idx, np.arange(1000))
+
+
+def test_a_sample_threshold_too_low_draws_again_with_the_same_result(rng, monkeypatch):
+    """Blocks offer only rows with keys below a threshold; when fewer than the sample's
+    size fall below it, a second pass draws the same sample with no threshold."""
+    import daskrnmf.reductions as red
+    X = rng.normal(size=(1000, 3))
+    keys = krng.uniform(11, 5, np.arange(1000, dtype=np.uint64))
+    expect = np.sort(np.argsort(keys)[:77])
+    assert 77 / 1000 < red.sample_threshold(77, 1000) < 1.0
+    for threshold, passes in ((red.sample_threshold(77, 1000), 1), (0.05, 2)):
+        blocks = RowBlocks(da.from_array(X, chunks=(90, 3)))
+        rows, idx = sample_rows(blocks, 77, 11, 5, threshold=threshold)
+        np.testing.assert_array_equal(idx, expect)
+        np.testing.assert_array_equal(rows, X[expect])
+        assert blocks.n_passes == passes
+    skeys = krng.uniform(red.SAMPLE_SEED, red.SAMPLE_STREAM, np.arange(1000, dtype=np.uint64))
+    sexpect = np.sort(np.argsort(skeys)[:77])
+    for low in (False, True):
+        if low:
+            monkeypatch.setattr(red, "sample_threshold", lambda size, n: 0.05)
+        blocks = RowBlocks(da.from_array(X, chunks=(90, 3)))
+        s = feature_stats(blocks, sample_size=77)
+        np.testing.assert_array_equal(s["sample"], X[sexpect])
+        assert blocks.n_passes == 1 + low
 
 
 def test_warm_window_collection_is_bounded(monkeypatch):

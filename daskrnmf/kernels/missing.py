@@ -171,13 +171,13 @@ def feature_products(Bm, W):
 
 
 # ---------------------------------------------------------------- the first pass
-def stats_chunk(block, start, sample_size=0):
+def stats_chunk(block, start, sample_size=0, threshold=1.0):
     """:func:`daskrnmf.reductions.feature_stats_chunk` with the NaN entries counted apart
     from the infinite ones: ``nan`` (int) and ``observed`` (d,) — each feature's number of
     non-NaN entries (``missing="mask"``'s first pass)."""
     from ..reductions import feature_stats_chunk
 
-    out = feature_stats_chunk(block, start, sample_size)
+    out = feature_stats_chunk(block, start, sample_size, threshold)
     x = np.asarray(block)
     if x.dtype.kind == "f" and out["nonfinite"]:
         miss = np.isnan(x)

@@ -95,3 +95,45 @@ def merge_worst_fit(parts):
         order = np.lexsort((np.where(idx[r] < 0, np.iinfo(np.int64).max, idx[r]), -res[r]))[:m]
         out_res[r], out_idx[r], out_rows[r] = res[r, order], idx[r, order], rows[r, order]
     return {"res": out_res, "idx": out_idx, "rows": out_rows}
+
+
+@njit(cache=True, nogil=True)
+def _column_stats(x, lo, hi, total):
+    # per-feature accumulators: the loop over the features is independent per lane and
+    # vectorises; a NaN or inf anywhere makes that feature's total non-finite
+    n, d = x.shape
+    for i in range(n):
+        for j in range(d):
+            v = np.float64(x[i, j])
+            lo[j] = min(lo[j], v)
+            hi[j] = max(hi[j], v)
+            total[j] += v
+
+
+def finite_stats(x):
+    """Per-feature min and max of a block's finite values, its number of non-finite
+    values and the sum of its finite values (one compiled pass; blocks holding NaN, inf,
+    or sums that overflow take the masked NumPy route).
+
+    Parameters
+    ----------
+    x : ndarray (n_rows, n_features), any real dtype
+
+    Returns
+    -------
+    lo, hi : ndarray (n_features,) float64 (+inf / -inf for a feature with no finite value)
+    nonfinite : int
+    total : float
+    """
+    x = np.asarray(x)
+    d = x.shape[1]
+    lo, hi = np.full(d, np.inf), np.full(d, -np.inf)
+    total = np.zeros(d)
+    if x.shape[0]:
+        _column_stats(np.ascontiguousarray(x), lo, hi, total)
+    if np.isfinite(total).all():
+        return lo, hi, 0, float(total.sum())
+    finite = np.isfinite(x) if x.dtype.kind == "f" else np.ones(x.shape, dtype=bool)
+    xf = x.astype(np.float64)
+    return (np.where(finite, xf, np.inf).min(axis=0), np.where(finite, xf, -np.inf).max(axis=0),
+            int(x.size - finite.sum()), float(np.where(finite, xf, 0.0).sum()))
