@@ -20,7 +20,7 @@ import numpy as np
 
 from .kernels import rng
 from .kernels.assign import nearest
-from .kernels.blocks import as_float_block, sum_arrays
+from .kernels.blocks import as_kernel_block, sum_arrays
 from .kernels.median import median_round, merge_median_round, select_collected
 from .kernels.sums import cluster_sums, finite_stats, merge_worst_fit, worst_fit
 
@@ -178,7 +178,7 @@ def assign_chunk(block, start, centers, spec):
     -------
     (partial, labels) : the partial summary and the block's labels (n_rows, n_restarts).
     """
-    x = as_float_block(block)
+    x = as_kernel_block(block)         # float32 stays: the kernels widen exactly
     k = spec.n_clusters
     if centers is None:
         labels = random_labels(spec.seed, spec.restarts, start, x.shape[0], k)
@@ -234,7 +234,7 @@ def assign_combine(parts):
 def median_refine_chunk(block, start, labels, n_clusters, plan, columns=None):
     """A later median round on one block, with the labels kept from the fused pass
     (``columns``: column groups for block medians, see :func:`median_round`)."""
-    return median_round(as_float_block(block), labels, n_clusters, plan, columns)
+    return median_round(as_kernel_block(block), labels, n_clusters, plan, columns)
 
 
 # ---------------------------------------------------------------- medians

@@ -7,7 +7,7 @@ on the other rows in its block: labels are identical for every chunking.
 import numpy as np
 from numba import njit
 
-from .blocks import as_float_block
+from .blocks import as_float_block, as_kernel_block
 
 
 @njit(cache=True, nogil=True, fastmath=True, inline="always")
@@ -76,6 +76,7 @@ def nearest(X, centers, metric):
     Parameters
     ----------
     X : ndarray of shape (n_rows, n_features)
+        float32 stays float32 (widened value by value: the float64 result)
     centers : ndarray of shape (n_restarts, n_clusters, n_features)
     metric : {"l1", "l2"}
 
@@ -88,7 +89,7 @@ def nearest(X, centers, metric):
         entries of X (``missing="mask"``) are left out and the sum over the observed
         ones is rescaled by ``n_features / n_observed`` (:func:`_nearest_masked`).
     """
-    X = as_float_block(X)
+    X = as_kernel_block(X)
     C = np.ascontiguousarray(centers, dtype=np.float64)
     labels = np.empty((X.shape[0], C.shape[0]), dtype=np.int32)
     dist = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
@@ -98,7 +99,7 @@ def nearest(X, centers, metric):
         _nearest_masked(X, C, metric == "l1", labels, dist)
     elif (metric == "l2" and X.shape[1] >= GEMM_MIN_FEATURES and C.shape[1] > 1
           and C.shape[1] * X.shape[1] >= GEMM_MIN_WORK):
-        _nearest_l2_certified(X, C, labels, dist)
+        _nearest_l2_certified(as_float_block(X), C, labels, dist)
     else:
         _nearest(X, C, metric == "l1", labels, dist)
     return labels, dist
@@ -159,7 +160,7 @@ def _distance_to(X, C, labels, dist):
 
 def distances(X, centers, metric):
     """All distances, shape (n_rows, n_clusters), for one set of centres (n_clusters, n_features)."""
-    X = as_float_block(X)
+    X = as_kernel_block(X)
     C = np.ascontiguousarray(centers, dtype=np.float64)
     out = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
     if X.shape[0] and np.isnan(X.min()):

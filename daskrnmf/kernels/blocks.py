@@ -8,6 +8,16 @@ def as_float_block(block):
     return np.ascontiguousarray(block, dtype=np.float64)
 
 
+def as_kernel_block(block):
+    """A C-contiguous float32 or float64 block for the compiled kernels that read X's
+    values only to compare them or to add them into float64 (distances, counts,
+    collections, sums): float32 stays float32 — the kernels widen each value exactly, so
+    results equal those of a float64 copy — and other dtypes become float64."""
+    block = np.asarray(block)
+    return np.ascontiguousarray(block, dtype=np.float32 if block.dtype == np.float32
+                                else np.float64)
+
+
 def sum_arrays(arrays, dtype=None):
     """Sum a list of equally shaped arrays, left to right (in ``dtype`` if given)."""
     out = arrays[0].astype(dtype if dtype is not None else arrays[0].dtype, copy=True)
