@@ -308,3 +308,34 @@ def test_nnls_with_a_kept_factor_matches_scipy_through_a_chain_of_warm_solves(sp
                                    rtol=1e-9, atol=1e-9 * amax)
         sizes.append(s)
     assert min(sizes) < max(sizes) - 2          # the chain did add and remove columns
+
+
+@pytest.mark.parametrize("metric,n_features", [("l1", 7), ("l2", 7), ("l2", 64)])
+@pytest.mark.parametrize("missing", [False, True])
+def test_float32_blocks_give_the_float64_results(rng, metric, n_features, missing):
+    """float32 blocks enter the assignment, distance and fused-pass kernels as they are;
+    every value is widened exactly, so labels, distances and statistics equal those of a
+    float64 copy bit for bit (the loop, the certified product at 64 x 80 and the masked
+    kernels)."""
+    from daskrnmf.reductions import AssignSpec, assign_chunk
+    X = rng.normal(size=(300, n_features)).astype(np.float32)
+    if missing:
+        X[rng.random(X.shape) < 0.05] = np.nan
+    k = 80 if n_features == 64 else 4
+    C = rng.normal(size=(2, k, n_features))
+    for a, b in zip(nearest(X, C, metric), nearest(X.astype(np.float64), C, metric)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(distances(X, C[0], metric),
+                                  distances(X.astype(np.float64), C[0], metric))
+    for stats in ("sums", "counts"):
+        spec = AssignSpec(metric=metric, n_clusters=k, eps=1e-9, n_worst=3, seed=0, restarts=2,
+                          stats=stats, weights="l21", squared=False, missing=missing)
+        (pa, la), (pb, lb) = (assign_chunk(x, 10, C, spec)
+                              for x in (X, X.astype(np.float64)))
+        np.testing.assert_array_equal(la, lb)
+        for key in pa:
+            if key == "worst":
+                for w in pa[key]:
+                    np.testing.assert_array_equal(pa[key][w], pb[key][w])
+            else:
+                np.testing.assert_array_equal(pa[key], pb[key], err_msg=key)
