@@ -210,3 +210,66 @@ def test_bad_input(small):
         RFNMTF(4, 3).fit(X[:, 0])
     with pytest.raises(ValueError, match="chunked along its columns"):
         RFNMTF(4, 3).fit(da.from_array(X, chunks=(50, 20)))
+
+
+def test_block_bracket_matches_its_numpy_twin_and_holds_the_medians(planted):
+    """The first S step's windows: order statistics of each block's sample values at the
+    row-counted ranks (a NumPy sort per block), and on planted data they hold the block
+    medians of all of X."""
+    from daskrnmf.models.rfnmtf import block_bracket
+    X, rows, cols, _ = planted
+    K, L, z = 8, 6, 4.0
+    sample = X[::5]
+    labels = np.stack([rows[::5], (rows[::5] + 1) % K], axis=1)     # two "restarts"
+    C = np.stack([cols, cols])
+    lo, hi = block_bracket(sample, labels, C, K, L, z=z, min_count=10)
+    lo, hi = lo.reshape(2, K, L), hi.reshape(2, K, L)
+    for r in range(2):
+        full = np.stack([rows, (rows + 1) % K], axis=1)[:, r]
+        for k in range(K):
+            m = int((labels[:, r] == k).sum())
+            for l in range(L):
+                V = np.sort(sample[labels[:, r] == k][:, C[r] == l].ravel())
+                half = 0.5 * z / np.sqrt(m)
+                a = int(np.floor((0.5 - half) * (V.size - 1)))
+                b = int(np.ceil((0.5 + half) * (V.size - 1)))
+                assert lo[r, k, l] == V[a] and hi[r, k, l] == V[b]
+                med = np.median(X[full == k][:, C[r] == l])
+                assert lo[r, k, l] <= med <= hi[r, k, l]
+    # too few sample rows in a cluster: no bracket
+    lo, hi = block_bracket(sample[:20], labels[:20], C, K, L)
+    assert np.isnan(lo).all() and np.isnan(hi).all()
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_first_s_step_bracketed_by_the_sample_gives_the_same_fit(planted, monkeypatch):
+    """With the default initialisation the sample brackets the first S step's medians
+    (histograms of the brackets, then collections: here two rounds, not four); the fit is
+    the one without the brackets, bit for bit — also with budgets so small that
+    brackets miss, are dropped and refine over more rounds."""
+    from daskrnmf import reductions
+    from daskrnmf.models import rfnmtf
+    X, _, _, _ = planted
+    data = da.from_array(X, chunks=(250, X.shape[1]))
+
+    def fit():
+        return RFNMTF(8, 6, n_init=2, random_state=0, max_iter=3, tol=0.0).fit(data)
+
+    def same(a, b):
+        np.testing.assert_array_equal(a.block_medians_, b.block_medians_)
+        np.testing.assert_array_equal(a.column_labels_, b.column_labels_)
+        np.testing.assert_array_equal(np.asarray(a.row_labels_), np.asarray(b.row_labels_))
+
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 2**14)
+    monkeypatch.setattr(reductions, "HIST_CELLS", 2**10)
+    with_bracket = fit()
+    real = rfnmtf.block_bracket
+    monkeypatch.setattr(rfnmtf, "block_bracket", lambda *a: tuple(
+        np.full_like(w, np.nan) for w in real(*a)))
+    without = fit()
+    same(with_bracket, without)
+    assert with_bracket.median_rounds_[0] == 2 < without.median_rounds_[0]
+    monkeypatch.setattr(rfnmtf, "block_bracket", real)
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 300)
+    monkeypatch.setattr(reductions, "HIST_CELLS", 64)
+    same(fit(), without)

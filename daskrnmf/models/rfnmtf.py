@@ -36,8 +36,8 @@ from ..kernels.blocks import as_float_block, sum_arrays
 from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
 from ..kernels.median import median_round, merge_median_round
 from ..kernels.sums import merge_worst_fit, worst_fit
-from ..reductions import (MedianSearch, feature_stats, median_refine_chunk, random_labels,
-                          sample_rows)
+from ..reductions import (BRACKET_MIN, BRACKET_Z, MedianSearch, feature_stats,
+                          median_refine_chunk, random_labels, sample_rows)
 from ._clustering import (ClusterBase, kmedians_labels, objective_chunk, objective_combine,
                           restart_column)
 
@@ -217,6 +217,7 @@ class _CoFit:
         self.lo, self.hi = stats["min"], stats["max"]
         self.d = self.lo.shape[0]
         self.warm = None          # previous S step's final windows (R, K, L)
+        self.sample = None        # the initialisation's row sample: brackets the first S step
         self.speculate = None     # per restart: column labels unchanged last iteration
         self.median_rounds = []
 
@@ -244,6 +245,7 @@ class _CoFit:
         size = init_size or max(2000, 20 * self.K)
         size = max(self.K, min(size, n, _SAMPLE_VALUES // self.d))
         sample, _ = sample_rows(self.blocks, size, self.seed, rng.stream_id(5))
+        self.sample = sample
         m = sample.shape[0]
         # candidates per restart, as many as a fixed budget of in-memory work allows
         n_cand = self.R * int(np.clip(2**27 // (m * self.d * (self.K + self.L) * self.R), 1, 4))
@@ -282,11 +284,14 @@ class _CoFit:
         spec_round = self.speculate is not None and bool(self.speculate[active].all())
         search = plan = None
         if spec_round:
-            search = self._median_search(C, active)
+            # the pass counts every block's values: the warm collections skip the
+            # histograms of the full range (a miss continues on its side next round)
+            search = self._median_search(C, active, counts_given=True)
             plan = search.first_plan()
+        P = prototypes(S, C)
         res, labels = self.blocks.map_reduce(
             cocluster_assign_chunk, cocluster_assign_combine,
-            args=(prototypes(S, C), S, C, CoclusterSpec(K=self.K, plan=plan)),
+            args=(P, S, C, CoclusterSpec(K=self.K, plan=plan)),
             keep_state=True, name="row step + column costs")
         newC = argmin_ties_low(res["costs"])
         objective = np.take_along_axis(res["costs"], newC[:, :, None], axis=2)[:, :, 0].sum(axis=1)
@@ -295,18 +300,25 @@ class _CoFit:
         if self.speculate is None:
             self.speculate = np.zeros(self.R, dtype=bool)
         self.speculate[active] = unchanged
+        speculative = spec_round and unchanged.all()
+        # the first S step: the sample, labelled by the same row step (a row's label
+        # depends on that row only), brackets the block medians
+        sample_labels = (nearest(self.sample, P, "l1")[0] if self.warm is None
+                         and self.sample is not None and not speculative else None)
         newS = self._s_step(labels, newC, active, res["counts"],
-                               (search, plan, res.get("median")) if spec_round and unchanged.all()
-                               else None)
+                            (search, plan, res.get("median")) if speculative else None,
+                            sample_labels)
         del labels
         newS = _reseed_empty_rows(newS, res["counts"], res["worst"], newC)
         state = {"S": state["S"].copy(), "columns": state["columns"].copy()}
         state["S"][active], state["columns"][active] = newS, newC
         return state, objective
 
-    def _s_step(self, labels, C, active, counts=None, speculative=None):
+    def _s_step(self, labels, C, active, counts=None, speculative=None, sample_labels=None):
         """S = block medians for row labels ``labels`` (per-block state; None: the random
-        initial labels) and column labels ``C`` of the active restarts."""
+        initial labels) and column labels ``C`` of the active restarts; ``sample_labels``
+        (m, Ra): the row labels of the initialisation's sample under the same row step,
+        whose blocks bracket the medians (with ``counts``, the pass's cluster sizes)."""
         Ra = C.shape[0]
         ncols = np.stack([np.bincount(C[r], minlength=self.L) for r in range(Ra)])
         n_values = None if counts is None else (counts[:, :, None] * ncols[:, None, :]).ravel()
@@ -316,7 +328,10 @@ class _CoFit:
             search.update(plan, part, n_values=n_values)
             rounds = 1
         else:
-            search = self._median_search(C, active)
+            bracket = None
+            if sample_labels is not None and counts is not None:
+                bracket = block_bracket(self.sample, sample_labels, C, self.K, self.L)
+            search = self._median_search(C, active, bracket)
             plan = search.first_plan()
             part = self._median_pass(labels, C, plan, Ra)
             search.update(plan, part, n_values=n_values)
@@ -336,9 +351,11 @@ class _CoFit:
         return self.blocks.map_reduce(median_refine_chunk, merge_median_round,
                                       args=(self.K, plan, C), state=labels, name="S step")
 
-    def _median_search(self, C, active):
+    def _median_search(self, C, active, bracket=None, counts_given=False):
         """A search over the entries (restart, row cluster, column cluster), bounded by the
-        range of the features in each column cluster."""
+        range of the features in each column cluster; ``bracket``: see
+        :func:`block_bracket` (the caller then gives the entries' sizes with the first
+        round)."""
         Ra = C.shape[0]
         lo = np.full((Ra, self.L), np.inf)
         hi = np.full((Ra, self.L), -np.inf)
@@ -353,7 +370,9 @@ class _CoFit:
         if self.warm is not None:
             warm = tuple(w[active].ravel() for w in self.warm)
         return MedianSearch(lo, hi, tol=self.median_tol, warm=warm,
-                            n_total=self.blocks.shape[0] * self.d * Ra)
+                            n_total=self.blocks.shape[0] * self.d * Ra,
+                            counts_given=counts_given or bracket is not None,
+                            trust_warm=counts_given, bracket=bracket)
 
     def _keep_warm(self, search, active):
         if self.warm is None:
@@ -370,6 +389,46 @@ class _CoFit:
         P = prototypes(state["S"], state["columns"])
         return self.blocks.map_reduce(objective_chunk, objective_combine, args=(P, "l1", True),
                                       keep_state=True, name="final row step")
+
+
+def block_bracket(sample, labels, C, K, L, z=BRACKET_Z, min_count=BRACKET_MIN):
+    """Windows that hold each (restart, row cluster, column cluster) block median of X with
+    high probability, from a uniform row sample labelled as X is (``labels`` (m, R)) and
+    the column labels ``C`` (R, d).
+
+    A block's sample values come in rows that may move together, so the bracket counts
+    rows, not values: with m_c sample rows in the cluster, the quantiles ``1/2 -+ z /
+    (2 sqrt(m_c))`` of the block's sample values (the rank interval of
+    :func:`~daskrnmf.reductions.sample_bracket` for m_c values, wider than one for all
+    of them).  NaN where a cluster has fewer than ``min_count`` sample rows, -inf / inf
+    where the interval leaves the sample.  A median outside continues on its side
+    (:class:`~daskrnmf.reductions.MedianSearch`).
+
+    Returns ``(lo, hi)`` of shape (R * K * L,).
+    """
+    R = C.shape[0]
+    lo = np.full((R, K, L), np.nan)
+    hi = np.full((R, K, L), np.nan)
+    for r in range(R):
+        groups = [np.flatnonzero(C[r] == l) for l in range(L)]
+        for k in range(K):
+            rows = sample[labels[:, r] == k]
+            m = rows.shape[0]
+            if m < min_count:
+                continue
+            half = 0.5 * z / np.sqrt(m)
+            for l, g in enumerate(groups):
+                if not g.size:
+                    continue
+                V = rows[:, g].ravel()
+                N = V.size
+                a = int(np.floor((0.5 - half) * (N - 1)))
+                b = int(np.ceil((0.5 + half) * (N - 1)))
+                kth = [i for i in (a, b) if 0 <= i < N]
+                V = np.partition(V, kth) if kth else V
+                lo[r, k, l] = V[a] if a >= 0 else -np.inf
+                hi[r, k, l] = V[b] if b < N else np.inf
+    return lo.ravel(), hi.ravel()
 
 
 # ---------------------------------------------------------------- per-block functions
