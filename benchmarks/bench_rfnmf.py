@@ -101,6 +101,9 @@ def main():
         for loss in ("l1", "l21"):
             RFNMF(3, loss=loss, n_init=2, random_state=0).fit(warm)
             RFNMF(3, loss=loss, random_state=0).fit(da.from_array(warm, chunks=(50, 8)))
+            # the Zarr array is float32: its kernels too
+            RFNMF(3, loss=loss, random_state=0).fit(
+                da.from_array(warm.astype(np.float32), chunks=(50, 8)))
         KMeans(3, n_init=2, random_state=0).fit(warm)
         for name, X, y in small_sets():
             k = len(np.unique(y[y >= 0]))
