@@ -5,6 +5,8 @@ import os
 import threading
 import time
 
+import numpy as np
+
 
 class Report:
     """``emit = Report(); emit("| a | b |"); emit.write(path)``."""
@@ -27,6 +29,16 @@ def timed(fn):
     tic = time.perf_counter()
     out = fn()
     return time.perf_counter() - tic, out
+
+
+def timed_median(fn, repeat=5):
+    """``(median seconds of repeat calls, the last fn())``: for sub-second fits, whose
+    single timings vary by 2x from run to run on a shared 2-core machine."""
+    times, out = [], None
+    for _ in range(repeat):
+        t, out = timed(fn)
+        times.append(t)
+    return float(np.median(times)), out
 
 
 def start_sampler(dask_worker):
