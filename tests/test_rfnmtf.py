@@ -155,7 +155,7 @@ def test_pass_count_and_speculative_s_round(planted):
     seen = []
     m = RFNMTF(8, 6, n_init=2, random_state=0,
                callback=lambda info: seen.append(info["n_passes"]) and False).fit(X)
-    per_iter = np.diff([2] + seen)  # feature stats + row sample come first
+    per_iter = np.diff([1] + seen)  # feature stats + row sample come first, one pass
     assert m.n_passes_ == seen[-1] + 1  # + the final row step
     # an iteration is the fused pass plus the S rounds it did not finish
     assert np.all(per_iter >= 1) and np.all(per_iter <= 1 + np.array(m.median_rounds_))
@@ -273,3 +273,19 @@ def test_first_s_step_bracketed_by_the_sample_gives_the_same_fit(planted, monkey
     monkeypatch.setattr(reductions, "COLLECT_VALUES", 300)
     monkeypatch.setattr(reductions, "HIST_CELLS", 64)
     same(fit(), without)
+
+
+def test_initialisation_sample_comes_with_the_first_pass(planted, monkeypatch):
+    """The "k-medians++" initialisation's rows are the first pass's uniform sample (drawn
+    with the value checks, no pass of its own), for Dask input and any init_size."""
+    from daskrnmf.models import rfnmtf
+
+    def no_pass(*a, **k):
+        raise AssertionError("a separate sampling pass")
+
+    monkeypatch.setattr(rfnmtf, "sample_rows", no_pass)
+    X, _, _, _ = planted
+    for init_size in (None, 300):
+        m = RFNMTF(8, 6, n_init=2, random_state=0, init_size=init_size).fit(
+            da.from_array(X, chunks=(250, X.shape[1])))
+        assert m.n_iter_ >= 1

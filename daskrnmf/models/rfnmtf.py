@@ -36,8 +36,8 @@ from ..kernels.blocks import as_float_block, sum_arrays
 from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
 from ..kernels.median import median_round, merge_median_round
 from ..kernels.sums import merge_worst_fit, worst_fit
-from ..reductions import (BRACKET_MIN, BRACKET_Z, MedianSearch, feature_stats,
-                          median_refine_chunk, random_labels, sample_rows)
+from ..reductions import (BRACKET_MIN, BRACKET_Z, SAMPLE_SEED, SAMPLE_STREAM, MedianSearch,
+                          feature_stats, median_refine_chunk, random_labels, sample_rows)
 from ._clustering import (ClusterBase, kmedians_labels, objective_chunk, objective_combine,
                           restart_column)
 
@@ -57,7 +57,8 @@ class RFNMTF(ClusterBase):
         Restarts, evaluated together (one pass over X serves them all); the restart with
         the lowest objective is kept.
     init : {"k-medians++", "random"} or tuple (S, column_labels), default="k-medians++"
-        ``"k-medians++"``: a uniform sample of ``init_size`` rows (one pass) is gathered;
+        ``"k-medians++"``: a uniform sample of ``init_size`` rows (drawn in the first
+        pass, with the value checks; it depends on X alone) is gathered;
         its columns are clustered with RFNMF_L1 (k-medians++ seeding, in memory), then
         its rows, each described by its medians over the column clusters (robust to
         gross entries), and S starts as the sample's block medians.  X itself is never
@@ -159,6 +160,13 @@ class RFNMTF(ClusterBase):
     def _prototypes(self):
         return self.row_prototypes_, "l1"
 
+    def _sample_size(self, X):
+        # the "k-medians++" initialisation's row sample is drawn in the first pass
+        if isinstance(self.init, str) and self.init == "k-medians++":
+            return init_sample_size(X.shape[0], X.shape[1], self.n_row_clusters,
+                                    self.init_size)
+        return 0
+
     def _fit_blocks(self, X, blocks, stats, seed, y):
         n, d = X.shape
         K, L = self.n_row_clusters, self.n_column_clusters
@@ -218,6 +226,7 @@ class _CoFit:
         self.d = self.lo.shape[0]
         self.warm = None          # previous S step's final windows (R, K, L)
         self.sample = None        # the initialisation's row sample: brackets the first S step
+        self.first_sample = stats.get("sample")     # ... drawn in the first pass
         self.speculate = None     # per restart: column labels unchanged last iteration
         self.median_rounds = []
 
@@ -241,10 +250,10 @@ class _CoFit:
         return {"S": S, "columns": columns}
 
     def _init_sample(self, init_size):
-        n = self.blocks.shape[0]
-        size = init_size or max(2000, 20 * self.K)
-        size = max(self.K, min(size, n, _SAMPLE_VALUES // self.d))
-        sample, _ = sample_rows(self.blocks, size, self.seed, rng.stream_id(5))
+        size = init_sample_size(self.blocks.shape[0], self.d, self.K, init_size)
+        sample = self.first_sample
+        if sample is None or sample.shape[0] != size:     # not drawn in the first pass
+            sample, _ = sample_rows(self.blocks, size, SAMPLE_SEED, SAMPLE_STREAM)
         self.sample = sample
         m = sample.shape[0]
         # candidates per restart, as many as a fixed budget of in-memory work allows
@@ -429,6 +438,14 @@ def block_bracket(sample, labels, C, K, L, z=BRACKET_Z, min_count=BRACKET_MIN):
                 lo[r, k, l] = V[a] if a >= 0 else -np.inf
                 hi[r, k, l] = V[b] if b < N else np.inf
     return lo.ravel(), hi.ravel()
+
+
+def init_sample_size(n_samples, n_features, n_row_clusters, init_size=None):
+    """Rows of the "k-medians++" initialisation's sample: ``init_size``, by default
+    ``max(2000, 20 * n_row_clusters)``, at most ``n_samples`` and ``2**24 /
+    n_features`` (and at least ``n_row_clusters``)."""
+    size = init_size or max(2000, 20 * n_row_clusters)
+    return int(max(n_row_clusters, min(size, n_samples, _SAMPLE_VALUES // max(n_features, 1))))
 
 
 # ---------------------------------------------------------------- per-block functions
