@@ -137,7 +137,8 @@ class CentroidFit:
         self.eps = max(1e-10 * scale, 1e-280) if scale > 0 else 1.0
         self.warm = None  # previous iteration's final median windows, per restart
         # ... and whether they all held the medians last time (None: no warm round yet;
-        # the first warm round trusts its windows, a round after a miss does not)
+        # the first warm round after seeded centres trusts its windows, a round after a
+        # miss does not, nor the first after random labels)
         self.warm_hit = None
         self.seed_rows = None  # the seeding sample (k-medians++), for the first medians
         self._last_pass = None  # L1 out of core: (centres, objective, labels) of the last step
@@ -156,6 +157,9 @@ class CentroidFit:
         if isinstance(init, np.ndarray):
             return np.asarray(init, dtype=np.float64)[None].copy()
         if init == "random":
+            # the first medians are those of random labels, far from the next ones: the
+            # first warm round histograms too (trusted once a warm round held them all)
+            self.warm_hit = False
             F, _ = self._f_step(None, np.ones(self.R, dtype=bool))
             return F
         self.unit_weights_next = True
