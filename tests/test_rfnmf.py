@@ -48,13 +48,16 @@ def test_matches_exact_reference(blobs, loss, chunks):
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-def test_empty_cluster_reseeded_from_worst_fit(loss):
+@pytest.mark.parametrize("as_dask", [False, True])
+def test_empty_cluster_reseeded_from_worst_fit(loss, as_dask):
+    # in memory the worst-fit rows are taken from X by index, out of core they travel
+    # with the pass's summary: the same centre
     X = np.array([[0.0, 0.0], [0.1, 0.0], [10.0, 0.0], [10.1, 0.0], [50.0, 50.0]])
     F0 = np.array([[0.0, 0.0], [10.0, 0.0], [1000.0, 1000.0]])  # centre 2 wins no sample
     m = RFNMF(3, loss=loss, init=F0, max_iter=1, tol=0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        m.fit(X)
+        m.fit(da.from_array(X, chunks=(2, 2)) if as_dask else X)
     F, _, _ = rfnmf_reference(X, F0, loss, 1, _eps(X))
     np.testing.assert_allclose(m.cluster_centers_[2], [50.0, 50.0])
     np.testing.assert_allclose(m.cluster_centers_, F)
@@ -303,6 +306,35 @@ def test_seed_kernels_match_numpy():
         np.testing.assert_allclose(got, np.minimum(mind, D[:, 1]), rtol=1e-12)
 
 
+def test_gram_seed_kernels_equal_the_numpy_expression():
+    """The L2 seeding's fused kernels give the NumPy expression they replaced bit for bit
+    (same operations, same order), and quantile_linear is np.quantile's number."""
+    from daskrnmf.kernels.assign import seed_potentials_gram, seed_update_gram
+    from daskrnmf.models._clustering import quantile_linear
+
+    rng = np.random.default_rng(1)
+    X = np.round(rng.normal(size=(301, 13)), 1)
+    X[7] = X[3]                                          # a duplicate: distance 0 (or < 0)
+    xx = np.einsum("ij,ij->i", X, X)
+    cand = np.array([3, 50, 300, 3, 7])
+    G = X @ X[cand].T
+    D = np.sqrt(np.maximum(xx[:, None] + xx[cand][None] - 2.0 * G, 0.0))
+    mind = np.where(rng.random(301) < 0.1, np.inf, rng.uniform(0, 6, 301))
+    for tau, power in ((np.inf, 2), (3.0, 1), (3.0, 2)):
+        cap = np.minimum(mind, tau)
+        want = (np.minimum(D, cap[:, None]) ** power).sum(axis=0)
+        np.testing.assert_array_equal(seed_potentials_gram(G, xx, xx[cand], cap, power), want)
+    for t in range(len(cand)):
+        np.testing.assert_array_equal(seed_update_gram(G, xx, xx[cand], t, mind.copy()),
+                                      np.minimum(mind, D[:, t]))
+    for n in (1, 2, 3, 20, 301):
+        for _ in range(20):
+            a = rng.random(n) * 10.0 ** rng.integers(-3, 6)
+            a[rng.random(n) < 0.3] = 0.0
+            for q in (0.0, 0.5, 0.95, 0.99, 1.0):
+                assert quantile_linear(a, q) == np.quantile(a, q)
+
+
 def test_seeding_sample_is_drawn_in_the_first_pass():
     # the sample (and so the seeds) depend on X alone, not on its chunking
     X, _, _ = _gross_outlier_blobs(600, 6, 4, seed=1)
@@ -385,9 +417,10 @@ def test_masked_distances_match_numpy():
 
 
 def test_medians_from_previous_ones_equal_fresh_selection():
-    """cluster_medians keeps the medians of unchanged clusters and selects the others
-    around the previous medians (three-way split): the same values as a fresh selection,
-    on tied, heavy-tailed and missing data, with guesses exact, near and far."""
+    """cluster_medians keeps the medians of unchanged clusters and counts / selects the
+    others around the previous medians: the same values as a fresh selection and as
+    numpy.median, on tied, heavy-tailed and missing data, with guesses exact, near, far
+    and partly missing, counted by features (Xt) and by rows (X, float64 and float32)."""
     from daskrnmf.kernels.median import group_medians
     from daskrnmf.models._clustering import cluster_medians
 
@@ -410,9 +443,25 @@ def test_medians_from_previous_ones_equal_fresh_selection():
         order, ends = np.argsort(lab, kind="stable"), np.cumsum(np.bincount(lab, minlength=k))
         Xt = np.ascontiguousarray(X.T)
         fresh = group_medians(Xt, order, ends, np.full((k, d), np.nan))
-        for guess in (fresh, rng.normal(size=(k, d)), np.full((k, d), 1e9)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)     # all-NaN groups
+            want = np.stack([np.nanmedian(X[lab == c], axis=0) if (lab == c).any()
+                             else np.full(d, np.nan) for c in range(k)])
+        np.testing.assert_array_equal(fresh, want)
+        partly = fresh.copy()
+        partly[rng.random(partly.shape) < 0.3] = np.nan
+        X32 = X.astype(np.float32)
+        Xt32 = np.ascontiguousarray(X32.T, dtype=np.float64)
+        fresh32 = group_medians(Xt32, order, ends, np.full((k, d), np.nan))
+        for guess in (fresh, fresh + 0.05, np.nextafter(fresh, np.inf), rng.normal(size=(k, d)),
+                      np.full((k, d), 1e9), np.full((k, d), -1e9), partly):
             np.testing.assert_array_equal(
                 group_medians(Xt, order, ends, np.full((k, d), np.nan), guess), fresh)
+            np.testing.assert_array_equal(
+                group_medians(Xt, order, ends, np.full((k, d), np.nan), guess, X=X), fresh)
+            np.testing.assert_array_equal(
+                group_medians(Xt32, order, ends, np.full((k, d), np.nan), guess, X=X32),
+                fresh32)
 
 
 def test_group_medians_skip_missing_values():

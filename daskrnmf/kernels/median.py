@@ -293,7 +293,42 @@ def select_collected(keys, vals, n_entries, entries, rank_lo, rank_hi):
     return out
 
 
-def group_medians(Xt, order, ends, out, pivots=None):
+@njit(cache=True, nogil=True)
+def _group_order(labels, n_groups, order, ends):
+    for i in range(labels.shape[0]):
+        ends[labels[i]] += 1
+    for g in range(1, n_groups):
+        ends[g] += ends[g - 1]
+    fill = np.empty(n_groups, dtype=np.int64)
+    for g in range(n_groups):
+        fill[g] = ends[g - 1] if g else 0
+    for i in range(labels.shape[0]):
+        order[fill[labels[i]]] = i
+        fill[labels[i]] += 1
+
+
+def group_order(labels, n_groups):
+    """The rows sorted by group, stably (``np.argsort(labels, kind="stable")``) and the
+    cumulative group sizes, by one counting sort.
+
+    Parameters
+    ----------
+    labels : ndarray of int (n,), in [0, n_groups)
+    n_groups : int
+
+    Returns
+    -------
+    order : ndarray of int64 (n,)
+    ends : ndarray of int64 (n_groups,)
+    """
+    labels = np.ascontiguousarray(labels, dtype=np.int64)
+    order = np.empty(labels.shape[0], dtype=np.int64)
+    ends = np.zeros(n_groups, dtype=np.int64)
+    _group_order(labels, n_groups, order, ends)
+    return order, ends
+
+
+def group_medians(Xt, order, ends, out, pivots=None, X=None):
     """Exact medians of groups of rows, in memory, by selection.
 
     Parameters
@@ -302,55 +337,95 @@ def group_medians(Xt, order, ends, out, pivots=None):
     order : ndarray of int (n,), the rows sorted by group
     ends : ndarray of int (n_groups,), cumulative group sizes
     out : ndarray (n_groups, n_features), filled where a group has observed values
+    pivots : ndarray (n_groups, n_features), optional
+        A guess of every median (the previous iteration's; NaN: none).
+    X : ndarray (n, n_features) float32 or float64, C-contiguous, optional
+        X itself (the same values as Xt): with it, a group whose guesses are all given
+        is counted a row at a time, every feature at once.
 
     NaN values are missing (``missing="mask"``): each median is over the observed ones.
     The median of m values is :func:`numpy.median`'s: the middle value, or the mean of
     the two middle values (``(a + b) / 2``) when m is even.
 
-    ``pivots`` (n_groups, n_features), optional: a guess of every median (the previous
-    iteration's; NaN: none).  The values are split three ways around it in one pass, and
-    the middle ranks are selected only in the part that holds them — or are the guess
-    itself when it is one of the middle values (tied data: most of them).  The result
-    does not depend on the guess.
+    With a guess, one branch-free pass counts the values below, at and above it and
+    keeps the nearest value on either side; the middle ranks are then the guess or one
+    of those two (near convergence, nearly all of them), and only a rank further away
+    is selected, among the values on its side.  The result does not depend on the
+    guess.  Measured on digits-size data with the exact medians as guesses: 0.09 ms a
+    call, 1.35 ms without a guess and 0.37 ms with the three-way split it replaced.
     """
     if pivots is None:
         pivots = np.full(out.shape, np.nan)
+    if X is None:
+        X = np.empty((0, Xt.shape[0]))
     _group_medians(Xt, np.asarray(order, dtype=np.int64), np.asarray(ends, dtype=np.int64),
-                   out, np.ascontiguousarray(pivots, dtype=np.float64))
+                   out, np.ascontiguousarray(pivots, dtype=np.float64), X)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _three_way(a, m, p):
-    """Arrange a[:m] as [< p | == p | > p] in one pass; returns the sizes of the first
-    two parts."""
-    lt, i, gt = 0, 0, m
-    while i < gt:
-        v = a[i]
-        if v < p:
-            a[i], a[lt] = a[lt], v
-            lt += 1
-            i += 1
-        elif v > p:
-            gt -= 1
-            a[i], a[gt] = a[gt], v
-        else:
-            i += 1
-    return lt, gt - lt
+def _pivot_counts(X, order, a, m, p, lt, eq, gt, below, above):
+    """Counts of a group's values below / at / above p, feature by feature, and the
+    largest below and smallest above, a row of X at a time (vectorised over the
+    features; NaN is none of the three)."""
+    d = X.shape[1]
+    for j in range(d):
+        lt[j], eq[j], gt[j] = 0, 0, 0
+        below[j], above[j] = -np.inf, np.inf
+    for t in range(m):
+        x = X[order[a + t]]
+        for j in range(d):
+            v = np.float64(x[j])
+            q = p[j]
+            lt[j] += v < q
+            eq[j] += v == q
+            gt[j] += v > q
+            b = below[j]
+            below[j] = v if (v < q and v > b) else b
+            c = above[j]
+            above[j] = v if (v > q and v < c) else c
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _near_rank(lt, eq, p, below, above, r):
+    """Rank r from the counts around p when it is p or a neighbour of it: (value, True);
+    else (0, False)."""
+    if r == lt - 1:
+        return below, True
+    if lt <= r and r < lt + eq:
+        return p, True
+    if r == lt + eq:
+        return above, True
+    return 0.0, False
 
 
 @njit(cache=True, nogil=True)
-def _ranked(a, m, lt, eq, p, r):
-    """The r-th smallest of a[:m] arranged by :func:`_three_way` around p."""
-    if r < lt:
-        return _select(a[:lt], lt, r)
-    if r < lt + eq:
+def _pivot_rank(buf, m, part, lt, eq, gt, p, below, above, r):
+    """The r-th smallest observed value of buf[:m], given its counts below / at / above p
+    and the nearest values on either side: those, or a selection among the values on
+    the side that holds rank r (gathered into ``part``)."""
+    if r == lt - 1:
+        return below
+    if lt <= r < lt + eq:
         return p
-    return _select(a[lt + eq:m], m - lt - eq, r - lt - eq)
+    if r == lt + eq:
+        return above
+    w = 0
+    if r < lt:
+        for t in range(m):
+            v = buf[t]
+            part[w] = v
+            w += v < p
+        return _select(part, lt, r)
+    for t in range(m):
+        v = buf[t]
+        part[w] = v
+        w += v > p
+    return _select(part, gt, r - lt - eq)
 
 
 @njit(cache=True, nogil=True)
-def _group_medians(Xt, order, ends, out, pivots):
+def _group_medians(Xt, order, ends, out, pivots, X):
     d = Xt.shape[0]
     G = ends.shape[0]
     m_max = 0
@@ -358,13 +433,73 @@ def _group_medians(Xt, order, ends, out, pivots):
         m = ends[g] - (ends[g - 1] if g else 0)
         m_max = max(m_max, m)
     buf = np.empty(max(m_max, 1))
+    part = np.empty(max(m_max, 1))
+    n_lt = np.zeros(d, dtype=np.int64)      # the counts and neighbours of the
+    n_eq = np.zeros(d, dtype=np.int64)      # guesses, by rows
+    n_gt = np.zeros(d, dtype=np.int64)
+    nb = np.empty(d)
+    na = np.empty(d)
     for g in range(G):
         a = ends[g - 1] if g else 0
         m = ends[g] - a
         if m == 0:
             continue
+        rowwise = X.shape[0] > 0
+        for j in range(d):
+            if np.isnan(pivots[g, j]):
+                rowwise = False
+        if rowwise:
+            _pivot_counts(X, order, a, m, pivots[g], n_lt, n_eq, n_gt, nb, na)
+            for j in range(d):
+                L, E = n_lt[j], n_eq[j]
+                mo = L + E + n_gt[j]
+                if mo == 0:
+                    continue
+                h = (mo - 1) // 2
+                p = pivots[g, j]
+                lo, ok = _near_rank(L, E, p, nb[j], na[j], h)
+                hi, ok2 = lo, True
+                if mo % 2 == 0:
+                    hi, ok2 = _near_rank(L, E, p, nb[j], na[j], h + 1)
+                if not (ok and ok2):        # the median moved past a neighbour: select
+                    row = Xt[j]
+                    for t in range(m):
+                        buf[t] = row[order[a + t]]
+                    if not ok:
+                        lo = _pivot_rank(buf, m, part, L, E, n_gt[j], p, nb[j], na[j], h)
+                    if not ok2:
+                        hi = _pivot_rank(buf, m, part, L, E, n_gt[j], p, nb[j], na[j],
+                                         h + 1)
+                out[g, j] = lo if mo % 2 else (lo + hi) / 2.0
+            continue
         for j in range(d):
             row = Xt[j]
+            p = pivots[g, j]
+            if not np.isnan(p):
+                # one branch-free pass: the values below / at / above the guess, the
+                # largest below and the smallest above it; the middle ranks are then
+                # the guess, or a neighbour of it, unless the median moved past one
+                lt, eq, gt = 0, 0, 0
+                below, above = -np.inf, np.inf
+                for t in range(m):
+                    v = row[order[a + t]]
+                    buf[t] = v
+                    lt += v < p
+                    eq += v == p
+                    gt += v > p
+                    below = v if (v < p and v > below) else below
+                    above = v if (v > p and v < above) else above
+                mo = lt + eq + gt       # the observed values (NaN: missing)
+                if mo == 0:
+                    continue
+                h = (mo - 1) // 2
+                lo = _pivot_rank(buf, m, part, lt, eq, gt, p, below, above, h)
+                if mo % 2:
+                    out[g, j] = lo
+                else:
+                    out[g, j] = (lo + _pivot_rank(buf, m, part, lt, eq, gt, p, below, above,
+                                                  h + 1)) / 2.0
+                continue
             mo = 0                      # the observed values (NaN: missing)
             for t in range(m):
                 v = row[order[a + t]]
@@ -374,15 +509,6 @@ def _group_medians(Xt, order, ends, out, pivots):
             if mo == 0:
                 continue
             h = (mo - 1) // 2
-            p = pivots[g, j]
-            if not np.isnan(p):
-                lt, eq = _three_way(buf, mo, p)
-                lo = _ranked(buf, mo, lt, eq, p, h)
-                if mo % 2:
-                    out[g, j] = lo
-                else:
-                    out[g, j] = (lo + _ranked(buf, mo, lt, eq, p, h + 1)) / 2.0
-                continue
             lo = _select(buf, mo, h)
             if mo % 2:
                 out[g, j] = lo
