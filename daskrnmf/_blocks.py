@@ -87,6 +87,12 @@ class RowBlocks:
             sizes = X.chunks[0]
             self._blocks = list(X.to_delayed().ravel())
         else:
+            # once, not in every pass: the kernels take C-contiguous float32 or float64
+            # blocks (as_kernel_block), and a strided or integer X was copied into that
+            # form by each of them (on face data a copy of X per pass, most of the fit's
+            # page faults)
+            X = np.ascontiguousarray(X, dtype=np.float32 if X.dtype == np.float32
+                                     else np.float64)
             rows = block_rows or default_block_rows(X.shape[1])
             sizes = [min(rows, X.shape[0] - s) for s in range(0, X.shape[0], rows)]
             bounds = np.cumsum([0] + sizes)

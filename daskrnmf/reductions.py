@@ -146,7 +146,9 @@ class AssignSpec:
     ``weights`` ("l21" or "ones"),
     ``squared`` (k-means objective), ``median_plan`` (L1: the first median round),
     ``missing`` (``missing="mask"``: NaN entries are missing; the statistics then count
-    each (cluster, feature)'s observed entries: ``wsum_f`` and ``observed``).
+    each (cluster, feature)'s observed entries: ``wsum_f`` and ``observed``),
+    ``worst_rows`` (False: the worst-fit indices without their rows, for X in memory),
+    ``threads`` (the assignment's threads: X in memory, in-process).
     """
 
     metric: str
@@ -160,6 +162,8 @@ class AssignSpec:
     squared: bool = False
     median_plan: dict = None
     missing: bool = False
+    worst_rows: bool = True
+    threads: int = 1
 
 
 def assign_chunk(block, start, centers, spec):
@@ -184,9 +188,9 @@ def assign_chunk(block, start, centers, spec):
         labels = random_labels(spec.seed, spec.restarts, start, x.shape[0], k)
         residual = np.zeros(labels.shape)
     else:
-        labels, residual = nearest(x, centers, spec.metric)
+        labels, residual = nearest(x, centers, spec.metric, spec.threads)
     part = {"objective": (residual ** 2 if spec.squared else residual).sum(axis=0),
-            "worst": worst_fit(residual, start, x, spec.n_worst)}
+            "worst": worst_fit(residual, start, x, spec.n_worst, spec.worst_rows)}
     nan = np.isnan(x) if spec.missing else None
     if nan is not None and not nan.any():
         nan = None                      # a complete block: the plain statistics

@@ -74,6 +74,65 @@ def test_worst_fit_merge_equals_whole(rng):
         np.testing.assert_array_equal(whole[key], parts[key])
     order = np.lexsort((np.arange(100), -res[:, 0]))[:6]
     np.testing.assert_array_equal(whole["idx"][0], order)
+    np.testing.assert_array_equal(whole["rows"][0], X[order])
+    # without rows (X in memory): the same indices and residuals, merged alike
+    bare = merge_worst_fit([worst_fit(res[s:s + 13], s, X[s:s + 13], 6, with_rows=False)
+                            for s in range(0, 100, 13)])
+    assert bare["rows"] is None
+    for key in ("res", "idx"):
+        np.testing.assert_array_equal(whole[key], bare[key])
+
+
+def test_group_order_is_a_stable_argsort(rng):
+    from daskrnmf.kernels.median import group_order
+
+    for n, G in ((0, 3), (1, 1), (50, 4), (1000, 11)):
+        lab = rng.integers(0, G, n)
+        order, ends = group_order(lab, G)
+        np.testing.assert_array_equal(order, np.argsort(lab, kind="stable"))
+        np.testing.assert_array_equal(ends, np.cumsum(np.bincount(lab, minlength=G)))
+
+
+@pytest.mark.parametrize("metric", ["l1", "l2"])
+def test_pairwise_seeding_matches_numpy_and_direct_seeding(rng, metric):
+    from daskrnmf.kernels.assign import pairwise_distances, seed_potentials_pairwise
+    from daskrnmf.models._clustering import pairwise_worth, robust_kmedians_pp
+
+    X = rng.integers(0, 9, size=(120, 7)).astype(float)    # ties; exact products
+    X[5] = X[9]
+    D = pairwise_distances(X, metric)
+    want = np.linalg.norm(X[:, None] - X[None], ord=1 if metric == "l1" else 2, axis=2)
+    np.testing.assert_allclose(D, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(D, D.T)
+    assert not np.diag(D).any()
+    cand = np.array([0, 5, 9, 119])
+    cap = np.where(rng.random(120) < 0.2, np.inf, rng.uniform(0, 20, 120))
+    for power in (1, 2):
+        np.testing.assert_allclose(seed_potentials_pairwise(D, cand, cap, power),
+                                   (np.minimum(want[:, cand], cap[:, None]) ** power).sum(0),
+                                   rtol=1e-12)
+    # seeding from the matrix: the seeds of seeding without it (integer data: the
+    # distances are exact either way)
+    for seed in range(5):
+        np.testing.assert_array_equal(
+            robust_kmedians_pp(X, 6, np.random.default_rng(seed), metric, pairwise=D),
+            robust_kmedians_pp(X, 6, np.random.default_rng(seed), metric))
+    assert pairwise_worth(165, 10, 15, 16) and not pairwise_worth(1797, 10, 10, 16)
+    assert not pairwise_worth(5000, 10, 50, 20)          # the matrix would be too large
+
+
+@pytest.mark.parametrize("metric", ["l1", "l2"])
+def test_nearest_split_over_threads_equals_one_thread(rng, metric, monkeypatch):
+    import daskrnmf.kernels.assign as A
+
+    X = rng.normal(size=(301, 9)).astype(np.float32)
+    C = rng.normal(size=(3, 4, 9))
+    one = A.nearest(X, C, metric)
+    monkeypatch.setattr(A, "ROW_THREADS_MIN_WORK", 0)
+    for threads in (2, 3, 400):
+        got = A.nearest(X, C, metric, threads=threads)
+        np.testing.assert_array_equal(got[0], one[0])
+        np.testing.assert_array_equal(got[1], one[1])
 
 
 def _plan(E, n_bins, hist_mask, lo, hi, coll_mask, clo, chi):

@@ -7,7 +7,7 @@ on the other rows in its block: labels are identical for every chunking.
 import numpy as np
 from numba import njit
 
-from .blocks import as_float_block, as_kernel_block
+from .blocks import as_float_block, as_kernel_block, split_rows
 
 
 @njit(cache=True, nogil=True, fastmath=True, inline="always")
@@ -70,7 +70,7 @@ def _all(X, C, l1, out):
             out[i, c] = _l1(x, C[c]) if l1 else np.sqrt(_sq(x, C[c]))
 
 
-def nearest(X, centers, metric):
+def nearest(X, centers, metric, threads=1):
     """Nearest centre of every row, for each stacked restart.
 
     Parameters
@@ -79,6 +79,10 @@ def nearest(X, centers, metric):
         float32 stays float32 (widened value by value: the float64 result)
     centers : ndarray of shape (n_restarts, n_clusters, n_features)
     metric : {"l1", "l2"}
+    threads : int, default=1
+        Split the rows of the distance loop over this many threads (in-process callers:
+        X in memory; a row's result does not depend on the split) when the work is
+        large enough to pay for it (``ROW_THREADS_MIN_WORK``).
 
     Returns
     -------
@@ -101,8 +105,13 @@ def nearest(X, centers, metric):
           and C.shape[1] * X.shape[1] >= GEMM_MIN_WORK):
         _nearest_l2_certified(as_float_block(X), C, labels, dist)
     else:
-        _nearest(X, C, metric == "l1", labels, dist)
+        split_rows(lambda a, b: _nearest(X[a:b], C, metric == "l1", labels[a:b], dist[a:b]),
+                   X.shape[0], threads if X.size * C.shape[0] * C.shape[1]
+                   >= ROW_THREADS_MIN_WORK else 1)
     return labels, dist
+
+
+ROW_THREADS_MIN_WORK = 2**22    # distance terms below which one thread is faster
 
 
 # L2 assignment by one matrix product when there are at least this many features and
@@ -214,6 +223,98 @@ def seed_potentials(X, cand, mind, tau, metric, power):
     pot = np.zeros(len(cand))
     _seed_trials(X, np.asarray(cand, dtype=np.int64), np.asarray(mind, dtype=np.float64),
                  float(tau), metric == "l1", int(power), pot)
+    return pot
+
+
+@njit(cache=True, nogil=True)
+def _seed_l2_trials(G, xx, xc, cap, power, pot):
+    """pot[t] = sum_i min(sqrt(max(xx_i + xc_t - 2 G_it, 0)), cap_i) ** power, row by row
+    (no fastmath: the same numbers, in the same order, as the NumPy expression)."""
+    n, T = G.shape
+    for i in range(n):
+        c = cap[i]
+        for t in range(T):
+            v = (xx[i] + xc[t]) - 2.0 * G[i, t]
+            if v < 0.0:
+                v = 0.0
+            v = np.sqrt(v)
+            if c < v:
+                v = c
+            pot[t] += v * v if power == 2 else v
+
+
+@njit(cache=True, nogil=True)
+def _seed_l2_update(G, xx, xc, t, mind):
+    for i in range(G.shape[0]):
+        v = (xx[i] + xc) - 2.0 * G[i, t]
+        if v < 0.0:
+            v = 0.0
+        v = np.sqrt(v)
+        if v < mind[i]:
+            mind[i] = v
+
+
+def seed_potentials_gram(G, xx, xc, cap, power):
+    """:func:`seed_potentials` for the L2 distance from the Gram products ``G = X
+    X[cand]^T`` (n, T), the squared norms ``xx`` of the rows (n,) and ``xc`` of the
+    candidates (T,), and ``cap = min(mind, tau)`` (n,): one compiled loop, where the
+    NumPy expression made five (n, T) temporaries."""
+    pot = np.zeros(G.shape[1])
+    _seed_l2_trials(G, xx, xc, cap, int(power), pot)
+    return pot
+
+
+def seed_update_gram(G, xx, xc, t, mind):
+    """``mind = min(mind, d(X, candidate t))`` in place from the Gram products (as
+    :func:`seed_potentials_gram`); returns mind."""
+    _seed_l2_update(G, xx, float(xc[t]), int(t), mind)
+    return mind
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _pairwise_l1(X, D):
+    n = X.shape[0]
+    for i in range(n):
+        D[i, i] = 0.0
+        for j in range(i + 1, n):
+            v = _l1(X[i], X[j])
+            D[i, j] = v
+            D[j, i] = v
+
+
+def pairwise_distances(X, metric):
+    """All distances between the rows of an in-memory X (n, n_features), shape (n, n),
+    exactly symmetric with a zero diagonal (the L2 ones from one matrix product)."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    n = X.shape[0]
+    if metric == "l1":
+        D = np.empty((n, n))
+        _pairwise_l1(X, D)
+        return D
+    xx = np.einsum("ij,ij->i", X, X)
+    D = np.sqrt(np.maximum(xx[:, None] + xx[None] - 2.0 * (X @ X.T), 0.0))
+    upper = np.triu_indices(n, 1)
+    D.T[upper] = D[upper]
+    np.fill_diagonal(D, 0.0)
+    return D
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _seed_pairwise_trials(D, cand, cap, power, pot):
+    for t in range(cand.shape[0]):
+        row = D[cand[t]]
+        acc = 0.0
+        for i in range(row.shape[0]):
+            v = min(row[i], cap[i])
+            acc += v * v if power == 2 else v
+        pot[t] = acc
+
+
+def seed_potentials_pairwise(D, cand, cap, power):
+    """:func:`seed_potentials` from all the distances ``D`` (n, n) of
+    :func:`pairwise_distances`: ``sum_i min(D[c, i], cap_i) ** power`` per candidate c."""
+    pot = np.zeros(len(cand))
+    _seed_pairwise_trials(D, np.asarray(cand, dtype=np.int64), cap, int(power), pot)
     return pot
 
 

@@ -1,5 +1,7 @@
 """Helpers every per-block kernel and combine function uses (NumPy only, no dask)."""
 
+import os
+
 import numpy as np
 
 
@@ -16,6 +18,28 @@ def as_kernel_block(block):
     block = np.asarray(block)
     return np.ascontiguousarray(block, dtype=np.float32 if block.dtype == np.float32
                                 else np.float64)
+
+
+_ROW_POOL = None
+
+
+def split_rows(fn, n, threads):
+    """``fn(a, b)`` over the row ranges of ``threads`` equal parts of ``range(n)``, each in
+    its own thread (one: in the calling thread).  ``fn`` must write rows a..b only and
+    release the GIL (a nogil kernel) for the threads to run at once."""
+    global _ROW_POOL
+    threads = max(1, min(int(threads), n))
+    if threads == 1:
+        fn(0, n)
+        return
+    if _ROW_POOL is None:       # one pool per process, for the in-memory fits' kernels
+        from concurrent.futures import ThreadPoolExecutor
+
+        _ROW_POOL = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="daskrnmf-rows")
+    bounds = [n * t // threads for t in range(threads + 1)]
+    futures = [_ROW_POOL.submit(fn, bounds[t], bounds[t + 1]) for t in range(threads)]
+    for f in futures:
+        f.result()
 
 
 def sum_arrays(arrays, dtype=None):

@@ -43,7 +43,7 @@ def cluster_sums(X, labels, weights, n_clusters):
     return sums, wsum, counts
 
 
-def worst_fit(residual, start, X, m):
+def worst_fit(residual, start, X, m, with_rows=True):
     """The ``m`` rows with the largest residual per restart (ties: lowest global index).
 
     Parameters
@@ -53,6 +53,8 @@ def worst_fit(residual, start, X, m):
         Global index of the block's first row.
     X : ndarray (n_rows, n_features)
     m : int
+    with_rows : bool, default=True
+        False: no ``rows`` (a caller that holds X in memory takes them by index).
 
     Returns
     -------
@@ -62,7 +64,7 @@ def worst_fit(residual, start, X, m):
     n, R = residual.shape
     res = np.full((R, m), -np.inf)
     idx = np.full((R, m), -1, dtype=np.int64)
-    rows = np.zeros((R, m, X.shape[1]))
+    rows = np.zeros((R, m, X.shape[1])) if with_rows else None
     take = min(m, n)
     if take:
         gidx = np.arange(start, start + n, dtype=np.int64)
@@ -77,7 +79,8 @@ def worst_fit(residual, start, X, m):
             order = cand[np.lexsort((gidx[cand], -col[cand]))[:take]]
             res[r, :take] = residual[order, r]
             idx[r, :take] = gidx[order]
-            rows[r, :take] = X[order]
+            if with_rows:
+                rows[r, :take] = X[order]
     return {"res": res, "idx": idx, "rows": rows}
 
 
@@ -85,15 +88,18 @@ def merge_worst_fit(parts):
     """Combine several :func:`worst_fit` summaries into one of the same size."""
     res = np.concatenate([p["res"] for p in parts], axis=1)
     idx = np.concatenate([p["idx"] for p in parts], axis=1)
-    rows = np.concatenate([p["rows"] for p in parts], axis=1)
+    with_rows = parts[0]["rows"] is not None
+    rows = np.concatenate([p["rows"] for p in parts], axis=1) if with_rows else None
     R, m = parts[0]["res"].shape
     out_res = np.empty((R, m))
     out_idx = np.empty((R, m), dtype=np.int64)
-    out_rows = np.empty((R, m, rows.shape[2]))
+    out_rows = np.empty((R, m, rows.shape[2])) if with_rows else None
     for r in range(R):
         # -1 (padding) sorts last through the residual -inf; ties by lowest real index
         order = np.lexsort((np.where(idx[r] < 0, np.iinfo(np.int64).max, idx[r]), -res[r]))[:m]
-        out_res[r], out_idx[r], out_rows[r] = res[r, order], idx[r, order], rows[r, order]
+        out_res[r], out_idx[r] = res[r, order], idx[r, order]
+        if with_rows:
+            out_rows[r] = rows[r, order]
     return {"res": out_res, "idx": out_idx, "rows": out_rows}
 
 

@@ -23,9 +23,11 @@ from .._base import BaseModel, float_tags
 from .._blocks import RowBlocks
 from .._driver import iterate
 from .._typing import Array, Data
-from ..kernels.assign import distances, nearest, seed_potentials, seed_update
-from ..kernels.blocks import sum_arrays
-from ..kernels.median import group_medians, merge_median_round
+from ..kernels.assign import (distances, nearest, pairwise_distances, seed_potentials,
+                              seed_potentials_gram, seed_potentials_pairwise, seed_update,
+                              seed_update_gram)
+from ..kernels.blocks import as_kernel_block, sum_arrays
+from ..kernels.median import group_medians, group_order, merge_median_round
 from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, AssignSpec, MedianSearch, assign_chunk,
                           assign_combine, feature_stats, median_refine_chunk, sample_bracket,
                           sample_rows)
@@ -172,9 +174,12 @@ class CentroidFit:
         # imputed entries are not X's)
         self.seed_rows = None if self.missing else S
 
+        D = (pairwise_distances(S, self.metric)
+             if pairwise_worth(S.shape[0], self.R, self.k, seed_trials(self.k)) else None)
+
         def seed(r):
             return robust_kmedians_pp(S, self.k, np.random.default_rng([self.seed, r]),
-                                      self.metric, power=2)
+                                      self.metric, power=2, pairwise=D)
 
         # the restarts' seeds are independent (a generator each) and their kernels release
         # the GIL: one thread per core, the same seeds as one after the other
@@ -199,7 +204,10 @@ class CentroidFit:
                           stats="median" if self.loss == "l1" else "sums",
                           weights="ones" if Fa is None or self.unit_weights_next
                           or self.loss == "l2" else "l21", squared=self.loss == "l2",
-                          missing=self.missing)
+                          missing=self.missing,
+                          # X in memory: empty clusters take their rows from it
+                          worst_rows=self.blocks.array is None,
+                          threads=1 if self.blocks.array is None else os.cpu_count() or 1)
         self.unit_weights_next = False
         if self.loss == "l1" and self.blocks.array is not None:
             # in memory: exact medians by selection from the pass's labels (one pass)
@@ -250,9 +258,9 @@ class CentroidFit:
             res = self.blocks.map_reduce(_assign_sums_chunk, assign_combine, args=(Fa, spec),
                                          name="assign + reweighted sums")
             with np.errstate(invalid="ignore", divide="ignore"):
-                newF = res["sums"] / (res["wsum_f"] if "wsum_f" in res
-                                      else res["wsum"][:, :, None])
-        newF = reseed_empty(newF, res["counts"], res["worst"])
+                newF = res["sums"]      # the pass's own array: divided in place
+                newF /= res["wsum_f"] if "wsum_f" in res else res["wsum"][:, :, None]
+        newF = reseed_empty(newF, res["counts"], res["worst"], self.blocks.array)
         if self.missing and np.isnan(newF).any():
             # a feature no member observes (or a re-seeding row's missing entries):
             # the previous centre's value, else the middle of the feature's range
@@ -324,8 +332,11 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=30):
     labels : ndarray of int32 (n_samples, n_restarts), one clustering per restart.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
+    n_trials = 2 + int(np.log(k))
+    D = (pairwise_distances(X, "l1") if pairwise_worth(X.shape[0], n_restarts, k, n_trials)
+         else None)
     F0 = np.stack([robust_kmedians_pp(X, k, np.random.default_rng([seed, r]),
-                                      n_trials=2 + int(np.log(k)))
+                                      n_trials=n_trials, pairwise=D)
                    for r in range(n_restarts)])
     blocks = RowBlocks(X)
     fit = CentroidFit(blocks, feature_stats(blocks), k=k, R=n_restarts, metric="l1", loss="l1",
@@ -336,8 +347,40 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=30):
     return nearest(X, F, "l1")[0]
 
 
+def seed_trials(k):
+    """Candidates per centre of RFNMF's robust greedy seeding: ``4 (2 + log k)``."""
+    return 4 * (2 + int(np.log(k)))
+
+
+PAIRWISE_MAX = 2**22    # entries (32 MiB) of a seeding sample's distance matrix
+
+
+def pairwise_worth(n, n_restarts, k, n_trials):
+    """Whether seeding ``n_restarts`` restarts on ``n`` in-memory rows should first compute
+    all n^2 distances: when the restarts would evaluate more candidates than there are
+    rows (each candidate costs n distances either way) and the matrix is small — the
+    face sets (n = 165 and 400, 2400 and 8000 candidates), not digits (n = 1797, 1600)."""
+    return n <= n_restarts * k * n_trials and n * n <= PAIRWISE_MAX
+
+
+def quantile_linear(a, q):
+    """``np.quantile(a, q)`` (``method="linear"``, the same number) of a 1-d float array
+    without NaN, by one partition: NumPy's general function costs several times the
+    selection on the seeding sample, and greedy seeding takes one per centre."""
+    n = a.shape[0]
+    vi = (n - 1) * q
+    if vi >= n - 1:
+        return float(np.max(a))
+    lo = int(np.floor(vi))
+    part = np.partition(a, (lo, lo + 1))
+    x, y = part[lo], part[lo + 1]
+    g = vi - lo
+    diff = y - x
+    return float(y - diff * (1 - g) if g >= 0.5 else x + diff * g)
+
+
 def robust_kmedians_pp(X, k, gen, metric="l1", *, power=2, n_trials=None,
-                       clip_quantile=SEED_CLIP_QUANTILE):
+                       clip_quantile=SEED_CLIP_QUANTILE, pairwise=None):
     """Greedy k-medians++ seeds of an in-memory array, resistant to gross outliers.
 
     As scikit-learn's greedy k-means++ (candidates per centre drawn with probability
@@ -371,22 +414,35 @@ def robust_kmedians_pp(X, k, gen, metric="l1", *, power=2, n_trials=None,
         Exponent of the sampling weights and the potential: 2 (k-means++) unless given;
         the L1 model uses it too (it found the true clusters more often than D^1).
 
+    pairwise : ndarray (n, n), optional
+        All the distances between X's rows (:func:`pairwise_distances`, in ``metric``),
+        for callers that seed many restarts on a sample smaller than their candidates
+        (:func:`pairwise_worth`): a candidate's potential is then n lookups instead of a
+        distance pass over X.
+
     Returns
     -------
     centers : ndarray (k, n_features), rows of X.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     n = X.shape[0]
-    n_trials = n_trials or 4 * (2 + int(np.log(k)))
-    if metric == "l2":      # candidates' distances by one matrix product (X is fixed)
+    n_trials = n_trials or seed_trials(k)
+    if pairwise is not None:
+        def potentials(cand, mind, tau):
+            return seed_potentials_pairwise(pairwise, cand, np.minimum(mind, tau), power), None
+
+        def update(best, mind, D, t):
+            np.minimum(mind, pairwise[best], out=mind)
+    elif metric == "l2":    # candidates' distances by one matrix product (X is fixed)
         xx = np.einsum("ij,ij->i", X, X)
 
         def potentials(cand, mind, tau):
-            D = np.sqrt(np.maximum(xx[:, None] + xx[cand][None] - 2.0 * (X @ X[cand].T), 0.0))
-            return (np.minimum(D, np.minimum(mind, tau)[:, None]) ** power).sum(axis=0), D
+            G = X @ X[cand].T
+            return seed_potentials_gram(G, xx, xx[cand], np.minimum(mind, tau), power), \
+                (G, xx[cand])
 
         def update(best, mind, D, t):
-            np.minimum(mind, D[:, t], out=mind)
+            seed_update_gram(D[0], xx, D[1], t, mind)
     else:
         def potentials(cand, mind, tau):
             return seed_potentials(X, cand, mind, tau, metric, power), None
@@ -401,7 +457,7 @@ def robust_kmedians_pp(X, k, gen, metric="l1", *, power=2, n_trials=None,
     chosen = [int(cand[t])]
     update(chosen[0], mind, D, t)
     for _ in range(1, k):
-        tau = float(np.quantile(mind, clip_quantile))
+        tau = quantile_linear(mind, clip_quantile)
         w = np.minimum(mind, tau) ** power
         if tau <= 0:        # most rows sit on a centre: weigh the others alike
             w = (mind > 0).astype(np.float64)
@@ -468,6 +524,7 @@ def cluster_medians(X, labels, k, previous=None, Xt=None):
     out = np.full((R, k, d), np.nan)
     if Xt is None:
         Xt = np.ascontiguousarray(np.asarray(X, dtype=np.float64).T)   # a feature per row
+    Xr = as_kernel_block(X)     # X by rows too: the guessed medians are counted by rows
 
     def one(r):
         lab = np.ascontiguousarray(labels[:, r], dtype=np.int64)
@@ -482,11 +539,11 @@ def cluster_medians(X, labels, k, previous=None, Xt=None):
             if not todo.any():
                 return
             lab = np.where(todo[lab], lab, k)        # unchanged clusters: not selected
-        order = np.argsort(lab, kind="stable")
-        ends = np.cumsum(np.bincount(lab, minlength=k + 1))[:k]
+        order, ends = group_order(lab, k + 1)
+        ends = ends[:k]
         part = np.full((k, d), np.nan)
         group_medians(Xt, order, ends, part,
-                      None if previous is None else previous[1][r])
+                      None if previous is None else previous[1][r], X=Xr)
         out[r, todo] = part[todo]
 
     # restarts are independent and the selection kernel releases the GIL: one thread
@@ -518,11 +575,16 @@ def objective_combine(parts):
     return sum_arrays(parts)
 
 
-def reseed_empty(F, counts, worst):
-    """Empty clusters take the worst-fit samples as centres (worst first; ties: lowest index)."""
+def reseed_empty(F, counts, worst, X=None):
+    """Empty clusters take the worst-fit samples as centres (worst first; ties: lowest
+    index); F itself when no cluster is empty, else a copy.  ``X``: X in memory, where
+    the summary has no rows (``worst_rows=False``)."""
+    if np.all(counts):
+        return F
     F = F.copy()
     for r in range(F.shape[0]):
         empty = np.flatnonzero(counts[r] == 0)
         for slot, c in enumerate(empty):
-            F[r, c] = worst["rows"][r, slot]
+            F[r, c] = (worst["rows"][r, slot] if worst["rows"] is not None
+                       else X[worst["idx"][r, slot]])
     return F
