@@ -24,10 +24,12 @@ PREVIOUS_IN_MEMORY = {"digits (1797x64)": ("1.08", "5.76"), "ORL (400x1024)": ("
                       "Yale (165x1024)": ("2.98", "19.9"), "outlier blobs (203x2)": ("0.35", "1.0")}
 PREVIOUS_OOC = {("l21", 1): "5.5", ("l1", 1): "12.5"}
 PREVIOUS_RESTARTS = {"l21": "3.3", "l1": "4.0"}
-# the committed table before the compiled first pass, the count-only median rounds and
-# the float32 kernels (2026-11-23; ratio, passes)
-LAST_OOC = {("l21", 1): "2.08 (10)", ("l21", 10): "2.33 (9)", ("l1", 1): "2.74 (6)",
-            ("l1", 10): "3.77 (5)"}
+# the last committed tables (2026-11-24; in memory: l21 and l1 ratios, medians of 5 fits;
+# out of core: ratio, passes), for the `last` columns
+LAST_IN_MEMORY = {"digits (1797x64)": ("1.65", "3.55"), "ORL (400x1024)": ("1.22", "2.06"),
+                  "Yale (165x1024)": ("1.58", "2.87"), "outlier blobs (203x2)": ("0.88", "0.95")}
+LAST_OOC = {("l21", 1): "1.35 (10)", ("l21", 10): "1.53 (9)", ("l1", 1): "2.00 (6)",
+            ("l1", 10): "2.41 (5)"}
 
 
 def _labels_nmf(X, k, seed):
@@ -127,13 +129,18 @@ def main():
              "l1 <= 2.5), each the median of 5 fits in this run (single fits of either vary "
              "up to 2x between runs: KMeans on ORL took 0.31-0.72 s); `previous` is the committed table before the clustering-speed work "
              "(2026-11, same machine; measured without the warm-up fit that now precedes the "
-             "timings, which keeps Numba's one-time kernel loading out of the first set):\n")
-        emit("| data | KMeans s | RFNMF l21 s | l21 ratio | previous | RFNMF l1 s | l1 ratio | previous |")
-        emit("|---|---:|---:|---:|---:|---:|---:|---:|")
+             "timings, which keeps Numba's one-time kernel loading out of the first set); "
+             "`last` the committed table before the in-memory seeding, median and memory "
+             "work (2026-11-24, medians of 5 fits):\n")
+        emit("| data | KMeans s | RFNMF l21 s | l21 ratio | previous | last | RFNMF l1 s | "
+             "l1 ratio | previous | last |")
+        emit("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for name, r in ratios.items():
             old = PREVIOUS_IN_MEMORY.get(name, ("-", "-"))
+            last = LAST_IN_MEMORY.get(name, ("-", "-"))
             emit(f"| {name} | {r['kmeans']:.2f} | {r['l21']:.2f} | {r['l21'] / r['kmeans']:.2f} | "
-                 f"{old[0]} | {r['l1']:.2f} | {r['l1'] / r['kmeans']:.2f} | {old[1]} |")
+                 f"{old[0]} | {last[0]} | {r['l1']:.2f} | {r['l1'] / r['kmeans']:.2f} | "
+                 f"{old[1]} | {last[1]} |")
 
         workdir = args.workdir or tempfile.mkdtemp(prefix="daskrnmf-bench-")
         store = os.path.join(workdir, "blobs.zarr")
@@ -170,9 +177,8 @@ def main():
         emit("\nWhat a user pays per iteration: the whole fit (first pass, seeding, final labels "
              "included) at `max_iter=8, tol=0`, divided by its iterations (8, or fewer when the labels stop changing, which ends a fit even at tol=0), over the read pass "
              "(aims: l21 <= 1.3, l1 <= 2.2; n_init=10 <= 2x n_init=1); `previous` is the issue's "
-             "measurement of the code before this work on a quiet machine, `last` the committed "
-             "table before the compiled first pass, the count-only median rounds and the float32 "
-             "kernels (ratio, passes):\n")
+             "measurement of the code before this work on a quiet machine, `last` the last "
+             "committed table (ratio, passes):\n")
         emit("| model | whole fit s | passes | s / iteration | ratio to read pass | previous | last |")
         emit("|---|---:|---:|---:|---:|---:|---:|")
         for (loss, restarts), (t, it, passes) in whole.items():
