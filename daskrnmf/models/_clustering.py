@@ -222,7 +222,9 @@ class CentroidFit:
             if self._Xt is None:        # X a feature per row, once for the fit
                 self._Xt = np.ascontiguousarray(
                     np.asarray(self.blocks.array, dtype=np.float64).T)
-            newF = cluster_medians(self.blocks.array, labels, self.k, previous, Xt=self._Xt)
+            # the first step's guesses: the centres it was given (seeds are rows of X)
+            newF = cluster_medians(self.blocks.array, labels, self.k, previous, Xt=self._Xt,
+                                   guess=Fa if previous is None else None)
             if self._medians is None:
                 self._medians = (np.zeros((labels.shape[0], self.R), dtype=labels.dtype),
                                  np.zeros((self.R, self.k, self.d)),
@@ -498,7 +500,7 @@ def _n_threads(n_restarts, n_values):
     return min(n_restarts, os.cpu_count() or 1)
 
 
-def cluster_medians(X, labels, k, previous=None, Xt=None):
+def cluster_medians(X, labels, k, previous=None, Xt=None, guess=None):
     """Exact per-cluster, per-feature medians of an in-memory X (selection, as
     :func:`numpy.median`: the mean of the two middle values), for stacked restarts.
 
@@ -513,6 +515,9 @@ def cluster_medians(X, labels, k, previous=None, Xt=None):
         selected again.
     Xt : ndarray (n_features, n) float64, optional
         X transposed, C-contiguous (a caller that selects every iteration makes it once).
+    guess : ndarray (n_restarts, k, n_features), optional
+        Without ``previous``: guesses of the medians (the centres the labels came from),
+        which only speed the selection up.
 
     Returns
     -------
@@ -543,7 +548,8 @@ def cluster_medians(X, labels, k, previous=None, Xt=None):
         ends = ends[:k]
         part = np.full((k, d), np.nan)
         group_medians(Xt, order, ends, part,
-                      None if previous is None else previous[1][r], X=Xr)
+                      guess[r] if previous is None and guess is not None
+                      else None if previous is None else previous[1][r], X=Xr)
         out[r, todo] = part[todo]
 
     # restarts are independent and the selection kernel releases the GIL: one thread
