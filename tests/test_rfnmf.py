@@ -438,6 +438,8 @@ def test_medians_from_previous_ones_equal_fresh_selection():
         before = cluster_medians(X, old, k)
         np.testing.assert_array_equal(cluster_medians(X, new, k, (old, before)),
                                       cluster_medians(X, new, k))
+        np.testing.assert_array_equal(cluster_medians(X, new, k, guess=before),
+                                      cluster_medians(X, new, k))
         # any guess gives the same medians
         lab = new[:, 0]
         order, ends = np.argsort(lab, kind="stable"), np.cumsum(np.bincount(lab, minlength=k))
