@@ -154,7 +154,8 @@ def test_pass_count_and_speculative_s_round(planted):
     X, _, _, _ = planted
     seen = []
     m = RFNMTF(8, 6, n_init=2, random_state=0,
-               callback=lambda info: seen.append(info["n_passes"]) and False).fit(X)
+               callback=lambda info: seen.append(info["n_passes"]) and False).fit(
+                   da.from_array(X, chunks=(250, X.shape[1])))
     per_iter = np.diff([1] + seen)  # feature stats + row sample come first, one pass
     assert m.n_passes_ == seen[-1] + 1  # + the final row step
     # an iteration is the fused pass plus the S rounds it did not finish
@@ -162,6 +163,14 @@ def test_pass_count_and_speculative_s_round(planted):
     # once the column labels stop moving, the fused pass's speculative round (with the
     # warm windows) finishes S: one pass per iteration
     assert per_iter[-1] == 1 and m.median_rounds_[-1] == 1
+    # in memory the block medians are selected after the fused pass: one pass per
+    # iteration, no median rounds, the same fit
+    seen_np = []
+    mn = RFNMTF(8, 6, n_init=2, random_state=0,
+                callback=lambda info: seen_np.append(info["n_passes"]) and False).fit(X)
+    assert np.all(np.diff([1] + seen_np) == 1) and not any(mn.median_rounds_)
+    np.testing.assert_array_equal(mn.row_labels_, m.row_labels_)
+    np.testing.assert_array_equal(mn.block_medians_, m.block_medians_)
 
 
 def test_predict_transform_and_api(small):

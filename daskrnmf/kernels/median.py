@@ -400,6 +400,115 @@ def _near_rank(lt, eq, p, below, above, r):
 
 
 @njit(cache=True, nogil=True)
+def _block_medians(X, rorder, rends, corder, cends, pivots, out):
+    K, L = rends.shape[0], cends.shape[0]
+    m_max = 0
+    for k in range(K):
+        nk = rends[k] - (rends[k - 1] if k else 0)
+        for l in range(L):
+            m_max = max(m_max, nk * (cends[l] - (cends[l - 1] if l else 0)))
+    buf = np.empty(max(m_max, 1))
+    part = np.empty(max(m_max, 1))
+    n_lt = np.zeros(L, dtype=np.int64)
+    n_eq = np.zeros(L, dtype=np.int64)
+    nb = np.empty(L)
+    na = np.empty(L)
+    for k in range(K):
+        r0 = rends[k - 1] if k else 0
+        nk = rends[k] - r0
+        if nk == 0:
+            continue
+        for l in range(L):              # the guesses' counts, a row at a time
+            n_lt[l], n_eq[l] = 0, 0
+            nb[l], na[l] = -np.inf, np.inf
+        for t in range(nk):
+            x = X[rorder[r0 + t]]
+            for l in range(L):
+                p = pivots[k, l]
+                if np.isnan(p):
+                    continue
+                lt, eq = 0, 0
+                b, a = nb[l], na[l]
+                for jj in range(cends[l - 1] if l else 0, cends[l]):
+                    v = np.float64(x[corder[jj]])
+                    lt += v < p
+                    eq += v == p
+                    b = v if (v < p and v > b) else b
+                    a = v if (v > p and v < a) else a
+                n_lt[l] += lt
+                n_eq[l] += eq
+                nb[l], na[l] = b, a
+        for l in range(L):
+            c0 = cends[l - 1] if l else 0
+            nl = cends[l] - c0
+            m = nk * nl
+            if m == 0:
+                continue
+            h = (m - 1) // 2
+            p = pivots[k, l]
+            L_, E = n_lt[l], n_eq[l]
+            lo, ok = 0.0, False
+            hi, ok2 = 0.0, m % 2 == 1
+            if not np.isnan(p):
+                lo, ok = _near_rank(L_, E, p, nb[l], na[l], h)
+                if m % 2 == 0:
+                    hi, ok2 = _near_rank(L_, E, p, nb[l], na[l], h + 1)
+            if ok and ok2:
+                out[k, l] = lo if m % 2 else (lo + hi) / 2.0
+                continue
+            w = 0                       # the block's values
+            for t in range(nk):
+                x = X[rorder[r0 + t]]
+                for jj in range(c0, cends[l]):
+                    buf[w] = x[corder[jj]]
+                    w += 1
+            if np.isnan(p):
+                lo = _select(buf, m, h)
+                if m % 2:
+                    out[k, l] = lo
+                else:                   # the next order statistic: min of the upper part
+                    hi = buf[h + 1]
+                    for t in range(h + 2, m):
+                        if buf[t] < hi:
+                            hi = buf[t]
+                    out[k, l] = (lo + hi) / 2.0
+                continue
+            G = m - L_ - E
+            if not ok:
+                lo = _pivot_rank(buf, m, part, L_, E, G, p, nb[l], na[l], h)
+            if not ok2:
+                hi = _pivot_rank(buf, m, part, L_, E, G, p, nb[l], na[l], h + 1)
+            out[k, l] = lo if m % 2 else (lo + hi) / 2.0
+
+
+def block_medians(X, rows, cols, K, L, pivots=None):
+    """Exact median of every block (row cluster k, column cluster l) of an in-memory X,
+    as ``np.median(X[rows == k][:, cols == l])`` (NaN for an empty block).
+
+    Parameters
+    ----------
+    X : ndarray (n, d) float32 or float64, C-contiguous, without NaN
+    rows : ndarray of int (n,), in [0, K)
+    cols : ndarray of int (d,), in [0, L)
+    pivots : ndarray (K, L), optional
+        Guesses (the last medians; NaN: none): counted around in one pass, and the middle
+        ranks selected only when they are not the guess or a neighbour of it (as
+        :func:`group_medians`).  The result does not depend on them.
+
+    Returns
+    -------
+    ndarray (K, L) float64
+    """
+    rorder, rends = group_order(rows, K)
+    corder, cends = group_order(cols, L)
+    out = np.full((K, L), np.nan)
+    piv = (np.full((K, L), np.nan) if pivots is None
+           else np.ascontiguousarray(pivots, dtype=np.float64))
+    _block_medians(X, rorder, rends, corder, cends, piv, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
 def _pivot_rank(buf, m, part, lt, eq, gt, p, below, above, r):
     """The r-th smallest observed value of buf[:m], given its counts below / at / above p
     and the nearest values on either side: those, or a selection among the values on

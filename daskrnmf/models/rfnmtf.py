@@ -32,9 +32,10 @@ from .._blocks import RowBlocks
 from .._driver import iterate
 from ..kernels import rng
 from ..kernels.assign import nearest
-from ..kernels.blocks import as_float_block, sum_arrays
+from ..kernels.blocks import as_float_block, as_kernel_block, sum_arrays
 from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
-from ..kernels.median import median_round, merge_median_round
+from ..kernels.median import (block_medians, group_medians, group_order, median_round,
+                              merge_median_round)
 from ..kernels.sums import merge_worst_fit, worst_fit
 from ..reductions import (BRACKET_MIN, BRACKET_Z, SAMPLE_SEED, SAMPLE_STREAM, MedianSearch,
                           feature_stats, median_refine_chunk, random_labels, sample_rows)
@@ -102,7 +103,8 @@ class RFNMTF(ClusterBase):
         Passes over X the fit made, initialisation included.
     median_rounds_ : list of int
         Passes per iteration spent on the S step (a speculative round in the fused pass
-        counted when it was used).
+        counted when it was used); 0 for X in memory, whose block medians are selected
+        from the fused pass's labels (:func:`daskrnmf.kernels.median.block_medians`).
     labels_ : ndarray (n_samples,)
         ``row_labels_`` (scikit-learn's name for a clusterer's labels).
     n_features_in_ : int
@@ -261,21 +263,20 @@ class _CoFit:
         col_seed = int(rng.stream_id(6, self.seed % 2**62) >> 1)
         columns = kmedians_labels(sample.T, self.L, n_cand, col_seed).T.astype(np.int64)
         S = np.full((n_cand, self.K, self.L), np.nan)
+        Xs = as_kernel_block(sample)
+        St = np.ascontiguousarray(sample, dtype=np.float64)   # a sample row per "feature"
         for r in range(n_cand):
             # rows are clustered on their per-column-cluster medians (m x L): the medians
-            # over a column cluster's features are robust to gross entries
-            groups = [columns[r] == l for l in range(self.L)]
+            # over a column cluster's features are robust to gross entries (by selection:
+            # the column clusters are groups of sample columns, the rows the "features")
+            order, ends = group_order(columns[r], self.L)
+            profile = group_medians(St, order, ends, np.full((self.L, m), np.nan)).T
             # (an empty column cluster, e.g. on constant data, gives a zero column: it does
             # not separate rows, and the S step below leaves its blocks to the reseeding)
-            profile = np.stack([np.median(sample[:, g], axis=1) if g.any() else np.zeros(m)
-                                for g in groups], axis=1)
+            profile = np.ascontiguousarray(np.where(np.isnan(profile), 0.0, profile))
             row_seed = int(rng.stream_id(7, r, self.seed % 2**62) >> 1)
             rows = kmedians_labels(profile, self.K, 1, row_seed)[:, 0]
-            for k in range(self.K):
-                for l, g in enumerate(groups):
-                    block = sample[rows == k][:, g]
-                    if block.size:
-                        S[r, k, l] = np.median(block)
+            S[r] = block_medians(Xs, rows, columns[r], self.K, self.L)
         # co-cluster the sample from every candidate (in memory, the same code), keep the
         # n_init with the lowest sample objective
         blocks = RowBlocks(sample)
@@ -290,6 +291,8 @@ class _CoFit:
     # -- one iteration
     def step(self, state, active):
         S, C = state["S"][active], state["columns"][active]
+        if self.blocks.array is not None:
+            return self._step_in_memory(state, active, S, C)
         spec_round = self.speculate is not None and bool(self.speculate[active].all())
         search = plan = None
         if spec_round:
@@ -318,6 +321,28 @@ class _CoFit:
                             (search, plan, res.get("median")) if speculative else None,
                             sample_labels)
         del labels
+        newS = _reseed_empty_rows(newS, res["counts"], res["worst"], newC)
+        state = {"S": state["S"].copy(), "columns": state["columns"].copy()}
+        state["S"][active], state["columns"][active] = newS, newC
+        return state, objective
+
+    def _step_in_memory(self, state, active, S, C):
+        """:meth:`step` on X in memory: the same row step and column costs (one pass), and
+        the exact block medians by selection (:func:`block_medians`), counted around the
+        last S — no median search, no further pass."""
+        P = prototypes(S, C)
+        res, labels = self.blocks.map_reduce(
+            cocluster_assign_chunk, cocluster_assign_combine,
+            args=(P, S, C, CoclusterSpec(K=self.K, plan=None)),
+            keep_state=True, name="row step + column costs")
+        labels = np.concatenate(labels)
+        newC = argmin_ties_low(res["costs"])
+        objective = np.take_along_axis(res["costs"], newC[:, :, None], axis=2)[:, :, 0].sum(axis=1)
+        newC = _reseed_empty_columns(newC, res["costs"], self.L)
+        X = as_kernel_block(self.blocks.array)
+        newS = np.stack([block_medians(X, labels[:, r], newC[r], self.K, self.L, S[r])
+                         for r in range(C.shape[0])])
+        self.median_rounds.append(0)
         newS = _reseed_empty_rows(newS, res["counts"], res["worst"], newC)
         state = {"S": state["S"].copy(), "columns": state["columns"].copy()}
         state["S"][active], state["columns"][active] = newS, newC
