@@ -49,9 +49,9 @@ def main():
     previous_read = {200_000: (27.6, 9)}
     # the committed table before the sample-bracketed first S step, the trusted warm
     # round and the float32 / count-only kernels (2026-11-23): RFNMTF s, ratio
-    last = {1000: [(0.80, 8.4), (0.87, 4.9), (1.04, 7.6)], 10_000: [(2.10, 3.8)],
-            200_000: [(14.19, 3.6)]}
-    last_read = {200_000: (19.9, 8)}
+    last = {1000: [(0.85, 19.4), (0.94, 4.2), (1.19, 8.8)], 10_000: [(2.41, 4.2)],
+            200_000: [(9.29, 1.9)]}
+    last_read = {200_000: (14.5, 6)}
     times = []
 
     def row(data, method, t, it, passes, r, c, rows, cols):
@@ -110,8 +110,8 @@ def main():
             times.append((name, n, t_rf, t_sc))
         emit("\nRFNMTF time / SpectralCoclustering time (aim <= 2), one run; `previous`: the "
              "committed table before the per-feature median kernels and the resized warm "
-             "median windows (RFNMTF s, ratio); `last`: the committed table before the "
-             "sample-bracketed first S step and the trusted warm round:\n")
+             "median windows (RFNMTF s, ratio); `last`: the last committed table (2026-11-24), "
+             "before the in-memory block-median selection:\n")
         emit("| data | RFNMTF s | SpectralCoclustering s | ratio | previous s | previous ratio "
              "| last s | last ratio |")
         emit("|---|---:|---:|---:|---:|---:|---:|---:|")
