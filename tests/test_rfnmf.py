@@ -426,7 +426,10 @@ def test_medians_from_previous_ones_equal_fresh_selection():
 
     rng = np.random.default_rng(7)
     for trial in range(60):
-        n, d, k = int(rng.integers(1, 80)), int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        # (the last trials' groups are large enough to select a missed median on the
+        # guess's side, SIDE_SELECT_MIN)
+        n = int(rng.integers(1, 80)) if trial < 50 else int(rng.integers(200, 400))
+        d, k = int(rng.integers(1, 6)), int(rng.integers(1, 5))
         X = (rng.integers(0, 4, size=(n, d)).astype(float) if trial % 2
              else np.round(rng.standard_cauchy(size=(n, d)), 1))
         if trial % 3 == 0:

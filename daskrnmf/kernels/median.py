@@ -363,6 +363,12 @@ def group_medians(Xt, order, ends, out, pivots=None, X=None):
     return out
 
 
+# groups of at least this many values select a missed median on the guess's side (after
+# gathering it); smaller ones select among all their values (measured: 20-value groups
+# 2.2 against 3.0 ms, 180-value groups 1.0 against 1.5 ms)
+SIDE_SELECT_MIN = 64
+
+
 @njit(cache=True, nogil=True)
 def _pivot_counts(X, order, a, m, p, lt, eq, gt, below, above):
     """Counts of a group's values below / at / above p, feature by feature, and the
@@ -570,15 +576,29 @@ def _group_medians(Xt, order, ends, out, pivots, X):
                 hi, ok2 = lo, True
                 if mo % 2 == 0:
                     hi, ok2 = _near_rank(L, E, p, nb[j], na[j], h + 1)
-                if not (ok and ok2):        # the median moved past a neighbour: select
-                    row = Xt[j]
-                    for t in range(m):
+                if not (ok and ok2) and m >= SIDE_SELECT_MIN:
+                    row = Xt[j]                 # the median moved past a neighbour: select
+                    for t in range(m):          # on the side that holds it
                         buf[t] = row[order[a + t]]
                     if not ok:
                         lo = _pivot_rank(buf, m, part, L, E, n_gt[j], p, nb[j], na[j], h)
                     if not ok2:
                         hi = _pivot_rank(buf, m, part, L, E, n_gt[j], p, nb[j], na[j],
                                          h + 1)
+                elif not (ok and ok2):          # a small group: the selection without a
+                    row = Xt[j]                 # guess costs less than the side's
+                    w = 0
+                    for t in range(m):
+                        v = row[order[a + t]]
+                        if not np.isnan(v):
+                            buf[w] = v
+                            w += 1
+                    lo = _select(buf, mo, h)
+                    if mo % 2 == 0:
+                        hi = buf[h + 1]
+                        for t in range(h + 2, mo):
+                            if buf[t] < hi:
+                                hi = buf[t]
                 out[g, j] = lo if mo % 2 else (lo + hi) / 2.0
             continue
         for j in range(d):
