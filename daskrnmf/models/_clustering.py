@@ -181,9 +181,13 @@ class CentroidFit:
             return robust_kmedians_pp(S, self.k, np.random.default_rng([self.seed, r]),
                                       self.metric, power=2, pairwise=D)
 
-        # the restarts' seeds are independent (a generator each) and their kernels release
-        # the GIL: one thread per core, the same seeds as one after the other
-        n_threads = _n_threads(self.R, S.size)
+        # the restarts' seeds are independent (a generator each): with the L1 distance
+        # loop (it releases the GIL) one thread per core, the same seeds as one after the
+        # other; the L2 matrix products (BLAS threads of their own) and the lookups in D
+        # (small steps, held by the GIL) ran slower in threads (digits l21: 39 against
+        # 22 ms, Yale: 16 against 8 ms)
+        n_threads = (_n_threads(self.R, S.size) if self.metric == "l1" and D is None
+                     else 1)
         if n_threads < 2:
             return np.stack([seed(r) for r in range(self.R)])
         with ThreadPoolExecutor(n_threads, thread_name_prefix="daskrnmf-seed") as pool:
