@@ -276,7 +276,11 @@ class _CoFit:
             profile = np.ascontiguousarray(np.where(np.isnan(profile), 0.0, profile))
             row_seed = int(rng.stream_id(7, r, self.seed % 2**62) >> 1)
             rows = kmedians_labels(profile, self.K, 1, row_seed)[:, 0]
-            S[r] = block_medians(Xs, rows, columns[r], self.K, self.L)
+            # guesses: the medians of the row clusters' profiles (median of row medians)
+            rorder, rends = group_order(rows, self.K)
+            guess = group_medians(np.ascontiguousarray(profile.T), rorder, rends,
+                                  np.full((self.K, self.L), np.nan))
+            S[r] = block_medians(Xs, rows, columns[r], self.K, self.L, guess)
         # co-cluster the sample from every candidate (in memory, the same code), keep the
         # n_init with the lowest sample objective
         blocks = RowBlocks(sample)
