@@ -265,6 +265,8 @@ class CentroidFit:
                                          name="assign + reweighted sums")
             with np.errstate(invalid="ignore", divide="ignore"):
                 newF = res["sums"]      # the pass's own array: divided in place
+                if not newF.flags.writeable:        # (a buffer deserialised read-only)
+                    newF = newF.copy()
                 newF /= res["wsum_f"] if "wsum_f" in res else res["wsum"][:, :, None]
         newF = reseed_empty(newF, res["counts"], res["worst"], self.blocks.array)
         if self.missing and np.isnan(newF).any():
