@@ -612,3 +612,13 @@ def test_fused_cd_rows_match_the_vectorised_solve(dtype):
                                atol=1e-9 * ref.max())
     st = block_statistics(x, h_l, r_l, W, 1.0)
     assert st["loss"] == pytest.approx(ref.sum(), rel=1e-4)
+    # into reused buffers (dirty, larger than the slice): the same numbers
+    out = (np.full((400, 6), 7.0), np.full((400, 40), 7.0, dtype=dtype),
+           np.full(400, 7, dtype=np.int64), np.full(400, 7.0))
+    for lo, hi in ((0, 300), (10, 130)):
+        h_o, r_o, n_o, loss_o = solve_rows_fused(x[lo:hi], W, 1.0, 200, 1e-10,
+                                                 return_loss=True, out=out)
+        np.testing.assert_array_equal(h_o, h_l[lo:hi])
+        np.testing.assert_array_equal(r_o, r_l[lo:hi])
+        np.testing.assert_array_equal(n_o, n_f[lo:hi])
+        np.testing.assert_array_equal(loss_o, loss[lo:hi])

@@ -93,13 +93,17 @@ def _cd_rows(x, W, G, L, warm, h, lam, max_iter, tol, nnls_tol, r_out, rounds, l
             r_out[i, j] = rj if rj > 0.0 else 0.0
 
 
-def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_loss=False):
+def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_loss=False,
+                     out=None):
     """:func:`daskrnmf.kernels.outliers.solve_codes_cd` for complete data, row by row in
     one compiled loop (see the module docstring); same parameters and returns, and with
     ``return_loss`` each row's objective (3) at the returned h, r (float64, as
     :func:`daskrnmf.kernels.outliers.huber_rows` of its residual).  ``dtype``: the work
     dtype the caller already chose (:func:`daskrnmf.kernels.outliers.work_dtype`; its
-    check is a pass over x)."""
+    check is a pass over x).  ``out``: arrays (h (>= m, k) float64, r (>= m, d) in the
+    work dtype, rounds (>= m,) int64, loss (>= m,) float64) whose first m rows receive
+    the results (a caller that solves a block in slices reuses them: fresh arrays of that
+    size cost page faults each time, several µs a page on VMs), without ``h``."""
     from .outliers import work_dtype
 
     dt = work_dtype(x) if dtype is None else np.dtype(dtype)
@@ -109,12 +113,16 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
     k = W64.shape[0]
     L = np.linalg.cholesky(G + (1e-12 * np.trace(G) + 1e-300) * np.eye(k)) if k else G
     warm = h is not None
-    h = np.array(h, dtype=np.float64) if warm else np.zeros((x.shape[0], k))
-    h = np.ascontiguousarray(h)
     m = x.shape[0]
-    rounds = np.zeros(m, dtype=np.int64)
-    r = np.empty(x.shape, dtype=dt)
-    loss = np.zeros(m)
+    if out is not None and not warm:
+        h, r, rounds, loss = (a[:m] for a in out)
+        rounds[:] = 0
+    else:
+        h = np.array(h, dtype=np.float64) if warm else np.zeros((m, k))
+        rounds = np.zeros(m, dtype=np.int64)
+        r = np.empty(x.shape, dtype=dt)
+        loss = np.zeros(m)
+    h = np.ascontiguousarray(h)
     if m:
         _cd_rows(x, W64, G, np.ascontiguousarray(L), warm, h, float(lam), int(max_iter),
                  float(tol), 32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss)

@@ -62,12 +62,13 @@ class SolveSpec:
     missing: bool = False
 
 
-def solve_rows(x, W, spec, mask=None):
+def solve_rows(x, W, spec, mask=None, out=None):
     """h (m, k), r (m, d), the rounds taken (summed over rows) and the rows' objectives
     (3) when the solver gives them (complete rows, "cd"; else None) for rows x, in the
     work dtype of :func:`as_work_block`.  ``mask``: their observed entries, x zero at the
     others; the rows are then solved :func:`daskrnmf.kernels.missing.gram_rows` at a
-    time, which bounds their Gram matrices' memory."""
+    time, which bounds their Gram matrices' memory.  ``out``: buffers the complete-row
+    solver fills instead of new arrays (:func:`~daskrnmf.kernels.cd_rows.solve_rows_fused`)."""
     step = gram_rows(W.shape[0])
     if mask is not None and spec.solver == "cd" and x.shape[0] > step:
         parts = [solve_rows(x[s:s + step], W, spec, mask[s:s + step])
@@ -77,7 +78,7 @@ def solve_rows(x, W, spec, mask=None):
     if spec.solver == "cd" and mask is None:
         # the work dtype is x's (as_work_block chose it); the rows' objectives come along
         h, r, rounds, loss = solve_codes_cd(x, W, spec.alpha_R, spec.n_iter, spec.tol,
-                                            dtype=x.dtype, return_loss=True)
+                                            dtype=x.dtype, return_loss=True, out=out)
         return h, r, int(rounds.sum()), loss
     if spec.solver == "cd":
         h, r, rounds = solve_codes_cd(x, W, spec.alpha_R, spec.n_iter, spec.tol, mask=mask)
@@ -116,9 +117,14 @@ def solve_batch_piece(block, start, W, spec):
                        allow_nan=spec.missing, hint=MASK_HINT)
     x = as_work_block(x, top)
     parts = []
+    # the complete-row solver's outputs, reused slice after slice (their statistics are
+    # taken before the next slice)
+    rows = min(SOLVE_ROWS, x.shape[0])
+    out = (np.empty((rows, W.shape[0])), np.empty((rows, x.shape[1]), dtype=x.dtype),
+           np.empty(rows, dtype=np.int64), np.empty(rows))
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
-        h, r, rounds, loss = solve_rows(xs, W, spec, mask)
+        h, r, rounds, loss = solve_rows(xs, W, spec, mask, out=out)
         st = block_statistics(xs, h, r, W, spec.alpha_R, mask, loss=loss)
         st["rounds"] = rounds
         parts.append(st)
@@ -134,9 +140,12 @@ def codes_block(block, W, spec, what):
     x = as_work_block(block)
     k = W.shape[0]
     out = np.empty((x.shape[0], k + (x.shape[1] if what == "hr" else 0)), dtype=x.dtype)
+    rows = min(SOLVE_ROWS, x.shape[0])
+    buf = (np.empty((rows, k)), np.empty((rows, x.shape[1]), dtype=x.dtype),
+           np.empty(rows, dtype=np.int64), np.empty(rows))
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
-        h, r = solve_rows(xs, W, spec, mask)[:2]
+        h, r = solve_rows(xs, W, spec, mask, out=buf)[:2]
         out[s:s + SOLVE_ROWS, :k] = h
         if what == "hr":
             out[s:s + SOLVE_ROWS, k:] = r
