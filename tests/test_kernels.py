@@ -1,5 +1,8 @@
 """Every per-chunk kernel against a plain NumPy twin on the same data."""
 
+import os
+import warnings
+
 import numpy as np
 import pytest
 
@@ -158,6 +161,38 @@ def test_nearest_split_over_threads_equals_one_thread(rng, metric, monkeypatch):
         got = A.nearest(X, C, metric, threads=threads)
         np.testing.assert_array_equal(got[0], one[0])
         np.testing.assert_array_equal(got[1], one[1])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or (os.cpu_count() or 1) < 2,
+                    reason="needs fork and two cores")
+def test_split_rows_works_in_a_forked_child():
+    # the row pool of a parent that used it is made again in a forked child (the
+    # parent's threads do not run there: submitting to its pool would hang)
+    import threading
+
+    from daskrnmf.kernels.blocks import split_rows
+
+    seen = []
+    both = threading.Barrier(2)         # two parts at once: the pool starts two threads
+
+    def part(a, b):
+        both.wait(20)
+        seen.append((a, b))
+
+    split_rows(part, 10, 2)
+    assert sorted(seen) == [(0, 5), (5, 10)]
+    with warnings.catch_warnings():     # (Python >= 3.12 warns about fork with threads)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:                                        # the child: exit 0 when it works
+        import threading
+
+        done = threading.Event()
+        threading.Thread(target=lambda: (split_rows(lambda a, b: None, 10, 2), done.set()),
+                         daemon=True).start()
+        os._exit(0 if done.wait(20) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def _plan(E, n_bins, hist_mask, lo, hi, coll_mask, clo, chi):

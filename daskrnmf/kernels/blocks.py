@@ -32,12 +32,15 @@ def split_rows(fn, n, threads):
     if threads == 1:
         fn(0, n)
         return
-    if _ROW_POOL is None:       # one pool per process, for the in-memory fits' kernels
+    if _ROW_POOL is None or _ROW_POOL[0] != os.getpid():
+        # one pool per process, for the in-memory fits' kernels (made again in a forked
+        # child, where the parent's threads do not run)
         from concurrent.futures import ThreadPoolExecutor
 
-        _ROW_POOL = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="daskrnmf-rows")
+        _ROW_POOL = (os.getpid(), ThreadPoolExecutor(os.cpu_count() or 1,
+                                                     thread_name_prefix="daskrnmf-rows"))
     bounds = [n * t // threads for t in range(threads + 1)]
-    futures = [_ROW_POOL.submit(fn, bounds[t], bounds[t + 1]) for t in range(threads)]
+    futures = [_ROW_POOL[1].submit(fn, bounds[t], bounds[t + 1]) for t in range(threads)]
     for f in futures:
         f.result()
 
