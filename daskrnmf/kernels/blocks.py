@@ -23,6 +23,15 @@ def as_kernel_block(block):
 _ROW_POOL = None
 
 
+def available_cpus():
+    """The cores this process may run on (its affinity: a batch job's allocation, not the
+    node's count), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:          # no affinity on this platform
+        return os.cpu_count() or 1
+
+
 def split_rows(fn, n, threads):
     """``fn(a, b)`` over the row ranges of ``threads`` equal parts of ``range(n)``, each in
     its own thread (one: in the calling thread).  ``fn`` must write rows a..b only and
@@ -37,7 +46,7 @@ def split_rows(fn, n, threads):
         # child, where the parent's threads do not run)
         from concurrent.futures import ThreadPoolExecutor
 
-        _ROW_POOL = (os.getpid(), ThreadPoolExecutor(os.cpu_count() or 1,
+        _ROW_POOL = (os.getpid(), ThreadPoolExecutor(available_cpus(),
                                                      thread_name_prefix="daskrnmf-rows"))
     bounds = [n * t // threads for t in range(threads + 1)]
     futures = [_ROW_POOL[1].submit(fn, bounds[t], bounds[t + 1]) for t in range(threads)]

@@ -8,7 +8,6 @@ RFNMF runs :class:`CentroidFit` on X; RFNMTF runs it in memory on a small sample
 
 from __future__ import annotations
 
-import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -26,7 +25,7 @@ from .._typing import Array, Data
 from ..kernels.assign import (distances, nearest, pairwise_distances, seed_potentials,
                               seed_potentials_gram, seed_potentials_pairwise, seed_update,
                               seed_update_gram)
-from ..kernels.blocks import as_kernel_block, sum_arrays
+from ..kernels.blocks import as_kernel_block, available_cpus, sum_arrays
 from ..kernels.median import group_medians, group_order, merge_median_round
 from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, AssignSpec, MedianSearch, assign_chunk,
                           assign_combine, feature_stats, median_refine_chunk, sample_bracket,
@@ -211,7 +210,7 @@ class CentroidFit:
                           missing=self.missing,
                           # X in memory: empty clusters take their rows from it
                           worst_rows=self.blocks.array is None,
-                          threads=1 if self.blocks.array is None else os.cpu_count() or 1)
+                          threads=1 if self.blocks.array is None else available_cpus())
         self.unit_weights_next = False
         if self.loss == "l1" and self.blocks.array is not None:
             # in memory: exact medians by selection from the pass's labels (one pass)
@@ -503,7 +502,7 @@ def _n_threads(n_restarts, n_values):
     costs more than it saves."""
     if n_values * n_restarts < THREADS_MIN_VALUES:
         return 1
-    return min(n_restarts, os.cpu_count() or 1)
+    return min(n_restarts, available_cpus())
 
 
 def cluster_medians(X, labels, k, previous=None, Xt=None, guess=None):
