@@ -531,16 +531,20 @@ def test_missing_raise_is_the_default():
 
 @pytest.mark.parametrize("loss", ["l1", "l21"])
 def test_seeds_drawn_on_threads_are_those_drawn_in_sequence(monkeypatch, loss):
-    """The restarts' seeds are drawn, and their in-memory medians selected, on one
-    thread per core: the fit is the one the restarts give one after the other."""
+    """The restarts' seeds are drawn, their in-memory medians selected and the rows
+    assigned on one thread per core: the fit is the one the restarts give one after the
+    other, on one thread."""
     from daskrnmf.models import _clustering
 
     X, _ = make_blobs(300, n_features=5, centers=4, random_state=3)
     X -= X.min()
-    monkeypatch.setattr(_clustering.os, "cpu_count", lambda: 4)      # threads, whatever the machine
+    from daskrnmf.kernels import assign
+
+    monkeypatch.setattr(_clustering, "available_cpus", lambda: 4)   # threads, whatever the machine
     monkeypatch.setattr(_clustering, "THREADS_MIN_VALUES", 0)        # ... and the data size
+    monkeypatch.setattr(assign, "ROW_THREADS_MIN_WORK", 0)           # the assignment's rows too
     threaded = RFNMF(4, loss=loss, n_init=6, max_iter=2, tol=0, random_state=7).fit(X)
-    monkeypatch.setattr(_clustering.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(_clustering, "available_cpus", lambda: 1)
     sequential = RFNMF(4, loss=loss, n_init=6, max_iter=2, tol=0, random_state=7).fit(X)
     np.testing.assert_array_equal(threaded.cluster_centers_, sequential.cluster_centers_)
     np.testing.assert_array_equal(threaded.labels_, sequential.labels_)
