@@ -340,8 +340,8 @@ def group_medians(Xt, order, ends, out, pivots=None, X=None):
     pivots : ndarray (n_groups, n_features), optional
         A guess of every median (the previous iteration's; NaN: none).
     X : ndarray (n, n_features) float32 or float64, C-contiguous, optional
-        X itself (the same values as Xt): with it, a group whose guesses are all given
-        is counted a row at a time, every feature at once.
+        X itself (the same values as Xt), whose rows the guesses are counted by, every
+        feature at once (default: Xt transposed, a copy, when guesses are given).
 
     NaN values are missing (``missing="mask"``): each median is over the observed ones.
     The median of m values is :func:`numpy.median`'s: the middle value, or the mean of
@@ -356,8 +356,9 @@ def group_medians(Xt, order, ends, out, pivots=None, X=None):
     """
     if pivots is None:
         pivots = np.full(out.shape, np.nan)
-    if X is None:
-        X = np.empty((0, Xt.shape[0]))
+    if X is None:       # the guesses are counted by rows of X
+        X = (np.empty((0, Xt.shape[0])) if np.isnan(pivots).all()
+             else np.ascontiguousarray(Xt.T))
     _group_medians(Xt, np.asarray(order, dtype=np.int64), np.asarray(ends, dtype=np.int64),
                    out, np.ascontiguousarray(pivots, dtype=np.float64), X)
     return out
@@ -469,21 +470,13 @@ def _block_medians(X, rorder, rends, corder, cends, pivots, out):
                     buf[w] = x[corder[jj]]
                     w += 1
             if np.isnan(p):
-                lo = _select(buf, m, h)
-                if m % 2:
-                    out[k, l] = lo
-                else:                   # the next order statistic: min of the upper part
-                    hi = buf[h + 1]
-                    for t in range(h + 2, m):
-                        if buf[t] < hi:
-                            hi = buf[t]
-                    out[k, l] = (lo + hi) / 2.0
+                out[k, l] = _buf_median(buf, m)
                 continue
             G = m - L_ - E
             if not ok:
-                lo = _pivot_rank(buf, m, part, L_, E, G, p, nb[l], na[l], h)
+                lo = _side_rank(buf, m, part, L_, E, G, p, h)
             if not ok2:
-                hi = _pivot_rank(buf, m, part, L_, E, G, p, nb[l], na[l], h + 1)
+                hi = _side_rank(buf, m, part, L_, E, G, p, h + 1)
             out[k, l] = lo if m % 2 else (lo + hi) / 2.0
 
 
@@ -515,16 +508,10 @@ def block_medians(X, rows, cols, K, L, pivots=None):
 
 
 @njit(cache=True, nogil=True)
-def _pivot_rank(buf, m, part, lt, eq, gt, p, below, above, r):
-    """The r-th smallest observed value of buf[:m], given its counts below / at / above p
-    and the nearest values on either side: those, or a selection among the values on
-    the side that holds rank r (gathered into ``part``)."""
-    if r == lt - 1:
-        return below
-    if lt <= r < lt + eq:
-        return p
-    if r == lt + eq:
-        return above
+def _side_rank(buf, m, part, lt, eq, gt, p, r):
+    """The r-th smallest observed value of buf[:m] when it lies beyond p's neighbours
+    (:func:`_near_rank` missed), given the counts below / at / above p: a selection
+    among the values on its side (gathered into ``part``)."""
     w = 0
     if r < lt:
         for t in range(m):
@@ -537,6 +524,34 @@ def _pivot_rank(buf, m, part, lt, eq, gt, p, below, above, r):
         part[w] = v
         w += v > p
     return _select(part, gt, r - lt - eq)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _buf_median(buf, m):
+    """numpy.median of buf[:m] (m > 0) by selection (buf is reordered): the middle value,
+    or the mean of the two middle ones."""
+    h = (m - 1) // 2
+    lo = _select(buf, m, h)
+    if m % 2:
+        return lo
+    hi = buf[h + 1]                     # the next order statistic: min of the upper part
+    for t in range(h + 2, m):
+        if buf[t] < hi:
+            hi = buf[t]
+    return (lo + hi) / 2.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _gathered_median(row, order, a, m, buf):
+    """The median of the observed (non-NaN) values ``row[order[a:a + m]]`` and their
+    number (the median is undefined when it is 0)."""
+    mo = 0
+    for t in range(m):
+        v = row[order[a + t]]
+        if not np.isnan(v):
+            buf[mo] = v
+            mo += 1
+    return (_buf_median(buf, mo) if mo else 0.0), mo
 
 
 @njit(cache=True, nogil=True)
@@ -559,94 +574,42 @@ def _group_medians(Xt, order, ends, out, pivots, X):
         m = ends[g] - a
         if m == 0:
             continue
-        rowwise = X.shape[0] > 0
+        counted = False
         for j in range(d):
-            if np.isnan(pivots[g, j]):
-                rowwise = False
-        if rowwise:
+            if not np.isnan(pivots[g, j]):
+                counted = True
+        if counted:
             _pivot_counts(X, order, a, m, pivots[g], n_lt, n_eq, n_gt, nb, na)
-            for j in range(d):
+        for j in range(d):
+            p = pivots[g, j]
+            if counted and not np.isnan(p):
                 L, E = n_lt[j], n_eq[j]
                 mo = L + E + n_gt[j]
                 if mo == 0:
                     continue
                 h = (mo - 1) // 2
-                p = pivots[g, j]
                 lo, ok = _near_rank(L, E, p, nb[j], na[j], h)
                 hi, ok2 = lo, True
                 if mo % 2 == 0:
                     hi, ok2 = _near_rank(L, E, p, nb[j], na[j], h + 1)
-                if not (ok and ok2) and m >= SIDE_SELECT_MIN:
-                    row = Xt[j]                 # the median moved past a neighbour: select
-                    for t in range(m):          # on the side that holds it
+                if ok and ok2:
+                    out[g, j] = lo if mo % 2 else (lo + hi) / 2.0
+                    continue
+                if m >= SIDE_SELECT_MIN:        # the median moved past a neighbour:
+                    row = Xt[j]                 # select on the side that holds it
+                    for t in range(m):
                         buf[t] = row[order[a + t]]
                     if not ok:
-                        lo = _pivot_rank(buf, m, part, L, E, n_gt[j], p, nb[j], na[j], h)
+                        lo = _side_rank(buf, m, part, L, E, n_gt[j], p, h)
                     if not ok2:
-                        hi = _pivot_rank(buf, m, part, L, E, n_gt[j], p, nb[j], na[j],
-                                         h + 1)
-                elif not (ok and ok2):          # a small group: the selection without a
-                    row = Xt[j]                 # guess costs less than the side's
-                    w = 0
-                    for t in range(m):
-                        v = row[order[a + t]]
-                        if not np.isnan(v):
-                            buf[w] = v
-                            w += 1
-                    lo = _select(buf, mo, h)
-                    if mo % 2 == 0:
-                        hi = buf[h + 1]
-                        for t in range(h + 2, mo):
-                            if buf[t] < hi:
-                                hi = buf[t]
-                out[g, j] = lo if mo % 2 else (lo + hi) / 2.0
-            continue
-        for j in range(d):
-            row = Xt[j]
-            p = pivots[g, j]
-            if not np.isnan(p):
-                # one branch-free pass: the values below / at / above the guess, the
-                # largest below and the smallest above it; the middle ranks are then
-                # the guess, or a neighbour of it, unless the median moved past one
-                lt, eq, gt = 0, 0, 0
-                below, above = -np.inf, np.inf
-                for t in range(m):
-                    v = row[order[a + t]]
-                    buf[t] = v
-                    lt += v < p
-                    eq += v == p
-                    gt += v > p
-                    below = v if (v < p and v > below) else below
-                    above = v if (v > p and v < above) else above
-                mo = lt + eq + gt       # the observed values (NaN: missing)
-                if mo == 0:
+                        hi = _side_rank(buf, m, part, L, E, n_gt[j], p, h + 1)
+                    out[g, j] = lo if mo % 2 else (lo + hi) / 2.0
                     continue
-                h = (mo - 1) // 2
-                lo = _pivot_rank(buf, m, part, lt, eq, gt, p, below, above, h)
-                if mo % 2:
-                    out[g, j] = lo
-                else:
-                    out[g, j] = (lo + _pivot_rank(buf, m, part, lt, eq, gt, p, below, above,
-                                                  h + 1)) / 2.0
-                continue
-            mo = 0                      # the observed values (NaN: missing)
-            for t in range(m):
-                v = row[order[a + t]]
-                if not np.isnan(v):
-                    buf[mo] = v
-                    mo += 1
-            if mo == 0:
-                continue
-            h = (mo - 1) // 2
-            lo = _select(buf, mo, h)
-            if mo % 2:
-                out[g, j] = lo
-            else:                       # the next order statistic: min of the upper part
-                hi = buf[h + 1]
-                for t in range(h + 2, mo):
-                    if buf[t] < hi:
-                        hi = buf[t]
-                out[g, j] = (lo + hi) / 2.0
+            # no guess, or a small group whose guess missed (there the selection among
+            # all the values costs less than the side's): select
+            v, mo = _gathered_median(Xt[j], order, a, m, buf)
+            if mo:
+                out[g, j] = v
 
 
 @njit(cache=True, nogil=True)

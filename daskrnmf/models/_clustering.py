@@ -552,9 +552,9 @@ def cluster_medians(X, labels, k, previous=None, Xt=None, guess=None):
         order, ends = group_order(lab, k + 1)
         ends = ends[:k]
         part = np.full((k, d), np.nan)
-        group_medians(Xt, order, ends, part,
-                      guess[r] if previous is None and guess is not None
-                      else None if previous is None else previous[1][r], X=Xr)
+        pivots = (previous[1][r] if previous is not None
+                  else None if guess is None else guess[r])
+        group_medians(Xt, order, ends, part, pivots, X=Xr)
         out[r, todo] = part[todo]
 
     # restarts are independent and the selection kernel releases the GIL: one thread

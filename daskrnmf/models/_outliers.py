@@ -90,6 +90,14 @@ def solve_rows(x, W, spec, mask=None, out=None):
     return h, r, spec.n_iter * x.shape[0], None
 
 
+def _solve_buffers(x, k):
+    """The complete-row solver's outputs (h, r, rounds, objectives) for ``SOLVE_ROWS``
+    rows of block x, reused slice after slice (fresh arrays per slice page-fault)."""
+    rows = min(SOLVE_ROWS, x.shape[0])
+    return (np.empty((rows, k)), np.empty((rows, x.shape[1]), dtype=x.dtype),
+            np.empty(rows, dtype=np.int64), np.empty(rows))
+
+
 def _block(x, missing):
     """A block (or some of its rows) and its mask (None: nothing missing, or
     ``missing="raise"``); x is zero at the missing entries."""
@@ -117,11 +125,7 @@ def solve_batch_piece(block, start, W, spec):
                        allow_nan=spec.missing, hint=MASK_HINT)
     x = as_work_block(x, top)
     parts = []
-    # the complete-row solver's outputs, reused slice after slice (their statistics are
-    # taken before the next slice)
-    rows = min(SOLVE_ROWS, x.shape[0])
-    out = (np.empty((rows, W.shape[0])), np.empty((rows, x.shape[1]), dtype=x.dtype),
-           np.empty(rows, dtype=np.int64), np.empty(rows))
+    out = _solve_buffers(x, W.shape[0])   # (the statistics are taken slice by slice)
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
         h, r, rounds, loss = solve_rows(xs, W, spec, mask, out=out)
@@ -140,9 +144,7 @@ def codes_block(block, W, spec, what):
     x = as_work_block(block)
     k = W.shape[0]
     out = np.empty((x.shape[0], k + (x.shape[1] if what == "hr" else 0)), dtype=x.dtype)
-    rows = min(SOLVE_ROWS, x.shape[0])
-    buf = (np.empty((rows, k)), np.empty((rows, x.shape[1]), dtype=x.dtype),
-           np.empty(rows, dtype=np.int64), np.empty(rows))
+    buf = _solve_buffers(x, k)
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
         h, r = solve_rows(xs, W, spec, mask, out=buf)[:2]

@@ -295,9 +295,11 @@ class _CoFit:
     # -- one iteration
     def step(self, state, active):
         S, C = state["S"][active], state["columns"][active]
-        if self.blocks.array is not None:
-            return self._step_in_memory(state, active, S, C)
-        spec_round = self.speculate is not None and bool(self.speculate[active].all())
+        # X in memory: the exact block medians are selected from the pass's labels
+        # (block_medians, counted around the last S): no median search, no further pass
+        in_memory = self.blocks.array is not None
+        spec_round = (not in_memory and self.speculate is not None
+                      and bool(self.speculate[active].all()))
         search = plan = None
         if spec_round:
             # the pass counts every block's values: the warm collections skip the
@@ -312,41 +314,26 @@ class _CoFit:
         newC = argmin_ties_low(res["costs"])
         objective = np.take_along_axis(res["costs"], newC[:, :, None], axis=2)[:, :, 0].sum(axis=1)
         newC = _reseed_empty_columns(newC, res["costs"], self.L)
-        unchanged = np.all(newC == C, axis=1)
-        if self.speculate is None:
-            self.speculate = np.zeros(self.R, dtype=bool)
-        self.speculate[active] = unchanged
-        speculative = spec_round and unchanged.all()
-        # the first S step: the sample, labelled by the same row step (a row's label
-        # depends on that row only), brackets the block medians
-        sample_labels = (nearest(self.sample, P, "l1")[0] if self.warm is None
-                         and self.sample is not None and not speculative else None)
-        newS = self._s_step(labels, newC, active, res["counts"],
-                            (search, plan, res.get("median")) if speculative else None,
-                            sample_labels)
+        if in_memory:
+            labels = np.concatenate(labels)
+            X = as_kernel_block(self.blocks.array)
+            newS = np.stack([block_medians(X, labels[:, r], newC[r], self.K, self.L, S[r])
+                             for r in range(C.shape[0])])
+            self.median_rounds.append(0)
+        else:
+            unchanged = np.all(newC == C, axis=1)
+            if self.speculate is None:
+                self.speculate = np.zeros(self.R, dtype=bool)
+            self.speculate[active] = unchanged
+            speculative = spec_round and unchanged.all()
+            # the first S step: the sample, labelled by the same row step (a row's label
+            # depends on that row only), brackets the block medians
+            sample_labels = (nearest(self.sample, P, "l1")[0] if self.warm is None
+                             and self.sample is not None and not speculative else None)
+            newS = self._s_step(labels, newC, active, res["counts"],
+                                (search, plan, res.get("median")) if speculative else None,
+                                sample_labels)
         del labels
-        newS = _reseed_empty_rows(newS, res["counts"], res["worst"], newC)
-        state = {"S": state["S"].copy(), "columns": state["columns"].copy()}
-        state["S"][active], state["columns"][active] = newS, newC
-        return state, objective
-
-    def _step_in_memory(self, state, active, S, C):
-        """:meth:`step` on X in memory: the same row step and column costs (one pass), and
-        the exact block medians by selection (:func:`block_medians`), counted around the
-        last S — no median search, no further pass."""
-        P = prototypes(S, C)
-        res, labels = self.blocks.map_reduce(
-            cocluster_assign_chunk, cocluster_assign_combine,
-            args=(P, S, C, CoclusterSpec(K=self.K, plan=None)),
-            keep_state=True, name="row step + column costs")
-        labels = np.concatenate(labels)
-        newC = argmin_ties_low(res["costs"])
-        objective = np.take_along_axis(res["costs"], newC[:, :, None], axis=2)[:, :, 0].sum(axis=1)
-        newC = _reseed_empty_columns(newC, res["costs"], self.L)
-        X = as_kernel_block(self.blocks.array)
-        newS = np.stack([block_medians(X, labels[:, r], newC[r], self.K, self.L, S[r])
-                         for r in range(C.shape[0])])
-        self.median_rounds.append(0)
         newS = _reseed_empty_rows(newS, res["counts"], res["worst"], newC)
         state = {"S": state["S"].copy(), "columns": state["columns"].copy()}
         state["S"][active], state["columns"][active] = newS, newC
