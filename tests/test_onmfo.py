@@ -582,16 +582,19 @@ def test_corrupt_images_follows_the_protocol():
         corrupt_images(X, 0.3, mode="swap")
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_fused_cd_rows_match_the_vectorised_solve(dtype):
+@pytest.mark.parametrize("dtype,k", [(np.float64, 6), (np.float32, 6), (np.float32, 14)])
+def test_fused_cd_rows_match_the_vectorised_solve(dtype, k):
     # complete rows run in one compiled loop; the (m, d)-array path of the masked solve
-    # with every entry observed is the same algorithm
+    # with every entry observed is the same algorithm (k = 14: above TABLE_MAX_K, the
+    # NNLS with an updated factor instead of tabled inverses)
     from daskrnmf.kernels.cd_rows import solve_rows_fused
+    from daskrnmf.kernels.nnls import TABLE_MAX_K, support_table
     from daskrnmf.kernels.outliers import huber_rows
 
+    assert (support_table(k) is None) == (k > TABLE_MAX_K)
     rng = np.random.default_rng(3)
-    W = rng.gamma(1.0, 1.0, size=(6, 40))
-    x = (rng.gamma(1.0, 1.0, size=(300, 6)) @ W).astype(dtype)
+    W = rng.gamma(1.0, 1.0, size=(k, 40))
+    x = (rng.gamma(1.0, 1.0, size=(300, k)) @ W).astype(dtype)
     x[rng.random(x.shape) < 0.05] += 30.0                    # gross outliers
     h_f, r_f, n_f = solve_rows_fused(x, W, 1.0, 200, 1e-10)
     h_v, r_v, n_v = solve_codes_cd(x, W, 1.0, 200, 1e-10, mask=np.ones(x.shape, bool))
@@ -612,12 +615,14 @@ def test_fused_cd_rows_match_the_vectorised_solve(dtype):
                                atol=1e-9 * ref.max())
     st = block_statistics(x, h_l, r_l, W, 1.0)
     assert st["loss"] == pytest.approx(ref.sum(), rel=1e-4)
-    # into reused buffers (dirty, larger than the slice): the same numbers
-    out = (np.full((400, 6), 7.0), np.full((400, 40), 7.0, dtype=dtype),
+    # into reused buffers (dirty, larger than the slice) and with one NNLS table kept
+    # across the calls (filled by the earlier ones): the same numbers
+    out = (np.full((400, k), 7.0), np.full((400, 40), 7.0, dtype=dtype),
            np.full(400, 7, dtype=np.int64), np.full(400, 7.0))
-    for lo, hi in ((0, 300), (10, 130)):
+    table = support_table(k)
+    for lo, hi in ((0, 300), (10, 130), (290, 300)):
         h_o, r_o, n_o, loss_o = solve_rows_fused(x[lo:hi], W, 1.0, 200, 1e-10,
-                                                 return_loss=True, out=out)
+                                                 return_loss=True, out=out, table=table)
         np.testing.assert_array_equal(h_o, h_l[lo:hi])
         np.testing.assert_array_equal(r_o, r_l[lo:hi])
         np.testing.assert_array_equal(n_o, n_f[lo:hi])

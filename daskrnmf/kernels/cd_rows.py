@@ -4,97 +4,108 @@ Same algorithm and stopping rule as :func:`daskrnmf.kernels.outliers.solve_codes
 (exact r, exact warm-started NNLS h, alternated until a round lowers the row's objective
 by at most ``tol`` relative), but each row runs all its rounds in one compiled loop with
 its residual in a d-vector: no (m, d) temporaries per round, which on long, narrow blocks
-(k ~ 10, d ~ 100s) cost more than the arithmetic.  Residuals and objectives are
-accumulated in float64 from the (float32 or float64) data.
+(k ~ 10, d ~ 100s) cost more than the arithmetic.  The residual is computed in the work
+dtype (float32 data stays float32), the codes, their NNLS and the objectives in float64;
+with k up to :data:`daskrnmf.kernels.nnls.TABLE_MAX_K` each NNLS step is a product with
+the tabled inverse of its passive set's Gram matrix (:func:`support_table`), which a
+caller solving many slices with one W passes along (``table``).
 """
 
 import numpy as np
 from numba import njit
 
-from .nnls import _nnls_row
+from .nnls import _nnls_row, _nnls_row_table, support_table
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _residual(x, W, h, e):
-    d = x.shape[0]
-    for j in range(d):
-        e[j] = x[j]
-    for c in range(W.shape[0]):
-        hc = h[c]
-        if hc != 0.0:
-            for j in range(d):
-                e[j] -= hc * W[c, j]
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _cd_rows(x, W, G, L, warm, h, lam, max_iter, tol, nnls_tol, r_out, rounds, loss):
+def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rounds, loss,
+             tab, have):
     """Every row: b0 = W x (a loop, so that a row's numbers do not depend on its block),
-    clipped least squares from the Cholesky factor L of the ridged G unless ``warm``,
-    then the rounds; ``loss[i]`` gets the row's final objective (3)."""
+    clipped least squares ``max(0, Ginv b0)`` (Ginv: the inverse of the ridged G; a
+    product, no division chain) unless ``warm``,
+    then the rounds; ``loss[i]`` gets the row's final objective (3).
+
+    x, W and the residual are in the work dtype (float32 stays float32: half the memory
+    traffic, twice the vector width), h, G and the NNLS in float64, the objective summed
+    in float64.  ``tab``, ``have``: :func:`daskrnmf.kernels.nnls.support_table` (the
+    NNLS by tabled inverses), or empty (k above its limit: the NNLS with a Cholesky
+    factor updated along the active set, rebuilt for every row)."""
     m, d = x.shape
     k = W.shape[0]
-    e = np.empty(d)
+    e = np.empty_like(x[0])           # residual x - h W, then r = max(0, e - lam)
+    rv = np.empty_like(x[0])
+    hw = np.empty_like(W[:, 0])       # h in the work dtype
     b = np.empty(k)
     b0 = np.empty(k)
-    idx = np.empty(k, dtype=np.int64)         # the NNLS's passive set and its factor,
-    z = np.empty(k)                           # kept from one round to the next
+    idx = np.empty(k, dtype=np.int64)         # the factored NNLS's passive set and its
+    z = np.empty(k)                           # factor, kept from one round to the next
     F = np.empty((k, k))
     passive = np.zeros(k, dtype=np.bool_)
+    tabled = tab.shape[0] > 0
+    lamw, half, zero = consts[0], consts[1], consts[2]
     amax = 0.0
     for c in range(k):
         amax = max(amax, abs(G[c, c]))
     for i in range(m):
+        xi = x[i]
         for c in range(k):
-            acc = 0.0
+            Wc = W[c]
+            acc = zero
             for j in range(d):
-                acc += W[c, j] * x[i, j]
+                acc += Wc[j] * xi[j]
             b0[c] = acc
-        hi = h[i:i + 1]
+        hi = h[i]
         if not warm:
-            for c in range(k):          # L y = b0, then L^T h = y, clipped at 0
-                acc = b0[c]
-                for t in range(c):
-                    acc -= L[c, t] * hi[0, t]
-                hi[0, c] = acc / L[c, c]
-            for c in range(k - 1, -1, -1):
-                acc = hi[0, c]
-                for t in range(c + 1, k):
-                    acc -= L[t, c] * hi[0, t]
-                hi[0, c] = acc / L[c, c]
-            for c in range(k):
-                if hi[0, c] < 0.0:
-                    hi[0, c] = 0.0
+            for c in range(k):          # (G + ridge)^-1 b0, clipped at 0
+                acc2 = 0.0
+                for t in range(k):
+                    acc2 += Ginv[c, t] * b0[t]
+                hi[c] = acc2 if acc2 > 0.0 else 0.0
         f_prev = np.inf
         f = 0.0
         s = -1
         for it in range(max_iter + 1):
-            _residual(x[i], W, hi[0], e)
-            f = 0.0
             for j in range(d):
-                q = e[j] if e[j] < lam else lam
-                f += q * (e[j] - 0.5 * q)
+                e[j] = xi[j]
+            for c in range(k):
+                hw[c] = hi[c]
+                hc = hw[c]
+                if hc != 0.0:
+                    Wc = W[c]
+                    for j in range(d):
+                        e[j] -= hc * Wc[j]
+            f = 0.0
+            for j in range(d):          # (3) summed in float64, and r
+                ej = e[j]
+                q = ej if ej < lamw else lamw
+                f += np.float64(q * (ej - half * q))
+                rj = ej - lamw
+                rv[j] = rj if rj > zero else zero
             if it > 0 and f_prev - f <= tol * f_prev:
                 break
             if it == max_iter:
                 break
             f_prev = f
-            for c in range(k):          # b = W (x - r), r = max(0, e - lam): dense and
-                acc = 0.0               # branch-free, it vectorises (1.4x faster per row
-                for j in range(d):      # than the sparse update over the r_j > 0)
-                    rj = e[j] - lam
-                    acc += W[c, j] * (rj if rj > 0.0 else 0.0)
+            for c in range(k):          # b = W (x - r): dense and branch-free, it
+                Wc = W[c]               # vectorises
+                acc = zero
+                for j in range(d):
+                    acc += Wc[j] * rv[j]
                 b[c] = b0[c] - acc
-            s = _nnls_row(G, b, hi[0], nnls_tol, True, amax, idx, z, F, passive, s)
+            if tabled:
+                _nnls_row_table(G, b, hi, nnls_tol, amax, tab, have, z)
+            else:
+                s = _nnls_row(G, b, hi, nnls_tol, True, amax, idx, z, F, passive, s)
             rounds[i] += 1
-        # the loop left with e = x - h W of the final h: r, and the row's objective (3)
+        # the loop left with r of the final h, and the row's objective (3)
         loss[i] = f
+        ro = r_out[i]
         for j in range(d):
-            rj = e[j] - lam
-            r_out[i, j] = rj if rj > 0.0 else 0.0
+            ro[j] = rv[j]
 
 
 def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_loss=False,
-                     out=None):
+                     out=None, table=None):
     """:func:`daskrnmf.kernels.outliers.solve_codes_cd` for complete data, row by row in
     one compiled loop (see the module docstring); same parameters and returns, and with
     ``return_loss`` each row's objective (3) at the returned h, r (float64, as
@@ -103,7 +114,9 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
     check is a pass over x).  ``out``: arrays (h (>= m, k) float64, r (>= m, d) in the
     work dtype, rounds (>= m,) int64, loss (>= m,) float64) whose first m rows receive
     the results (a caller that solves a block in slices reuses them: fresh arrays of that
-    size cost page faults each time, several µs a page on VMs), without ``h``."""
+    size cost page faults each time, several µs a page on VMs), without ``h``.
+    ``table``: :func:`daskrnmf.kernels.nnls.support_table` ``(len(W))`` kept for this W
+    across calls (its inverses are W's; default a fresh one)."""
     from .outliers import work_dtype
 
     dt = work_dtype(x) if dtype is None else np.dtype(dtype)
@@ -111,7 +124,7 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
     W64 = np.ascontiguousarray(W, dtype=np.float64)
     G = W64 @ W64.T
     k = W64.shape[0]
-    L = np.linalg.cholesky(G + (1e-12 * np.trace(G) + 1e-300) * np.eye(k)) if k else G
+    Ginv = np.linalg.inv(G + (1e-12 * np.trace(G) + 1e-300) * np.eye(k)) if k else G
     warm = h is not None
     m = x.shape[0]
     if out is not None and not warm:
@@ -124,8 +137,12 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
         loss = np.zeros(m)
     h = np.ascontiguousarray(h)
     if m:
-        _cd_rows(x, W64, G, np.ascontiguousarray(L), warm, h, float(lam), int(max_iter),
-                 float(tol), 32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss)
+        if table is None:
+            table = support_table(k)
+        tab, have = table if table is not None else (np.empty((0, k, k)), np.zeros(0, bool))
+        _cd_rows(x, np.ascontiguousarray(W64, dtype=dt), G, np.ascontiguousarray(Ginv), warm,
+                 h, np.array([lam, 0.5, 0.0], dtype=dt), int(max_iter), float(tol),
+                 32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, have)
     if return_loss:
         return h, r, rounds, loss
     return h, r, rounds

@@ -215,6 +215,147 @@ def _nnls_row(A, b, x, tol, warm, amax, idx, z, L, passive, s):
     return s
 
 
+TABLE_MAX_K = 12   # k up to which the passive sets' inverses are tabled (2^k entries)
+
+
+def support_table(k):
+    """Scratch space for :func:`_nnls_row_table` with k components: the inverses of
+    ``A[P, P]`` by passive set P (a bitmask), filled as sets occur, and their flags; valid
+    for one A (clear the flags when A changes).  ``None`` above ``TABLE_MAX_K``."""
+    if k > TABLE_MAX_K:
+        return None
+    return np.empty((1 << k, k, k)), np.zeros(1 << k, dtype=np.bool_)
+
+
+@njit(cache=True, nogil=True)
+def _support_inverse(A, P, tab, have):
+    """``tab[P]``: the inverse of ``A[P, P]`` embedded in k x k zeros (P a bitmask),
+    computed once per set from a Cholesky factor of ``A[P, P]`` floored as in
+    :func:`_chol_append` — the same numbers whenever and for whichever row it is asked."""
+    if have[P]:
+        return
+    k = A.shape[0]
+    idx = np.empty(k, dtype=np.int64)
+    s = 0
+    for c in range(k):
+        if (P >> c) & 1:
+            idx[s] = c
+            s += 1
+    L = np.zeros((s, s))
+    for i in range(s):
+        for j in range(i):
+            acc = A[idx[i], idx[j]]
+            for m in range(j):
+                acc -= L[i, m] * L[j, m]
+            L[i, j] = acc / L[j, j]
+        a = A[idx[i], idx[i]]
+        acc = a
+        for m in range(i):
+            acc -= L[i, m] * L[i, m]
+        floor = 1e-14 * a + 1e-300
+        L[i, i] = np.sqrt(acc if acc > floor else floor)
+    M = np.zeros((s, s))                     # L^-1, lower triangular
+    for j in range(s):
+        M[j, j] = 1.0 / L[j, j]
+        for i in range(j + 1, s):
+            acc = 0.0
+            for m in range(j, i):
+                acc -= L[i, m] * M[m, j]
+            M[i, j] = acc / L[i, i]
+    T = tab[P]
+    T[:, :] = 0.0
+    for a in range(s):                       # A[P, P]^-1 = L^-T L^-1
+        for b in range(a + 1):
+            acc = 0.0
+            for m in range(a, s):
+                acc += M[m, a] * M[m, b]
+            T[idx[a], idx[b]] = acc
+            T[idx[b], idx[a]] = acc
+    have[P] = True
+
+
+@njit(cache=True, nogil=True)
+def _nnls_row_table(A, b, x, tol, amax, tab, have, z):
+    """:func:`_nnls_row`'s active set (warm: from the support of ``x``) with each solve on
+    a passive set P a product with the tabled inverse of ``A[P, P]``
+    (:func:`_support_inverse`): no factor updates, no divisions in the steps, and a row's
+    result depends only on A, b and x (a set's inverse is the same whichever row first
+    needed it).  ``z``: scratch (k,).  Returns the passive set (a bitmask)."""
+    k = b.shape[0]
+    P = 0
+    for c in range(k):
+        if x[c] > 0.0 and A[c, c] > 0.0:
+            P |= 1 << c
+        else:
+            x[c] = 0.0
+    bmax = 0.0
+    for c in range(k):
+        bmax = max(bmax, abs(b[c]))
+    if bmax == 0.0:
+        x[:] = 0.0
+        return 0
+    resume = P != 0
+    for _outer in range(3 * k + 3):
+        best = -1
+        if resume:                      # a warm start: solve on its passive set first
+            resume = False
+        else:
+            xmax = 0.0
+            for c in range(k):
+                xmax = max(xmax, x[c])
+            wbest = tol * (bmax + amax * xmax)
+            for c in range(k):
+                if (P >> c) & 1 or A[c, c] <= 0.0:
+                    continue
+                w = b[c]
+                for j in range(k):
+                    w -= A[c, j] * x[j]
+                if w > wbest:
+                    best, wbest = c, w
+            if best < 0:
+                break                   # KKT holds: no zero coordinate can descend
+            P |= 1 << best
+        stalled = False
+        for inner in range(3 * k + 3):
+            _support_inverse(A, P, tab, have)
+            T = tab[P]
+            feasible = True
+            for c in range(k):
+                if (P >> c) & 1:
+                    acc = 0.0
+                    for j in range(k):
+                        acc += T[c, j] * b[j]
+                    z[c] = acc
+                    if acc <= 0.0:
+                        feasible = False
+            if feasible:
+                for c in range(k):
+                    if (P >> c) & 1:
+                        x[c] = z[c]
+                break
+            if inner == 0 and best >= 0 and x[best] == 0.0 and z[best] <= 0.0:
+                stalled = True          # roundoff: the entering column cannot move
+                P &= ~(1 << best)
+                break
+            alpha, tmin = 1.0, -1
+            for c in range(k):
+                if (P >> c) & 1 and z[c] <= 0.0:
+                    ratio = x[c] / (x[c] - z[c])
+                    if ratio < alpha or tmin < 0:
+                        alpha, tmin = ratio, c
+            for c in range(k):
+                if (P >> c) & 1:
+                    x[c] += alpha * (z[c] - x[c])
+            x[tmin] = 0.0               # the blocking coordinate, exactly on its bound
+            for c in range(k):
+                if (P >> c) & 1 and x[c] <= 0.0:
+                    x[c] = 0.0
+                    P &= ~(1 << c)
+        if stalled:
+            break
+    return P
+
+
 def nnls_codes(GtG, XG, tol=None, init=None):
     """The exact non-negative least-squares codes ``argmin_{h_i >= 0} ||x_i - G h_i||`` of
     every row, from ``G^T G`` (k, k) and the rows ``G^T x_i`` (n, k).

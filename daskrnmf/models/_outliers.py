@@ -19,6 +19,7 @@ import numpy as np
 
 from ..kernels.blocks import check_values
 from ..kernels.missing import MASK_HINT, feature_grams, gram_rows, observed, row_grams
+from ..kernels.nnls import support_table
 from ..kernels.outliers import (block_statistics, hals_codes, hals_codes_each, huber_rows,
                                 initial_codes, residual_target, solve_codes, solve_codes_cd,
                                 update_components, update_components_cd, work_dtype)
@@ -62,13 +63,14 @@ class SolveSpec:
     missing: bool = False
 
 
-def solve_rows(x, W, spec, mask=None, out=None):
+def solve_rows(x, W, spec, mask=None, out=None, table=None):
     """h (m, k), r (m, d), the rounds taken (summed over rows) and the rows' objectives
     (3) when the solver gives them (complete rows, "cd"; else None) for rows x, in the
     work dtype of :func:`as_work_block`.  ``mask``: their observed entries, x zero at the
     others; the rows are then solved :func:`daskrnmf.kernels.missing.gram_rows` at a
-    time, which bounds their Gram matrices' memory.  ``out``: buffers the complete-row
-    solver fills instead of new arrays (:func:`~daskrnmf.kernels.cd_rows.solve_rows_fused`)."""
+    time, which bounds their Gram matrices' memory.  ``out``, ``table``: buffers the
+    complete-row solver fills instead of new arrays, and its NNLS table for this W
+    (:func:`~daskrnmf.kernels.cd_rows.solve_rows_fused`; see :func:`_solve_buffers`)."""
     step = gram_rows(W.shape[0])
     if mask is not None and spec.solver == "cd" and x.shape[0] > step:
         parts = [solve_rows(x[s:s + step], W, spec, mask[s:s + step])
@@ -78,7 +80,8 @@ def solve_rows(x, W, spec, mask=None, out=None):
     if spec.solver == "cd" and mask is None:
         # the work dtype is x's (as_work_block chose it); the rows' objectives come along
         h, r, rounds, loss = solve_codes_cd(x, W, spec.alpha_R, spec.n_iter, spec.tol,
-                                            dtype=x.dtype, return_loss=True, out=out)
+                                            dtype=x.dtype, return_loss=True, out=out,
+                                            table=table)
         return h, r, int(rounds.sum()), loss
     if spec.solver == "cd":
         h, r, rounds = solve_codes_cd(x, W, spec.alpha_R, spec.n_iter, spec.tol, mask=mask)
@@ -91,11 +94,15 @@ def solve_rows(x, W, spec, mask=None, out=None):
 
 
 def _solve_buffers(x, k):
-    """The complete-row solver's outputs (h, r, rounds, objectives) for ``SOLVE_ROWS``
-    rows of block x, reused slice after slice (fresh arrays per slice page-fault)."""
+    """Keywords of :func:`solve_rows` for the slices of block x solved with one W: the
+    complete-row solver's outputs (h, r, rounds, objectives) for ``SOLVE_ROWS`` rows,
+    reused slice after slice (fresh arrays per slice page-fault), and its NNLS table
+    (:func:`daskrnmf.kernels.nnls.support_table`: W's passive-set inverses, computed
+    once for all the slices)."""
     rows = min(SOLVE_ROWS, x.shape[0])
-    return (np.empty((rows, k)), np.empty((rows, x.shape[1]), dtype=x.dtype),
-            np.empty(rows, dtype=np.int64), np.empty(rows))
+    return {"out": (np.empty((rows, k)), np.empty((rows, x.shape[1]), dtype=x.dtype),
+                    np.empty(rows, dtype=np.int64), np.empty(rows)),
+            "table": support_table(k)}
 
 
 def _block(x, missing):
@@ -128,7 +135,7 @@ def solve_batch_piece(block, start, W, spec):
     out = _solve_buffers(x, W.shape[0])   # (the statistics are taken slice by slice)
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
-        h, r, rounds, loss = solve_rows(xs, W, spec, mask, out=out)
+        h, r, rounds, loss = solve_rows(xs, W, spec, mask, **out)
         st = block_statistics(xs, h, r, W, spec.alpha_R, mask, loss=loss)
         st["rounds"] = rounds
         parts.append(st)
@@ -147,7 +154,7 @@ def codes_block(block, W, spec, what):
     buf = _solve_buffers(x, k)
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
-        h, r = solve_rows(xs, W, spec, mask, out=buf)[:2]
+        h, r = solve_rows(xs, W, spec, mask, **buf)[:2]
         out[s:s + SOLVE_ROWS, :k] = h
         if what == "hr":
             out[s:s + SOLVE_ROWS, k:] = r
