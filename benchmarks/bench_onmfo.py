@@ -166,9 +166,14 @@ def main():
         emit(f"| {name} | " + " | ".join(f"{err(name, r) / err(conv, r):.3f}"
                                           for r in args.rhos) + " |")
     emit()
-    emit("Previous table (committed before the kept-factor NNLS and the default tol=1e-2, "
-         "same machine): ONMFO() defaults (cd, tol=1e-3) 2.19 s, 2.66x MiniBatchNMF(), "
-         "E_avg 1.044 / 1.043 x converged; RobustNMF() defaults 0.55 s, 1.20x NMF mu 200.")
+    emit("Previous tables: the code before the tabled-inverse NNLS, run on this machine "
+         "(AMD EPYC, 2 cores) the same day: ONMFO() defaults 0.29 s, 0.39x MiniBatchNMF(), "
+         "RobustNMF() defaults 0.32 s, 0.63x NMF mu 200, the same E_avg (K = 49 is above "
+         "the tabled NNLS's k <= 12: the ratios here move with run-to-run noise, not the "
+         "change); the last committed table (an older 2-core machine) 0.60 s, 0.78x and "
+         "0.54 s, 0.99x; before the kept-factor NNLS and the default tol=1e-2, ONMFO() "
+         "(tol=1e-3) 2.19 s, 2.66x MiniBatchNMF(), E_avg 1.044 / 1.043 x converged; "
+         "RobustNMF() 0.55 s, 1.20x NMF mu 200.")
     if figures:
         emit()
         for fig in figures:

@@ -93,17 +93,24 @@ def main():
     emit(f"Objective per sample of the defaults' pass: {fast.objective_history_[-1]:.4g}; "
          f"{fast.n_steps_} W updates.")
     emit()
-    emit("Previous tables (same machine): the last committed run (2026-11-23), ONMFO() 1 "
-         "pass 44.0 s, 0.316x the read pass (13.9 s), peak worker RSS 641 MiB; before the "
-         "kept-factor NNLS and the solver's own per-row objectives, ONMFO() 1 pass 69.3 s, "
-         "144,313 samples/s, 0.241x the read pass (597,982 samples/s), peak worker RSS 829 "
-         "MiB; before the cd solver, ONMFO at max_inner_iter=10 0.153x, at the old default "
-         "300 inner rounds 0.010x.")
+    emit("Previous tables: on this machine (AMD EPYC, 2 cores) before the tabled-inverse NNLS "
+         "and the float32 residual (2026-11-24), ONMFO() 1 pass 31.5 s, 0.331x the read pass "
+         "(10.4 s), peak worker RSS 713 MiB; the last committed run (2026-11-23, an older "
+         "2-core machine), 41.3 s, 0.362x the read pass (14.9 s); before the kept-factor NNLS "
+         "and the solver's own per-row objectives 0.241x; before the cd solver, ONMFO at "
+         "max_inner_iter=10 0.153x, at the old default 300 inner rounds 0.010x.")
     emit()
-    emit("Measured in a worker of this cluster (2M x 256 store, 50 000-row chunks): reading a "
-         "chunk takes 0.115 s and solving it (defaults) 0.20 s, so a pass that only paid "
-         "for those would run at about 0.45x the read pass; the pass's own tasks take longer "
-         "(both workers busy 80-90 % of the pass).")
+    emit("Where the time goes (task streams of a 1-pass fit on the first 2M rows, same "
+         "cluster): solving a 50 000-row chunk at the defaults takes 0.094-0.109 s in a "
+         "worker (0.075 s in one process: 1.5 us a row, of which the per-row kernel 1.3, the "
+         "batch statistics 0.17), reading it 0.085-0.092 s in the read pass but "
+         "0.116-0.123 s inside the fit, also when the solves are replaced by no-ops (the "
+         "chunks read ahead stay in worker memory until their batch is solved); workers are "
+         "busy 94-97 % of the pass. Page faults are a large part of a read: workers started "
+         "with MALLOC_MMAP_THRESHOLD_=1 GiB (glibc then reuses freed chunk memory) read the 2M "
+         "rows in 1.6-1.8 s instead of 2.0-2.4 s and fit them in 4.3-4.6 s instead of "
+         "5.1-5.3 s: both faster, the ratio lower (the benchmark keeps Dask's default "
+         "environment).")
     emit.write(args.out)
     if not args.keep and args.workdir is None:
         import shutil
