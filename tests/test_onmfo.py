@@ -582,6 +582,29 @@ def test_corrupt_images_follows_the_protocol():
         corrupt_images(X, 0.3, mode="swap")
 
 
+@pytest.mark.parametrize("case", ["rank_deficient", "collinear"])
+def test_fused_cd_rows_stay_exact_on_a_near_singular_W(case):
+    # more components than features, or two nearly collinear components: the fused solve
+    # (which then keeps the factored NNLS, not tabled inverses) reaches the vectorised
+    # solve's objective
+    from daskrnmf.kernels.cd_rows import solve_rows_fused
+    from daskrnmf.kernels.outliers import huber_rows
+
+    rng = np.random.default_rng(5)
+    if case == "rank_deficient":
+        W = rng.gamma(1.0, 1.0, size=(10, 6))
+    else:
+        W = rng.gamma(1.0, 1.0, size=(8, 40))
+        W[1] = W[0] * (1 + 1e-9)
+    x = rng.gamma(1.0, 1.0, size=(400, W.shape[0])) @ W
+    x[rng.random(x.shape) < 0.05] += 30.0
+    h_f, _, _ = solve_rows_fused(x, W, 1.0, 200, 1e-10)
+    h_v, _, _ = solve_codes_cd(x, W, 1.0, 200, 1e-10, mask=np.ones(x.shape, bool))
+    f_f = huber_rows(x - h_f @ W, 1.0).sum()
+    f_v = huber_rows(x - h_v @ W, 1.0).sum()
+    assert f_f <= f_v * (1 + 1e-6)
+
+
 @pytest.mark.parametrize("dtype,k", [(np.float64, 6), (np.float32, 6), (np.float32, 14)])
 def test_fused_cd_rows_match_the_vectorised_solve(dtype, k):
     # complete rows run in one compiled loop; the (m, d)-array path of the masked solve

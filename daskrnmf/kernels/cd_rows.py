@@ -16,14 +16,16 @@ from numba import njit
 
 from .nnls import _nnls_row, _nnls_row_table, support_table
 
+TABLE_MAX_COND = 1e8   # condition number of W W^T above which the NNLS is not tabled
+
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rounds, loss,
              tab, have):
     """Every row: b0 = W x (a loop, so that a row's numbers do not depend on its block),
     clipped least squares ``max(0, Ginv b0)`` (Ginv: the inverse of the ridged G; a
-    product, no division chain) unless ``warm``,
-    then the rounds; ``loss[i]`` gets the row's final objective (3).
+    product, no division chain) unless ``warm``, then the rounds; ``loss[i]`` gets the
+    row's final objective (3).  ``consts``: (lam, 1/2, 0) in the work dtype.
 
     x, W and the residual are in the work dtype (float32 stays float32: half the memory
     traffic, twice the vector width), h, G and the NNLS in float64, the objective summed
@@ -137,7 +139,12 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
         loss = np.zeros(m)
     h = np.ascontiguousarray(h)
     if m:
-        if table is None:
+        # tabled inverses only for a well-conditioned G (a passive set's Gram matrix is
+        # then no worse, by interlacing); near-singular sets keep the factored solves,
+        # whose triangular solves stay exact where an explicit inverse would not
+        if np.linalg.cond(G) > TABLE_MAX_COND:
+            table = None
+        elif table is None:
             table = support_table(k)
         tab, have = table if table is not None else (np.empty((0, k, k)), np.zeros(0, bool))
         _cd_rows(x, np.ascontiguousarray(W64, dtype=dt), G, np.ascontiguousarray(Ginv), warm,
