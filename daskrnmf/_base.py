@@ -40,6 +40,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _validation as v
 from ._driver import iterate, warn_if_not_converged
+from ._reader import release_after
 from ._typing import Data, Labels, PathLike
 from .kernels.blocks import MAX_ABS, checked_apply
 
@@ -259,8 +260,9 @@ class BaseModel(BaseEstimator):
 
             rows = max(X.chunks[0]) if X.chunks[0] else 0
             check_block_fits(rows * X.shape[1] * 8, f"X passed to {self._name}")
-        blocks, stats = self._check_blocks(X) if self._first_pass else (None, None)
+        blocks = None
         try:
+            blocks, stats = self._check_blocks(X) if self._first_pass else (None, None)
             self._fit_dtype = self._output_dtype(X)
             out = self._fit_blocks(X, blocks, stats, self._seed(), y, **fit_params)
             if blocks is not None:
@@ -268,6 +270,7 @@ class BaseModel(BaseEstimator):
         finally:
             if blocks is not None:   # spilled state: removed on success, error and Ctrl-C
                 blocks.close()
+            release_after(X)        # the workers' buffers of X's blocks
         self._cast_fitted()
         return out
 

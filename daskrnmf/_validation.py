@@ -266,21 +266,29 @@ def check_missing_count(n_nan, n_inf, where, *, allow_nan, hint=""):
                          "Replace them (e.g. by NaN) before fitting.")
 
 
+# Bytes of a block of Zarr input: several blocks per worker thread on data of a few
+# hundred MB, so that a pass is balanced over the workers (1M x 64 float32 on 2 workers:
+# blocks of 128 MiB, two to a pass, made the pass time vary 0.35-1.1 s as both went to
+# one worker or not; 32 MiB blocks, ten to a pass, ran every pass in 0.4-0.5 s).
+BLOCK_BYTES = 32 * 2**20
+
+
 def _zarr_to_dask(z, where):
-    """A Zarr array as a Dask array of whole rows: blocks of whole stored chunks, as large
-    as dask's ``array.chunk-size`` allows, and small enough for the workers' memory limit
-    (see :func:`daskrnmf._blocks.worker_block_budget`; the kernels hold a float64 copy of
-    a block).  When even one stored chunk is too large for that, blocks split stored
-    chunks (each block then decompresses its whole stored chunk: the time of several
-    decodes per pass, and one decoded stored chunk transiently in a task)."""
+    """A Zarr array as a Dask array of whole rows: blocks of whole stored chunks, about
+    :data:`BLOCK_BYTES` (less if dask's ``array.chunk-size`` is smaller), and small enough
+    for the workers' memory limit (see :func:`daskrnmf._blocks.worker_block_budget`; the
+    kernels hold a float64 copy of a block).  When even one stored chunk is too large for
+    that, blocks split stored chunks (each block then decompresses its whole stored chunk:
+    the time of several decodes per pass, and one decoded stored chunk transiently in a
+    task)."""
     import dask
-    import dask.array as da
 
     from ._blocks import check_block_fits, worker_block_budget
+    from ._reader import as_dask
 
     if z.ndim != 2:
         _check_shape_dtype(z, where)
-    limit = dask.utils.parse_bytes(dask.config.get("array.chunk-size"))
+    limit = min(BLOCK_BYTES, dask.utils.parse_bytes(dask.config.get("array.chunk-size")))
     row_bytes = max(1, z.shape[1] * np.dtype(z.dtype).itemsize)
     stored = max(1, z.chunks[0])
     rows = max(stored, (limit // row_bytes) // stored * stored)
@@ -291,4 +299,6 @@ def _zarr_to_dask(z, where):
         fit = budget // max(1, z.shape[1] * 8)        # rows whose float64 copy fits
         if rows > fit:
             rows = fit // stored * stored if fit >= stored else max(1, fit)
-    return da.from_zarr(z, chunks=(min(rows, max(1, z.shape[0])), z.shape[1]))
+    # read by daskrnmf's reader (whole chunks decoded into reused buffers; zarr itself
+    # for layouts it does not read)
+    return as_dask(z, min(rows, max(1, z.shape[0])))

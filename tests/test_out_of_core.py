@@ -53,6 +53,12 @@ def _rss():
     return psutil.Process().memory_info().rss
 
 
+def _read_buffers():
+    from daskrnmf import _reader
+
+    return len(_reader._POOL) + len(_reader._SCRATCH)
+
+
 @pytest.fixture(scope="module")
 def big_store(tmp_path_factory):
     # written before the capped cluster starts (dask's threaded scheduler), as a real
@@ -125,6 +131,8 @@ def test_fit_with_worker_memory_below_data_size(capped_cluster, big_store, loss,
         acc = clustering_accuracy(y, labels)  # tree-reduced contingency table, all rows
     _check_workers(client, pids)
     assert acc > 0.98
+    # the blocks were read into pooled buffers (daskrnmf._reader), dropped after the fit
+    assert set(client.run(_read_buffers).values()) == {0}
     # feature stats, one F step to initialise and one per iteration (the fused pass; for
     # L1 with its median rounds, at most 3 passes), final assignment
     steps = m.median_rounds_ if loss == "l1" else [1] * (1 + m.n_iter_)

@@ -1,0 +1,328 @@
+"""Rows of a Zarr array read on the workers into reused buffers.
+
+Why
+---
+distributed starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536`` (memory freed goes
+back to the operating system, so the memory monitor sees what a worker really holds).
+glibc then serves every allocation above 128 KiB with a fresh ``mmap`` whose pages fault
+in one at a time when first written.  Reading a chunk through zarr allocates its
+compressed bytes and its decoded array anew every time: on the 2-core VM of the
+benchmarks a 12.8 MB float32 chunk took 45 ms in a worker against 20 ms in a plain
+process, most of the difference page faults (6,200 a chunk, at 3-7 us each).  Every pass
+over X reads every chunk, so that was most of the cost of a pass.
+
+How
+---
+For an array on a local (or shared POSIX) file system whose chunks hold whole rows and
+whose codecs are plain bytes plus at most one compressor (zarr v3: the bytes codec, then
+zstd, blosc or gzip; zarr v2: no filters, any numcodecs compressor) — what
+``zarr.create_array`` writes by default — a block's stored chunks are read with
+``readinto`` into a per-thread buffer and decompressed straight into the block's rows.
+The block's memory comes from a per-process :class:`BufferPool`: a buffer is handed out
+again only once nothing refers to it any more (its reference count is back to the
+pool's own), so a block kept by a task, a view of it or a transfer in flight keeps its
+buffer; nothing is ever overwritten while in use.  Every other array (an object store,
+sharding, filters, checksums, column chunks, big-endian data) and every selection that
+is not a run of whole rows is read by zarr itself.  The values are zarr's, bit for bit
+(tested against it for each layout).
+
+:func:`as_dask` builds the Dask array the estimators read: ``da.from_array`` with
+:func:`read_rows` as its getter.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Free buffers a process keeps for reuse (a worker thread holds about two blocks at
+#: once: the one its task works on and the next one read).
+POOL_BUFFERS = 4
+
+
+class BufferPool:
+    """Byte buffers of one process, each handed out again only when nothing else refers
+    to it.
+
+    :meth:`take` returns a view of a pool buffer (or of a new array when every pool
+    buffer is in use and the pool is full).  A view, and every view of a view, holds a
+    reference to the buffer that owns the memory, so the buffer's reference count says
+    whether anything still uses it.
+
+    Parameters
+    ----------
+    max_buffers : int
+        Buffers kept for reuse.
+    """
+
+    def __init__(self, max_buffers=POOL_BUFFERS):
+        self.max_buffers = max_buffers
+        self._lock = threading.Lock()
+        self._buffers = []      # [buffer, its reference count when free]
+
+    def take(self, nbytes):
+        """A writable uint8 array of ``nbytes`` bytes that nothing else uses."""
+        nbytes = max(int(nbytes), 1)
+        with self._lock:
+            free = [e for e in self._buffers if _unused(e)]
+            fits = [e for e in free if nbytes <= e[0].nbytes <= 2 * nbytes]
+            if fits:        # the smallest free buffer large enough, at most twice too large
+                return min(fits, key=lambda e: e[0].nbytes)[0][:nbytes]
+            if len(self._buffers) >= self.max_buffers:
+                if not free:        # full, and all in use: an array of its own
+                    return np.empty(nbytes, dtype=np.uint8)
+                # replace a free buffer of the wrong size
+                self._buffers = [e for e in self._buffers if e is not free[0]]
+            entry = [np.empty(nbytes, dtype=np.uint8), 0]
+            entry[1] = sys.getrefcount(entry[0])    # its count while only the pool has it
+            self._buffers.append(entry)
+            return entry[0][:nbytes]
+
+    def clear(self):
+        """Forget every buffer (those still in use live on with their users)."""
+        with self._lock:
+            self._buffers.clear()
+
+    def __len__(self):
+        return len(self._buffers)
+
+
+def _unused(entry):
+    """Whether nothing but the pool refers to a pool entry's buffer (counted as when the
+    entry was made: the entry's list and the call's argument)."""
+    return sys.getrefcount(entry[0]) == entry[1]
+
+
+_POOL = BufferPool()
+# per thread: a chunk's compressed bytes, and a chunk decoded apart (one only partly in a
+# block); keyed by thread so that release() reaches every thread's
+_SCRATCH = {}
+
+
+def release():
+    """Drop this process's read buffers (the pool's free ones and every thread's scratch
+    buffers); called on the workers at the end of a fit."""
+    _POOL.clear()
+    _SCRATCH.clear()
+
+
+def _scratch(name, nbytes):
+    key = (threading.get_ident(), name)
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.nbytes < nbytes:
+        buf = _SCRATCH[key] = np.empty(max(int(nbytes), 1), dtype=np.uint8)
+    return buf[:nbytes]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Where and how a fast-read array's chunks are stored."""
+
+    directory: str          # the array's directory (absolute)
+    keys: tuple             # chunk key of each chunk row (chunk_row, 0)
+    chunk_rows: int
+    chunk_cols: int
+    codec: object           # None (raw bytes) or an object with decode(buf, out=...)
+    fill_value: float
+
+
+def _decoder(z):
+    """The chunks' single decoder (None: raw little-endian bytes), or False when the
+    array's codecs are not ones :func:`read_rows` reads itself."""
+    meta = z.metadata
+    if meta.zarr_format == 2:
+        if meta.filters or meta.order != "C":
+            return False
+        return meta.compressor          # a numcodecs codec, or None
+    from zarr.codecs import BloscCodec, BytesCodec, GzipCodec, ZstdCodec
+
+    codecs = tuple(meta.codecs)
+    if not codecs or type(codecs[0]) is not BytesCodec:
+        return False                    # sharding, transpose, ... first
+    endian = codecs[0].endian
+    if endian is not None and getattr(endian, "value", endian) != sys.byteorder:
+        return False
+    rest = codecs[1:]
+    if not rest:
+        return None
+    if len(rest) > 1:
+        return False
+    import numcodecs
+
+    codec = rest[0]
+    if type(codec) is ZstdCodec:
+        return numcodecs.Zstd()
+    if type(codec) is BloscCodec:
+        return numcodecs.Blosc()
+    if type(codec) is GzipCodec:
+        return numcodecs.GZip()
+    return False                        # checksums and other codecs: zarr reads them
+
+
+def plan_for(z):
+    """A :class:`_Plan` when :func:`read_rows` can read ``z`` itself, else None."""
+    from zarr.storage import LocalStore
+
+    try:
+        if not isinstance(z.store, LocalStore) or z.ndim != 2:
+            return None
+        dtype = np.dtype(z.dtype)
+        if dtype.kind not in "iuf" or dtype.byteorder == ">" or (
+                dtype.byteorder == "=" and sys.byteorder != "little"):
+            return None
+        if sys.byteorder != "little" and dtype.itemsize > 1:
+            return None
+        if z.metadata.zarr_format == 3 and type(z.metadata.chunk_grid).__name__ != \
+                "RegularChunkGrid":
+            return None
+        chunk_rows, chunk_cols = (int(c) for c in z.chunks)
+        if chunk_cols < z.shape[1]:
+            return None                 # a row's features span several chunks
+        codec = _decoder(z)
+        if codec is False:
+            return None
+        n_chunks = -(-z.shape[0] // chunk_rows)
+        keys = tuple(z.metadata.encode_chunk_key((c, 0)) for c in range(n_chunks))
+        directory = os.path.abspath(os.path.join(str(z.store.root), z.path))
+        fill = z.metadata.fill_value
+        fill = 0 if fill is None else fill
+        return _Plan(directory, keys, chunk_rows, chunk_cols, codec, np.asarray(fill, dtype).item())
+    except (AttributeError, TypeError, ValueError):   # another zarr's metadata: zarr reads
+        return None
+
+
+class ZarrRows:
+    """A Zarr array as :func:`dask.array.from_array` sees it, read by :func:`read_rows`.
+
+    Parameters
+    ----------
+    z : zarr.Array
+        Two-dimensional.
+    """
+
+    def __init__(self, z):
+        self.array = z
+        self.plan = plan_for(z)
+        self.shape = tuple(z.shape)
+        self.dtype = np.dtype(z.dtype)
+        self.ndim = 2
+
+    def __getitem__(self, index):
+        return read_rows(self, index)
+
+    def __dask_tokenize__(self):
+        from dask.base import tokenize
+
+        return ("daskrnmf-zarr-rows", tokenize(self.array), self.plan)
+
+
+def _rows_of(index, shape):
+    """``(start, stop)`` when ``index`` selects whole rows ``start:stop``, else None."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    if len(index) == 1:
+        index = index + (slice(None),)
+    if len(index) != 2 or not all(isinstance(i, slice) for i in index):
+        return None
+    rows, cols = index
+    if cols.indices(shape[1]) != (0, shape[1], 1):
+        return None
+    start, stop, step = rows.indices(shape[0])
+    if step != 1 or stop <= start:
+        return None
+    return start, stop
+
+
+def read_rows(src, index, asarray=True, lock=None):
+    """``src[index]`` for :class:`ZarrRows` ``src`` (the getter of :func:`as_dask`).
+
+    A run of whole rows of an array with a plan is read here: each stored chunk into a
+    per-thread buffer and decompressed into the block (a chunk only partly in the block
+    is decompressed apart, then its rows copied), the block's memory taken from the
+    pool; a missing chunk reads as the fill value, as in zarr.  Everything else is
+    zarr's ``src.array[index]``.
+    """
+    rows = None if src.plan is None else _rows_of(index, src.shape)
+    if rows is None:
+        return np.asarray(src.array[index])
+    plan = src.plan
+    start, stop = rows
+    d = src.shape[1]
+    itemsize = src.dtype.itemsize
+    out = _POOL.take((stop - start) * d * itemsize).view(src.dtype).reshape(stop - start, d)
+    cr, cc = plan.chunk_rows, plan.chunk_cols
+    for c in range(start // cr, (stop - 1) // cr + 1):
+        first = c * cr
+        lo, hi = max(start, first), min(stop, first + cr)
+        # a chunk wholly inside the block, and as wide as X, is decoded in place
+        direct = lo == first and hi == first + cr and cc == d
+        nbytes = cr * cc * itemsize
+        dest = (out[lo - start:hi - start].reshape(-1).view(np.uint8) if direct
+                else _scratch("chunk", nbytes))
+        if not _read_chunk(os.path.join(plan.directory, plan.keys[c]), plan.codec, dest):
+            out[lo - start:hi - start] = plan.fill_value
+        elif not direct:
+            chunk = dest.view(src.dtype).reshape(cr, cc)
+            out[lo - start:hi - start] = chunk[lo - first:hi - first, :d]
+    return out
+
+
+def _read_chunk(path, codec, dest):
+    """Decode the chunk stored at ``path`` into the uint8 array ``dest`` (its exact
+    decoded size); False when the chunk is not stored (zarr's fill value)."""
+    try:
+        fh = open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        return False
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        if codec is None:
+            n = fh.readinto(memoryview(dest))
+            if n != dest.nbytes:
+                raise ValueError(f"Zarr chunk {path} holds {n} bytes, {dest.nbytes} expected.")
+            return True
+        raw = _scratch("compressed", size)
+        n = fh.readinto(memoryview(raw))
+    if n != size:
+        raise ValueError(f"Zarr chunk {path} changed while it was read.")
+    res = codec.decode(raw, out=dest)
+    res = (np.frombuffer(res, dtype=np.uint8) if isinstance(res, (bytes, bytearray))
+           else np.asarray(res).reshape(-1).view(np.uint8))
+    if res.nbytes != dest.nbytes:
+        raise ValueError(f"Zarr chunk {path} decoded to {res.nbytes} bytes, {dest.nbytes} "
+                         "expected.")
+    if not np.shares_memory(res, dest):     # a codec that decodes into a copy of its own
+        dest[:] = res
+    return True
+
+
+NAME_PREFIX = "daskrnmf-zarr-"
+
+
+def as_dask(z, rows):
+    """``z`` as a Dask array of ``rows``-row blocks (whole rows), read by :func:`read_rows`."""
+    import dask.array as da
+    from dask.base import tokenize
+
+    src = ZarrRows(z)
+    return da.from_array(src, chunks=(rows, z.shape[1]), name=NAME_PREFIX + tokenize(src, rows),
+                         getitem=read_rows, asarray=False, fancy=False,
+                         meta=np.empty((0, 0), dtype=src.dtype))
+
+
+def release_after(X):
+    """After a fit that read ``X`` (built by :func:`as_dask`): :func:`release` here and on
+    every worker, so that idle workers do not keep a fit's blocks.  A worker that cannot
+    be reached keeps its buffers (at most :data:`POOL_BUFFERS` blocks)."""
+    if not str(getattr(X, "name", "")).startswith(NAME_PREFIX):
+        return
+    from ._blocks import active_client
+
+    release()
+    client = active_client()
+    if client is not None:
+        client.run(release, on_error="ignore")

@@ -1,0 +1,144 @@
+"""daskrnmf's Zarr reader (:mod:`daskrnmf._reader`): zarr's values bit for bit, for every
+layout it reads itself and every one it leaves to zarr, and buffers reused only when
+nothing refers to them."""
+
+import os
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
+
+from daskrnmf import _reader
+from daskrnmf._reader import BufferPool, ZarrRows, as_dask, plan_for, read_rows
+
+X = (np.random.default_rng(0).random((1003, 7)) * 100)
+
+# layouts read by daskrnmf: (create_array keywords)
+OWN = {
+    "v3-zstd": dict(zarr_format=3),
+    "v3-raw": dict(zarr_format=3, compressors=None),
+    "v3-blosc": dict(zarr_format=3, compressors=BloscCodec()),
+    "v3-gzip": dict(zarr_format=3, compressors=GzipCodec()),
+    "v2-zstd": dict(zarr_format=2),
+    "v2-raw": dict(zarr_format=2, compressors=None),
+    "v2-lz4": dict(zarr_format=2, compressors=numcodecs.LZ4()),
+}
+# layouts left to zarr: (create_array keywords, chunks)
+ZARRS = {
+    "checksum": (dict(zarr_format=3, compressors=[ZstdCodec(), Crc32cCodec()]), (100, 7)),
+    "sharded": (dict(zarr_format=3, shards=(200, 7)), (100, 7)),
+    "column chunks": (dict(zarr_format=3), (100, 4)),
+    "v2 filters": (dict(zarr_format=2, filters=[numcodecs.Delta("<f8")]), (100, 7)),
+}
+
+
+def _store(tmp_path, kw, dtype=np.float64, chunks=(100, 7), drop=(2,)):
+    path = str(tmp_path / "x.zarr")
+    z = zarr.create_array(path, shape=X.shape, chunks=chunks, dtype=dtype, fill_value=3, **kw)
+    z[:] = X.astype(dtype)
+    for c in drop:      # chunks not stored read as the fill value
+        os.remove(os.path.join(path, z.metadata.encode_chunk_key((c, 0))))
+    return zarr.open_array(path, mode="r")
+
+
+@pytest.mark.parametrize("rows", [100, 250, 37, 2000])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
+@pytest.mark.parametrize("layout", list(OWN))
+def test_own_reads_equal_zarrs(tmp_path, layout, dtype, rows):
+    z = _store(tmp_path, OWN[layout], dtype)
+    assert plan_for(z) is not None          # the test reads daskrnmf's path
+    got = as_dask(z, rows).compute(scheduler="sync")
+    assert got.dtype == z.dtype
+    np.testing.assert_array_equal(got, z[:])
+    assert np.all(got[200:300] == 3)        # the chunk not stored
+
+
+@pytest.mark.parametrize("layout", list(ZARRS))
+def test_layouts_it_does_not_read_are_read_by_zarr(tmp_path, layout):
+    kw, chunks = ZARRS[layout]
+    z = _store(tmp_path, kw, chunks=chunks, drop=())
+    assert plan_for(z) is None
+    np.testing.assert_array_equal(as_dask(z, 250).compute(scheduler="sync"), z[:])
+
+
+def test_big_endian_and_in_memory_arrays_are_read_by_zarr(tmp_path):
+    z = zarr.create_array(str(tmp_path / "be.zarr"), shape=X.shape, chunks=(100, 7),
+                          dtype=">f8", zarr_format=2)
+    z[:] = X
+    z = zarr.open_array(str(tmp_path / "be.zarr"), mode="r")
+    assert plan_for(z) is None
+    np.testing.assert_array_equal(as_dask(z, 300).compute(scheduler="sync"), X)
+    m = zarr.create_array(zarr.storage.MemoryStore(), shape=X.shape, chunks=(100, 7),
+                          dtype="f8")
+    m[:] = X
+    assert plan_for(m) is None
+    np.testing.assert_array_equal(as_dask(m, 300).compute(scheduler="sync"), X)
+
+
+def test_selections_other_than_whole_rows_are_zarrs(tmp_path):
+    z = _store(tmp_path, OWN["v3-zstd"])
+    src = ZarrRows(z)
+    for index in [(slice(5, 50), slice(1, 4)), (slice(0, 90, 2), slice(None)),
+                  (slice(10, 20),), (slice(990, 1003), slice(None))]:
+        np.testing.assert_array_equal(read_rows(src, index), z[index])
+
+
+def test_a_corrupt_chunk_is_an_error(tmp_path):
+    z = _store(tmp_path, OWN["v3-raw"], drop=())
+    path = os.path.join(str(tmp_path / "x.zarr"), z.metadata.encode_chunk_key((1, 0)))
+    with open(path, "r+b") as fh:
+        fh.truncate(100)
+    with pytest.raises(ValueError, match="holds 100 bytes"):
+        read_rows(ZarrRows(z), (slice(100, 200), slice(None)))
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
+
+
+def _pooled(pool, a):
+    """Whether ``a`` is a view of one of the pool's buffers."""
+    return any(a.base is entry[0] for entry in pool._buffers)
+
+
+def test_pool_reuses_a_buffer_only_when_nothing_refers_to_it():
+    pool = BufferPool(2)
+    a = pool.take(1000)
+    first = _address(a)
+    view = a[96:200].view(np.float64)        # a view of a view keeps the buffer
+    del a
+    b = pool.take(1000)
+    assert _pooled(pool, b) and _address(b) != first
+    del view
+    c = pool.take(900)                      # free again: reused
+    assert _pooled(pool, c) and _address(c) == first and len(pool) == 2
+    d = pool.take(4000)                      # c and b are in use, the pool is full
+    assert not _pooled(pool, d) and len(pool) == 2
+    del b
+    e = pool.take(4000)                      # a free buffer of the wrong size is replaced
+    assert _pooled(pool, e) and len(pool) == 2 and e.nbytes == 4000
+    assert not np.shares_memory(e, c) and not np.shares_memory(e, d)
+    pool.clear()
+    assert len(pool) == 0 and c[0] == c[0]   # in use: lives on with its user
+
+
+def test_a_block_still_held_keeps_its_values(tmp_path):
+    _reader.release()
+    z = _store(tmp_path, OWN["v3-zstd"], drop=())
+    src = ZarrRows(z)
+    held = read_rows(src, (slice(0, 200), slice(None)))
+    others = []
+    for start in range(200, 1000, 200):     # later reads take other buffers
+        others.append(read_rows(src, (slice(start, start + 200), slice(None))))
+        assert not np.shares_memory(others[-1], held)
+    np.testing.assert_array_equal(held, z[:200])
+    assert len(_reader._POOL) == _reader.POOL_BUFFERS
+    last = others.pop(0)                    # (the fifth read had an array of its own)
+    buffer = id(last.base)                  # (the pool keeps it alive: a stable id)
+    del last
+    again = read_rows(src, (slice(800, 1000), slice(None)))
+    assert id(again.base) == buffer         # released: its buffer is read into again
+    np.testing.assert_array_equal(again, z[800:1000])
+    _reader.release()
