@@ -39,9 +39,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: Free buffers a process keeps for reuse (a worker thread holds about two blocks at
-#: once: the one its task works on and the next one read).
-POOL_BUFFERS = 4
+#: Buffers a process keeps for reuse, per thread that reads: a worker thread holds two
+#: blocks at once in a pass, the one its task works on and the next one read (both
+#: within the blocks :data:`daskrnmf._blocks.BLOCK_COPIES` allows a thread); blocks
+#: beyond them (ONMFO's read-ahead) take arrays of their own, as they did before.
+POOL_BUFFERS_PER_THREAD = 2
+
+
+def _reading_threads():
+    """Threads of this process that run tasks: a worker's, else the cores'."""
+    try:
+        from distributed import get_worker
+
+        return max(1, int(get_worker().state.nthreads))
+    except (ImportError, ValueError, AttributeError):     # not in a worker's task
+        from .kernels.blocks import available_cpus
+
+        return available_cpus()
 
 
 class BufferPool:
@@ -55,11 +69,12 @@ class BufferPool:
 
     Parameters
     ----------
-    max_buffers : int
-        Buffers kept for reuse.
+    max_buffers : int, optional
+        Buffers kept for reuse; by default :data:`POOL_BUFFERS_PER_THREAD` per thread
+        that runs tasks in this process (counted at the first :meth:`take`).
     """
 
-    def __init__(self, max_buffers=POOL_BUFFERS):
+    def __init__(self, max_buffers=None):
         self.max_buffers = max_buffers
         self._lock = threading.Lock()
         self._buffers = []      # [buffer, its reference count when free]
@@ -67,6 +82,8 @@ class BufferPool:
     def take(self, nbytes):
         """A writable uint8 array of ``nbytes`` bytes that nothing else uses."""
         nbytes = max(int(nbytes), 1)
+        if self.max_buffers is None:
+            self.max_buffers = POOL_BUFFERS_PER_THREAD * _reading_threads()
         with self._lock:
             free = [e for e in self._buffers if _unused(e)]
             fits = [e for e in free if nbytes <= e[0].nbytes <= 2 * nbytes]
