@@ -298,3 +298,31 @@ def test_initialisation_sample_comes_with_the_first_pass(planted, monkeypatch):
         m = RFNMTF(8, 6, n_init=2, random_state=0, init_size=init_size).fit(
             da.from_array(X, chunks=(250, X.shape[1])))
         assert m.n_iter_ >= 1
+
+
+def test_restarts_screened_on_a_sample_smaller_than_x_pick_the_same_winner(monkeypatch):
+    """On X larger than the initialisation's sample only the sample's best restart runs
+    on X (one restart in the callback's objective); on planted co-clusters it is the
+    restart that wins when all n_init run on X, and a sample as large as X keeps all."""
+    from daskrnmf.models import rfnmtf
+
+    X, r, c, _ = make_coclusters(1500, 60, 5, 4, outlier_fraction=0.05, random_state=3)
+    seen = []
+
+    def restarts(info):
+        seen.append(info["objective"].shape[0])
+
+    screened = RFNMTF(5, 4, n_init=4, init_size=400, random_state=1, callback=restarts).fit(X)
+    assert set(seen) == {1}
+    monkeypatch.setattr(rfnmtf._CoFit, "_kept_on_x", lambda self, m: self.R)
+    seen.clear()
+    every = RFNMTF(5, 4, n_init=4, init_size=400, random_state=1, callback=restarts).fit(X)
+    assert set(seen) == {4}
+    np.testing.assert_array_equal(screened.row_labels_, every.row_labels_)
+    np.testing.assert_array_equal(screened.column_labels_, every.column_labels_)
+    np.testing.assert_array_equal(screened.block_medians_, every.block_medians_)
+    assert clustering_accuracy(r, screened.row_labels_) == 1.0
+    monkeypatch.undo()
+    seen.clear()
+    RFNMTF(5, 4, n_init=4, init_size=1500, random_state=1, callback=restarts).fit(X)
+    assert set(seen) == {4}

@@ -56,7 +56,10 @@ class RFNMTF(ClusterBase):
         Clusters of the features (columns of X); at most ``n_features``.
     n_init : int, default=10
         Restarts, evaluated together (one pass over X serves them all); the restart with
-        the lowest objective is kept.
+        the lowest objective is kept.  With ``init="k-medians++"`` the initialisation
+        co-clusters its row sample from several candidates per restart; when X has more
+        rows than the sample, only the best of them there is run on X (as RFNMF screens
+        its restarts on its seeding sample), else the ``n_init`` best are.
     init : {"k-medians++", "random"} or tuple (S, column_labels), default="k-medians++"
         ``"k-medians++"``: a uniform sample of ``init_size`` rows (drawn in the first
         pass, with the value checks; it depends on X alone) is gathered;
@@ -181,8 +184,10 @@ class RFNMTF(ClusterBase):
             init = _check_init_tuple(init, K, L, d, self._name)
             n_init = 1
         fit = _CoFit(blocks, stats, K=K, L=L, R=n_init, seed=seed, median_tol=self.median_tol)
-        state, log = self._run(fit.step, fit.init_state(init, self.init_size),
-                               n_restarts=n_init, blocks=blocks)
+        state = fit.init_state(init, self.init_size)
+        # the restarts that run on X: all of them, or the best one on a sample smaller than X
+        fit.R = state["S"].shape[0]
+        state, log = self._run(fit.step, state, n_restarts=fit.R, blocks=blocks)
         objective, labels = fit.final(state)
         best = int(np.argmin(objective))
         self._set_iterations(log, best)
@@ -282,15 +287,26 @@ class _CoFit:
                                   np.full((self.K, self.L), np.nan))
             S[r] = block_medians(Xs, rows, columns[r], self.K, self.L, guess)
         # co-cluster the sample from every candidate (in memory, the same code), keep the
-        # n_init with the lowest sample objective
+        # n_init with the lowest sample objective; on a sample smaller than X only the best
+        # one, as RFNMF screens its restarts (the candidates have run to convergence on the
+        # sample, and each restart on X costs it per value: on 200 000 x 200 the ten ran
+        # the S step's rounds at three times the cost of a read)
         blocks = RowBlocks(sample)
         sub = _CoFit(blocks, feature_stats(blocks), K=self.K, L=self.L, R=n_cand,
                      seed=self.seed, median_tol=0.0)
         state, _ = iterate(sub.step, {"S": S, "columns": columns}, n_restarts=n_cand,
                            max_iter=20, tol=1e-4)
         objective, _ = sub.final(state)
-        keep = np.sort(np.argsort(objective, kind="stable")[:self.R])
+        keep = np.sort(np.argsort(objective, kind="stable")[:self._kept_on_x(m)])
         return {"S": state["S"][keep], "columns": state["columns"][keep]}
+
+    def _kept_on_x(self, m):
+        """Restarts run on X after the sample's co-fit: ``R``, or 1 when the sample
+        (``m`` rows) is smaller than X.  Measured on planted 8 x 6 co-clusters up to
+        200 000 x 200 the best of the sample is the best of the ten on X; on very noisy
+        sets (noise 6-8 on block values in [0, 10], 36 fits) mean column ACC 0.99 against
+        1.00 and row ACC 0.70-0.86 against 0.71-0.86, objectives within 0.03 %."""
+        return self.R if m >= self.blocks.shape[0] else 1
 
     # -- one iteration
     def step(self, state, active):
