@@ -24,6 +24,23 @@ class Report:
             fh.write("\n".join(self.lines) + "\n")
 
 
+def cpu():
+    """The processor, as /proc/cpuinfo names it (with its family and model, which tell
+    AMD EPYC generations apart), and the number of cores."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    name = info.get("model name", "unknown CPU")
+    if "cpu family" in info:
+        name += f" (family {info['cpu family']}, model {info.get('model', '?')})"
+    return f"{name}, {os.cpu_count()} cores"
+
+
 def timed(fn):
     """``(seconds, fn())``."""
     tic = time.perf_counter()

@@ -7,7 +7,9 @@ A float32 Zarr array of ``rows x features`` (default 10.24 GB; ``make_zarr_blobs
 non-negative clusters, 1 % of rows grossly corrupted) is written first (threaded scheduler),
 then a LocalCluster of 2 worker processes x 1 thread, each capped at 2 GiB, runs:
 
-* one plain read pass ``X.sum()`` (the speed of reading the data);
+* one plain read pass ``X.sum()`` (the speed of reading the data), and the same pass over
+  X as the estimators read it (``daskrnmf.io.open_dask_array``: chunks decoded into
+  reused buffers);
 * ONMFO(k=10) at its defaults (``solver="cd"``, default batches) for one full pass of the
   Zarr path (``max_iter=1``);
 * the old configuration, the paper's multiplicative updates with 300 inner rounds
@@ -20,13 +22,12 @@ sampling thread in every worker).  Numbers, not assertions.
 
 import argparse
 import os
-import platform
 import tempfile
 import time
 import warnings
 
 import dask.array as da
-from _report import Report, blob_store, capped_cluster, peak as _peak, reset_peak as _reset_peak
+from _report import Report, blob_store, capped_cluster, cpu, peak as _peak, reset_peak as _reset_peak
 
 LIMIT = 2 * 2**30
 
@@ -42,6 +43,7 @@ def main():
     args = parser.parse_args()
 
     from daskrnmf import ONMFO
+    from daskrnmf.io import open_dask_array
 
     warnings.simplefilter("ignore")
     emit = Report()
@@ -64,6 +66,8 @@ def main():
             print(rows[-1], flush=True)
 
         measure("plain read pass `X.sum()`", lambda: X.sum().compute(), n)
+        own = open_dask_array(store, component="X")      # X as the estimators read it
+        measure("daskrnmf's read pass `open_dask_array(...).sum()`", lambda: own.sum().compute(), n)
         fast = ONMFO(10, max_iter=1, random_state=0)
         measure("ONMFO() defaults (cd), 1 pass", lambda: fast.fit(store + "/X"), n)
         stop = ONMFO(10, max_iter=1, tol=0, batch_size=100_000, random_state=0, solver="mu",
@@ -82,7 +86,7 @@ def main():
          f"(together {2 * LIMIT / 1e9:.1f} GB, {gb / (2 * LIMIT / 1e9):.1f}x less than X). "
          f"k = 10, alpha_R = 1; default batches: {fast.n_steps_} per pass, prefetch 2; "
          f"mean inner rounds per sample {fast.n_inner_iter_:.1f}. "
-         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores.")
+         f"{cpu()}.")
     emit()
     emit("| run | samples | seconds | samples / s | vs read pass | peak worker RSS (MiB) |")
     emit("|---|---:|---:|---:|---:|---:|")
@@ -93,24 +97,23 @@ def main():
     emit(f"Objective per sample of the defaults' pass: {fast.objective_history_[-1]:.4g}; "
          f"{fast.n_steps_} W updates.")
     emit()
-    emit("Previous tables: on this machine (AMD EPYC, 2 cores) before the tabled-inverse NNLS "
-         "and the float32 residual (2026-11-24), ONMFO() 1 pass 31.5 s, 0.331x the read pass "
-         "(10.4 s), peak worker RSS 713 MiB; the last committed run (2026-11-23, an older "
-         "2-core machine), 41.3 s, 0.362x the read pass (14.9 s); before the kept-factor NNLS "
-         "and the solver's own per-row objectives 0.241x; before the cd solver, ONMFO at "
-         "max_inner_iter=10 0.153x, at the old default 300 inner rounds 0.010x.")
+    emit("Previous tables: the last committed run (2026-11-24, a 2-core AMD EPYC Zen 5; "
+         "through zarr's reader, X in 100 000-row blocks, 50 W updates a pass), ONMFO() 1 pass "
+         "25.1 s, 0.456x the read pass (11.4 s), peak worker RSS 638 MiB, objective per sample "
+         "207.1; before the tabled-inverse NNLS and the float32 residual 0.331x; before the "
+         "kept-factor NNLS and the solver's own per-row objectives 0.241x; before the cd "
+         "solver, ONMFO at max_inner_iter=10 0.153x, at the old default 300 inner rounds "
+         "0.010x.")
     emit()
-    emit("Where the time goes (task streams of a 1-pass fit on the first 2M rows, same "
-         "cluster): solving a 50 000-row chunk at the defaults takes 0.094-0.109 s in a "
-         "worker (0.075 s in one process: 1.5 us a row, of which the per-row kernel 1.3, the "
-         "batch statistics 0.17), reading it 0.085-0.092 s in the read pass but "
-         "0.116-0.123 s inside the fit, also when the solves are replaced by no-ops (the "
-         "chunks read ahead stay in worker memory until their batch is solved); workers are "
-         "busy 94-97 % of the pass. Page faults are a large part of a read: workers started "
-         "with MALLOC_MMAP_THRESHOLD_=1 GiB (glibc then reuses freed chunk memory) read the 2M "
-         "rows in 1.6-1.8 s instead of 2.0-2.4 s and fit them in 4.3-4.6 s instead of "
-         "5.1-5.3 s: both faster, the ratio lower (the benchmark keeps Dask's default "
-         "environment).")
+    emit("Reading: distributed starts its workers with MALLOC_TRIM_THRESHOLD_=65536, so every "
+         "fresh array above 128 KiB is a new mmap whose pages fault in one by one (3-7 us a "
+         "page on this VM); reading a chunk through zarr allocates its compressed bytes and "
+         "its decoded array anew each time. daskrnmf reads a chunk into a per-thread buffer "
+         "and decompresses it into a pooled block buffer that is reused once nothing refers "
+         "to it (daskrnmf/_reader.py). The X the fit reads is now in 50 000-row blocks (its "
+         "stored chunks; blocks are about 32 MiB), so a default batch takes five of them, "
+         "250 000 rows, where it took two 100 000-row blocks: 40 W updates a pass instead of "
+         "50, the reason the one-pass objective is higher.")
     emit.write(args.out)
     if not args.keep and args.workdir is None:
         import shutil

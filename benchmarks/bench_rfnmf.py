@@ -16,7 +16,7 @@ import warnings
 import dask
 import dask.array as da
 import numpy as np
-from _report import Report, timed, timed_median
+from _report import Report, cpu, timed, timed_median
 
 
 # the figures before the clustering-speed work, for the tables' `previous` columns
@@ -90,7 +90,7 @@ def main():
     n_init = args.n_init
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
             Client(cluster):
-        emit(f"# RFNMF benchmarks\n\nMachine: {os.cpu_count()} cores, Python {platform.python_version()}; "
+        emit(f"# RFNMF benchmarks\n\nMachine: {cpu()}, Python {platform.python_version()}; "
              f"daskrnmf {daskrnmf.__version__}, dask {dask.__version__}, scikit-learn {sklearn.__version__}; "
              f"LocalCluster 2 workers x 1 thread; n_init={n_init} wherever a method has restarts.\n")
         emit("## Small in-memory sets (NumPy input; dask-ml gets the same data as a Dask array)\n")
