@@ -342,4 +342,7 @@ def release_after(X):
     release()
     client = active_client()
     if client is not None:
-        client.run(release, on_error="ignore")
+        try:
+            client.run(release, on_error="ignore")
+        except (OSError, TimeoutError):     # the cluster is gone (it took the buffers)
+            pass

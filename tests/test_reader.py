@@ -152,3 +152,20 @@ def test_open_dask_array_is_what_the_estimators_read(tmp_path):
     X = open_dask_array(str(tmp_path / "x.zarr"))
     assert X.name.startswith(_reader.NAME_PREFIX) and len(X.chunks[1]) == 1
     np.testing.assert_array_equal(X.compute(scheduler="sync"), z[:])
+
+
+def test_buffers_are_released_after_a_fit_even_when_the_cluster_is_gone(tmp_path, monkeypatch):
+    from daskrnmf import _blocks
+
+    z = _store(tmp_path, OWN["v3-zstd"], drop=())
+    X = as_dask(z, 300)
+    X.compute(scheduler="sync")
+    assert len(_reader._POOL) > 0
+
+    class Gone:
+        def run(self, fn, **kwargs):
+            raise OSError("the scheduler is gone")
+
+    monkeypatch.setattr(_blocks, "active_client", lambda: Gone())
+    _reader.release_after(X)                # no error of its own over the fit's
+    assert len(_reader._POOL) == 0 and len(_reader._SCRATCH) == 0
