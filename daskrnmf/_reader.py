@@ -44,6 +44,13 @@ import numpy as np
 #: within the blocks :data:`daskrnmf._blocks.BLOCK_COPIES` allows a thread); blocks
 #: beyond them (ONMFO's read-ahead) take arrays of their own, as they did before.
 POOL_BUFFERS_PER_THREAD = 2
+#: ... and at most this many bytes in all: what an idle process keeps after a read that
+#: no fit follows (``predict``/``transform`` on Zarr input, :func:`open_dask_array`)
+POOL_MAX_BYTES = 256 * 2**20
+# a free-threaded Python's reference count is two counters read one after the other: a
+# read racing another thread can come out one short, which is how a free buffer looks,
+# so there the pool hands out new arrays only
+_POOLING = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 def _reading_threads():
@@ -72,16 +79,21 @@ class BufferPool:
     max_buffers : int, optional
         Buffers kept for reuse; by default :data:`POOL_BUFFERS_PER_THREAD` per thread
         that runs tasks in this process (counted at the first :meth:`take`).
+    max_bytes : int, default=POOL_MAX_BYTES
+        Bytes kept for reuse; a request beyond either bound gets an array of its own.
     """
 
-    def __init__(self, max_buffers=None):
+    def __init__(self, max_buffers=None, max_bytes=POOL_MAX_BYTES):
         self.max_buffers = max_buffers
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._buffers = []      # [buffer, its reference count when free]
 
     def take(self, nbytes):
         """A writable uint8 array of ``nbytes`` bytes that nothing else uses."""
         nbytes = max(int(nbytes), 1)
+        if not _POOLING:
+            return np.empty(nbytes, dtype=np.uint8)
         if self.max_buffers is None:
             self.max_buffers = POOL_BUFFERS_PER_THREAD * _reading_threads()
         with self._lock:
@@ -89,15 +101,24 @@ class BufferPool:
             fits = [e for e in free if nbytes <= e[0].nbytes <= 2 * nbytes]
             if fits:        # the smallest free buffer large enough, at most twice too large
                 return min(fits, key=lambda e: e[0].nbytes)[0][:nbytes]
-            if len(self._buffers) >= self.max_buffers:
-                if not free:        # full, and all in use: an array of its own
-                    return np.empty(nbytes, dtype=np.uint8)
-                # replace a free buffer of the wrong size
-                self._buffers = [e for e in self._buffers if e is not free[0]]
+            # room for a new buffer: free ones of the wrong size make way (largest first)
+            for e in sorted(free, key=lambda e: -e[0].nbytes):
+                if (len(self._buffers) < self.max_buffers
+                        and self.nbytes + nbytes <= self.max_bytes):
+                    break
+                self._buffers = [b for b in self._buffers if b is not e]
+            if (len(self._buffers) >= self.max_buffers
+                    or self.nbytes + nbytes > self.max_bytes):
+                return np.empty(nbytes, dtype=np.uint8)     # an array of its own
             entry = [np.empty(nbytes, dtype=np.uint8), 0]
             entry[1] = sys.getrefcount(entry[0])    # its count while only the pool has it
             self._buffers.append(entry)
             return entry[0][:nbytes]
+
+    @property
+    def nbytes(self):
+        """Bytes of the buffers the pool holds (free or in use)."""
+        return sum(e[0].nbytes for e in self._buffers)
 
     def clear(self):
         """Forget every buffer (those still in use live on with their users)."""
@@ -263,7 +284,8 @@ def read_rows(src, index, asarray=True, lock=None):
     pool; a missing chunk reads as the fill value, as in zarr.  Everything else is
     zarr's ``src.array[index]``.
     """
-    rows = None if src.plan is None else _rows_of(index, src.shape)
+    rows = (None if src.plan is None or not src.shape[1]
+            else _rows_of(index, src.shape))
     if rows is None:
         return np.asarray(src.array[index])
     plan = src.plan
@@ -272,15 +294,19 @@ def read_rows(src, index, asarray=True, lock=None):
     itemsize = src.dtype.itemsize
     out = _POOL.take((stop - start) * d * itemsize).view(src.dtype).reshape(stop - start, d)
     cr, cc = plan.chunk_rows, plan.chunk_cols
+    nbytes = cr * cc * itemsize
+    # a thread keeps its scratch buffers only when a stored chunk is not larger than the
+    # block: blocks split stored chunks when the workers' memory is tight, and there the
+    # decoded chunk and its compressed bytes are temporaries, as zarr's own
+    keep = nbytes <= out.nbytes
     for c in range(start // cr, (stop - 1) // cr + 1):
         first = c * cr
         lo, hi = max(start, first), min(stop, first + cr)
         # a chunk wholly inside the block, and as wide as X, is decoded in place
         direct = lo == first and hi == first + cr and cc == d
-        nbytes = cr * cc * itemsize
         dest = (out[lo - start:hi - start].reshape(-1).view(np.uint8) if direct
-                else _scratch("chunk", nbytes))
-        if not _read_chunk(os.path.join(plan.directory, plan.keys[c]), plan.codec, dest):
+                else _scratch("chunk", nbytes) if keep else np.empty(nbytes, dtype=np.uint8))
+        if not _read_chunk(os.path.join(plan.directory, plan.keys[c]), plan.codec, dest, keep):
             out[lo - start:hi - start] = plan.fill_value
         elif not direct:
             chunk = dest.view(src.dtype).reshape(cr, cc)
@@ -288,9 +314,10 @@ def read_rows(src, index, asarray=True, lock=None):
     return out
 
 
-def _read_chunk(path, codec, dest):
+def _read_chunk(path, codec, dest, keep=True):
     """Decode the chunk stored at ``path`` into the uint8 array ``dest`` (its exact
-    decoded size); False when the chunk is not stored (zarr's fill value)."""
+    decoded size); False when the chunk is not stored (zarr's fill value).  ``keep``:
+    the compressed bytes go to this thread's kept scratch buffer (else a temporary)."""
     try:
         fh = open(path, "rb", buffering=0)
     except FileNotFoundError:
@@ -298,14 +325,14 @@ def _read_chunk(path, codec, dest):
     with fh:
         size = os.fstat(fh.fileno()).st_size
         if codec is None:
-            n = fh.readinto(memoryview(dest))
-            if n != dest.nbytes:
-                raise ValueError(f"Zarr chunk {path} holds {n} bytes, {dest.nbytes} expected.")
+            if size != dest.nbytes:
+                raise ValueError(f"Zarr chunk {path} holds {size} bytes, {dest.nbytes} "
+                                 "expected.")
+            _read_into(fh, dest, path)
             return True
-        raw = _scratch("compressed", size)
-        n = fh.readinto(memoryview(raw))
-    if n != size:
-        raise ValueError(f"Zarr chunk {path} changed while it was read.")
+        raw = (_scratch("compressed", size) if keep
+               else np.empty(max(size, 1), dtype=np.uint8)[:size])
+        _read_into(fh, raw, path)
     res = codec.decode(raw, out=dest)
     res = (np.frombuffer(res, dtype=np.uint8) if isinstance(res, (bytes, bytearray))
            else np.asarray(res).reshape(-1).view(np.uint8))
@@ -315,6 +342,19 @@ def _read_chunk(path, codec, dest):
     if not np.shares_memory(res, dest):     # a codec that decodes into a copy of its own
         dest[:] = res
     return True
+
+
+def _read_into(fh, buf, path):
+    """Fill ``buf`` from the open file ``fh`` (one ``read`` returns at most ~2 GiB, and a
+    network file system may return less than asked)."""
+    view = memoryview(buf).cast("B")
+    got = 0
+    while got < buf.nbytes:
+        n = fh.readinto(view[got:])
+        if not n:
+            raise ValueError(f"Zarr chunk {path} ended after {got} bytes, {buf.nbytes} "
+                             "expected (it changed while it was read?).")
+        got += n
 
 
 NAME_PREFIX = "daskrnmf-zarr-"

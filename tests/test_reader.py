@@ -169,3 +169,53 @@ def test_buffers_are_released_after_a_fit_even_when_the_cluster_is_gone(tmp_path
     monkeypatch.setattr(_blocks, "active_client", lambda: Gone())
     _reader.release_after(X)                # no error of its own over the fit's
     assert len(_reader._POOL) == 0 and len(_reader._SCRATCH) == 0
+
+
+def test_short_reads_fill_the_buffer_and_a_short_file_is_an_error(tmp_path):
+    data = bytes(range(256)) * 40
+
+    class Trickle:                           # a network file system's short reads
+        def __init__(self, payload):
+            self.payload, self.at = payload, 0
+
+        def readinto(self, view):
+            n = min(7, len(view), len(self.payload) - self.at)
+            view[:n] = self.payload[self.at:self.at + n]
+            self.at += n
+            return n
+
+    buf = np.empty(len(data), dtype=np.uint8)
+    _reader._read_into(Trickle(data), buf, "x")
+    assert buf.tobytes() == data
+    with pytest.raises(ValueError, match="ended after 100 bytes"):
+        _reader._read_into(Trickle(data[:100]), buf, "x")
+
+
+def test_a_raw_chunk_of_the_wrong_size_is_an_error_as_in_zarr(tmp_path):
+    z = _store(tmp_path, OWN["v3-raw"], drop=())
+    path = os.path.join(str(tmp_path / "x.zarr"), z.metadata.encode_chunk_key((1, 0)))
+    with open(path, "ab") as fh:
+        fh.write(b"\0" * 64)                 # trailing bytes: zarr refuses the chunk too
+    with pytest.raises(ValueError, match="holds 5664 bytes, 5600 expected"):
+        read_rows(ZarrRows(z), (slice(100, 200), slice(None)))
+
+
+def test_blocks_smaller_than_a_stored_chunk_keep_no_scratch(tmp_path):
+    _reader.release()
+    z = _store(tmp_path, OWN["v3-zstd"], drop=())
+    np.testing.assert_array_equal(as_dask(z, 40).compute(scheduler="sync"), z[:])
+    assert len(_reader._SCRATCH) == 0       # the memory-tight case: temporaries only
+    as_dask(z, 300).compute(scheduler="sync")
+    assert len(_reader._SCRATCH) > 0
+
+
+def test_pool_bounds_its_bytes_and_empty_rows_are_zarrs(tmp_path, monkeypatch):
+    pool = BufferPool(10, max_bytes=1000)
+    a = pool.take(600)
+    b = pool.take(600)                       # over the byte bound: an array of its own
+    assert _pooled(pool, a) and not _pooled(pool, b) and pool.nbytes == 600
+    monkeypatch.setattr(_reader, "_POOLING", False)    # a free-threaded Python
+    assert not _pooled(pool, pool.take(10)) and len(pool) == 1
+    monkeypatch.undo()
+    z = zarr.create_array(str(tmp_path / "e.zarr"), shape=(5, 0), chunks=(2, 1), dtype="f4")
+    assert as_dask(z, 4).compute(scheduler="sync").shape == (5, 0)
