@@ -21,11 +21,10 @@ bases at rho = 10 % and 30 % are saved as PNGs (the paper's Figures 2-3).
 
 import argparse
 import os
-import platform
 import warnings
 
 import numpy as np
-from _report import Report, timed
+from _report import Report, cpu, timed
 
 
 def e_avg(clean, H, W):
@@ -132,7 +131,7 @@ def main():
     emit()
     emit(f"400 faces 32 x 32, max grey level 50, U[30, 50] added to a fraction rho of the "
          f"pixels, clipped at 50; K = 49, alpha_R = 1; mean of {args.seeds} seeds. "
-         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one process.")
+         f"{cpu()}, one process.")
     emit()
     emit("E_avg (eq. 20, against the clean faces; lower is better):")
     emit()
@@ -166,14 +165,15 @@ def main():
         emit(f"| {name} | " + " | ".join(f"{err(name, r) / err(conv, r):.3f}"
                                           for r in args.rhos) + " |")
     emit()
-    emit("Previous tables: the code before the tabled-inverse NNLS, run on this machine "
-         "(AMD EPYC, 2 cores) the same day: ONMFO() defaults 0.29 s, 0.39x MiniBatchNMF(), "
-         "RobustNMF() defaults 0.32 s, 0.63x NMF mu 200, the same E_avg (K = 49 is above "
-         "the tabled NNLS's k <= 12: the ratios here move with run-to-run noise, not the "
-         "change); the last committed table (an older 2-core machine) 0.60 s, 0.78x and "
-         "0.54 s, 0.99x; before the kept-factor NNLS and the default tol=1e-2, ONMFO() "
-         "(tol=1e-3) 2.19 s, 2.66x MiniBatchNMF(), E_avg 1.044 / 1.043 x converged; "
-         "RobustNMF() 0.55 s, 1.20x NMF mu 200.")
+    emit("Previous tables: the last committed run (2026-11-24, a 2-core AMD EPYC Zen 5; the "
+         "same code for these in-memory fits): ONMFO() defaults 0.31 s, 0.56x "
+         "MiniBatchNMF(), RobustNMF() defaults 0.28 s, 0.68x NMF mu 200, the same E_avg; "
+         "this machine takes about twice as long for every method. Before it: the code "
+         "before the tabled-inverse NNLS 0.29 s, 0.39x and 0.32 s, 0.63x (K = 49 is above "
+         "the tabled NNLS's k <= 12: those ratios moved with run-to-run noise); an older "
+         "2-core machine 0.60 s, 0.78x and 0.54 s, 0.99x; before the kept-factor NNLS and "
+         "the default tol=1e-2, ONMFO() (tol=1e-3) 2.19 s, 2.66x MiniBatchNMF(), E_avg "
+         "1.044 / 1.043 x converged; RobustNMF() 0.55 s, 1.20x NMF mu 200.")
     if figures:
         emit()
         for fig in figures:
