@@ -161,7 +161,6 @@ class _Plan:
     """Where and how a fast-read array's chunks are stored."""
 
     directory: str          # the array's directory (absolute)
-    keys: tuple             # chunk key of each chunk row (chunk_row, 0)
     chunk_rows: int
     chunk_cols: int
     codec: object           # None (raw bytes) or an object with decode(buf, out=...)
@@ -223,12 +222,11 @@ def plan_for(z):
         codec = _decoder(z)
         if codec is False:
             return None
-        n_chunks = -(-z.shape[0] // chunk_rows)
-        keys = tuple(z.metadata.encode_chunk_key((c, 0)) for c in range(n_chunks))
+        z.metadata.encode_chunk_key((0, 0))     # (the key of a chunk, asked per read)
         directory = os.path.abspath(os.path.join(str(z.store.root), z.path))
         fill = z.metadata.fill_value
         fill = 0 if fill is None else fill
-        return _Plan(directory, keys, chunk_rows, chunk_cols, codec, np.asarray(fill, dtype).item())
+        return _Plan(directory, chunk_rows, chunk_cols, codec, np.asarray(fill, dtype).item())
     except (AttributeError, TypeError, ValueError):   # another zarr's metadata: zarr reads
         return None
 
@@ -306,7 +304,8 @@ def read_rows(src, index, asarray=True, lock=None):
         direct = lo == first and hi == first + cr and cc == d
         dest = (out[lo - start:hi - start].reshape(-1).view(np.uint8) if direct
                 else _scratch("chunk", nbytes) if keep else np.empty(nbytes, dtype=np.uint8))
-        if not _read_chunk(os.path.join(plan.directory, plan.keys[c]), plan.codec, dest, keep):
+        key = src.array.metadata.encode_chunk_key((c, 0))
+        if not _read_chunk(os.path.join(plan.directory, key), plan.codec, dest, keep):
             out[lo - start:hi - start] = plan.fill_value
         elif not direct:
             chunk = dest.view(src.dtype).reshape(cr, cc)
