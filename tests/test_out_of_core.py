@@ -1,9 +1,11 @@
 """The fit streams a Zarr array larger than a worker's memory limit.
 
-Two worker processes are capped at 560 MiB each (the nanny kills a worker at 95 % of
+Two worker processes are capped at 580 MiB each (the nanny kills a worker at 95 % of
 that) while X is 586 MiB (1.2M x 64 float64).  What the cap leaves a worker above its
-baseline (dask, distributed, zarr and the compiled kernels: ~400 MiB, measured by the
-fixture) is far less than the worker's share of X, so a worker that held its share of X,
+baseline (dask, distributed, zarr and the compiled kernels: 320-410 MiB, measured by the
+fixture; the nanny counts the shared libraries' resident pages, so a freshly installed
+environment, whose library files are all in the page cache, starts ~80 MiB higher than
+an old one) is far less than the worker's share of X, so a worker that held its share of X,
 or anything of size n_samples x n_features, would be killed.  Pausing is turned off so
 that the cap is a hard wall rather than a slowdown; a sampling thread on each worker
 records its peak RSS, and the test fails if any worker was restarted.
@@ -29,7 +31,7 @@ from daskrnmf.datasets import make_zarr_blobs
 from daskrnmf.metrics import clustering_accuracy
 
 N_WORKERS = 2
-WORKER_LIMIT = 560 * 2**20
+WORKER_LIMIT = 580 * 2**20
 N_SAMPLES = 1_200_000         # x 64 float64 = 614 MB (586 MiB), in 120 chunks of 10 000 rows
 
 
@@ -46,7 +48,8 @@ def _start_sampler(dask_worker):
 
 
 def _peak(dask_worker):
-    return dask_worker._daskrnmf_peak
+    # None on a worker restarted since the sampler started (killed at the cap)
+    return getattr(dask_worker, "_daskrnmf_peak", None)
 
 
 def _rss():
@@ -220,13 +223,13 @@ def test_onmfo_streams_with_worker_and_client_memory_below_data_size(capped_clus
         r_rows, h = dask.compute(R.sum(axis=1), H)
     _check_workers(client, pids)
     assert grown < 0.1 * full, f"client grew by {grown / 2**20:.0f} MiB"
-    assert m.n_steps_ == 30 and m.n_samples_seen_ == N_SAMPLES and m.n_passes_ == 1
+    assert m.n_steps_ == N_SAMPLES // 40_000 and m.n_samples_seen_ == N_SAMPLES and m.n_passes_ == 1
     assert np.isfinite(m.objective_history_).all() and h.shape == (50_000, 5)
     # the gross corruption lands in R: rows flagged as outliers carry most of it
     assert np.median(r_rows[flagged]) > 20 * np.median(r_rows[~flagged]) + 1.0
 
 
 def _check_workers(client, pids):
-    peaks = {w: round(p / 2**20) for w, p in client.run(_peak).items()}
+    peaks = {w: p and round(p / 2**20) for w, p in client.run(_peak).items()}
     assert client.run(os.getpid) == pids, f"a worker was restarted; peak RSS MiB {peaks}"
     assert max(peaks.values()) < 0.95 * WORKER_LIMIT / 2**20, peaks
