@@ -393,6 +393,54 @@ def test_group_medians_match_numpy_fuzz():
             np.testing.assert_array_equal(out[c], want)
 
 
+@pytest.mark.parametrize("n", [1, 7, 64, 65, 200])
+def test_group_medians_from_ranks_match_numpy(n):
+    """Medians read off ranks (bit arrays of 1 to 4 words, a word boundary at 64) equal
+    NumPy's: ties, NaN left out (nanmedian; all-NaN and empty groups untouched), one
+    group and many, and equal :func:`group_medians` bit for bit."""
+    from daskrnmf.kernels.median import group_medians, group_medians_ranked, rank_rows
+
+    rng = np.random.default_rng(n)
+    for trial in range(30):
+        d, G = int(rng.integers(1, 9)), (1 if trial % 5 == 0 else int(rng.integers(2, 7)))
+        X = (rng.integers(-2, 3, size=(n, d)).astype(float) if trial % 3 == 0
+             else rng.standard_cauchy(size=(n, d)))
+        if trial % 4 == 1:
+            X[rng.random((n, d)) < 0.3] = np.nan
+            X[:, 0] = np.nan                    # a feature no row observes
+        g = rng.integers(0, G, n)
+        order = np.argsort(g, kind="stable")
+        ends = np.cumsum(np.bincount(g, minlength=G))
+        Xt = np.ascontiguousarray(X.T)
+        out = group_medians_ranked(rank_rows(Xt), order, ends, np.full((G, d), np.nan))
+        for c in range(G):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)     # all-NaN slices
+                want = (np.nanmedian(X[g == c], axis=0) if (g == c).any()
+                        else np.full(d, np.nan))
+            np.testing.assert_array_equal(out[c], want)
+        np.testing.assert_array_equal(
+            out, group_medians(Xt, order, ends, np.full((G, d), np.nan)))
+
+
+def test_kmedians_from_ranks_gives_the_same_labels():
+    """RFNMTF's column clustering reads its medians off ranks: the same labels as
+    selecting them, restart by restart (ties and gross entries included)."""
+    from daskrnmf.kernels.median import rank_rows
+    from daskrnmf.models._clustering import kmedians_labels
+
+    rng = np.random.default_rng(3)
+    for trial in range(4):
+        X = rng.normal(size=(300, 40)) + 5 * (np.arange(40) % 4)   # 40 "columns" to cluster
+        if trial % 2:
+            X = np.round(X)
+        X[rng.random(X.shape) < 0.05] = 100.0
+        Xt = np.ascontiguousarray(X.T)          # a column per row, as RFNMTF clusters them
+        a = kmedians_labels(Xt, 4, 6, seed=trial)
+        b = kmedians_labels(Xt, 4, 6, seed=trial, ranked=rank_rows(X))
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("spread", [1.0, 1e-3])
 def test_nnls_with_a_kept_factor_matches_scipy_through_a_chain_of_warm_solves(spread):
     """The active set keeps its Cholesky factor from one solve to the next on the same A

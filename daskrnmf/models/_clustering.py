@@ -26,7 +26,7 @@ from ..kernels.assign import (distances, nearest, pairwise_distances, seed_poten
                               seed_potentials_gram, seed_potentials_pairwise, seed_update,
                               seed_update_gram)
 from ..kernels.blocks import as_kernel_block, available_cpus, sum_arrays
-from ..kernels.median import group_medians, group_order, merge_median_round
+from ..kernels.median import group_medians, group_medians_ranked, group_order, merge_median_round
 from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, AssignSpec, MedianSearch, assign_chunk,
                           assign_combine, feature_stats, median_refine_chunk, sample_bracket,
                           sample_rows)
@@ -123,7 +123,8 @@ def transform_block(block, centers, metric):
 class CentroidFit:
     """The state and passes of one RFNMF fit (all restarts stacked)."""
 
-    def __init__(self, blocks, stats, *, k, R, metric, loss, seed, median_tol, missing=False):
+    def __init__(self, blocks, stats, *, k, R, metric, loss, seed, median_tol, missing=False,
+                 ranked=None):
         self.blocks, self.k, self.R = blocks, k, R
         self.missing = missing
         self.metric, self.loss, self.seed, self.median_tol = metric, loss, seed, median_tol
@@ -147,6 +148,7 @@ class CentroidFit:
         # the medians of clusters whose members did not change), and which are set
         self._medians = None
         self._Xt = None        # in memory (L1): X transposed, for the selections
+        self._ranked = ranked  # ... or its rows sorted once (kernels.median.rank_rows)
         self.median_rounds = []
         # k-medians++ seeds are data points: their own residual is 0 and the L2,1 weight
         # 1/||x - f|| would pin every centre to its seed, so the first F step after
@@ -227,7 +229,7 @@ class CentroidFit:
                     np.asarray(self.blocks.array, dtype=np.float64).T)
             # the first step's guesses: the centres it was given (seeds are rows of X)
             newF = cluster_medians(self.blocks.array, labels, self.k, previous, Xt=self._Xt,
-                                   guess=Fa if previous is None else None)
+                                   guess=Fa if previous is None else None, ranked=self._ranked)
             if self._medians is None:
                 self._medians = (np.zeros((labels.shape[0], self.R), dtype=labels.dtype),
                                  np.zeros((self.R, self.k, self.d)),
@@ -326,13 +328,15 @@ class CentroidFit:
                                       keep_state=True, name="final assignment")
 
 
-def kmedians_labels(X, k, n_restarts, seed, max_iter=30):
+def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None):
     """In-memory RFNMF_L1 from robust greedy k-medians++ seeds, ``n_restarts`` independent restarts.
 
     A helper for initialisations that cluster a small in-memory sample (never X itself).
     Its callers run many candidates, so each seeds with scikit-learn's ``2 + log k``
     candidates per centre rather than RFNMF's ``4 (2 + log k)`` (RFNMTF's planted
-    benchmark: the same accuracy, the initialisation ~1.7x faster).
+    benchmark: the same accuracy, the initialisation ~1.7x faster).  ``ranked``:
+    :func:`~daskrnmf.kernels.median.rank_rows` of X transposed, when the caller has it
+    (the medians then come from ranks; the same labels).
 
     Returns
     -------
@@ -347,7 +351,7 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=30):
                    for r in range(n_restarts)])
     blocks = RowBlocks(X)
     fit = CentroidFit(blocks, feature_stats(blocks), k=k, R=n_restarts, metric="l1", loss="l1",
-               seed=seed, median_tol=0.0)
+                      seed=seed, median_tol=0.0, ranked=ranked)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         F, _ = iterate(fit.step, F0, n_restarts=n_restarts, max_iter=max_iter, tol=1e-4)
@@ -505,7 +509,7 @@ def _n_threads(n_restarts, n_values):
     return min(n_restarts, available_cpus())
 
 
-def cluster_medians(X, labels, k, previous=None, Xt=None, guess=None):
+def cluster_medians(X, labels, k, previous=None, Xt=None, guess=None, ranked=None):
     """Exact per-cluster, per-feature medians of an in-memory X (selection, as
     :func:`numpy.median`: the mean of the two middle values), for stacked restarts.
 
@@ -523,6 +527,10 @@ def cluster_medians(X, labels, k, previous=None, Xt=None, guess=None):
     guess : ndarray (n_restarts, k, n_features), optional
         Without ``previous``: guesses of the medians (the centres the labels came from),
         which only speed the selection up.
+    ranked : tuple, optional
+        :func:`~daskrnmf.kernels.median.rank_rows` of ``Xt``: the medians are read off
+        the members' ranks (:func:`~daskrnmf.kernels.median.group_medians_ranked`, the
+        same numbers); guesses are then not needed.
 
     Returns
     -------
@@ -534,7 +542,8 @@ def cluster_medians(X, labels, k, previous=None, Xt=None, guess=None):
     out = np.full((R, k, d), np.nan)
     if Xt is None:
         Xt = np.ascontiguousarray(np.asarray(X, dtype=np.float64).T)   # a feature per row
-    Xr = as_kernel_block(X)     # X by rows too: the guessed medians are counted by rows
+    # X by rows too: the guessed medians are counted by rows
+    Xr = as_kernel_block(X) if ranked is None else None
 
     def one(r):
         lab = np.ascontiguousarray(labels[:, r], dtype=np.int64)
@@ -554,7 +563,10 @@ def cluster_medians(X, labels, k, previous=None, Xt=None, guess=None):
         part = np.full((k, d), np.nan)
         pivots = (previous[1][r] if previous is not None
                   else None if guess is None else guess[r])
-        group_medians(Xt, order, ends, part, pivots, X=Xr)
+        if ranked is not None:
+            group_medians_ranked(ranked, order, ends, part)
+        else:
+            group_medians(Xt, order, ends, part, pivots, X=Xr)
         out[r, todo] = part[todo]
 
     # restarts are independent and the selection kernel releases the GIL: one thread

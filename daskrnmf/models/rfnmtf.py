@@ -34,8 +34,9 @@ from ..kernels import rng
 from ..kernels.assign import nearest
 from ..kernels.blocks import as_float_block, as_kernel_block, sum_arrays
 from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
-from ..kernels.median import (block_medians, group_medians, group_order, median_round,
-                              merge_median_round)
+from ..kernels.median import (RANKED_MAX_ROWS, block_medians, group_medians,
+                              group_medians_ranked, group_order, median_round,
+                              merge_median_round, rank_rows)
 from ..kernels.sums import merge_worst_fit, worst_fit
 from ..reductions import (BRACKET_MIN, BRACKET_Z, SAMPLE_SEED, SAMPLE_STREAM, MedianSearch,
                           feature_stats, median_refine_chunk, random_labels, sample_rows)
@@ -266,16 +267,25 @@ class _CoFit:
         # candidates per restart, as many as a fixed budget of in-memory work allows
         n_cand = self.R * int(np.clip(2**27 // (m * self.d * (self.K + self.L) * self.R), 1, 4))
         col_seed = int(rng.stream_id(6, self.seed % 2**62) >> 1)
-        columns = kmedians_labels(sample.T, self.L, n_cand, col_seed).T.astype(np.int64)
+        St = np.ascontiguousarray(sample, dtype=np.float64)   # a sample row per "feature"
+        # every median below is over a group of the sample's columns within one sample
+        # row: with few columns, each row is sorted once and the medians are read off
+        # the ranks (the same numbers; 1000 x 120: the profiles 4.8x faster)
+        ranked = rank_rows(St) if self.d <= RANKED_MAX_ROWS else None
+        columns = kmedians_labels(sample.T, self.L, n_cand, col_seed,
+                                  ranked=ranked).T.astype(np.int64)
         S = np.full((n_cand, self.K, self.L), np.nan)
         Xs = as_kernel_block(sample)
-        St = np.ascontiguousarray(sample, dtype=np.float64)   # a sample row per "feature"
         for r in range(n_cand):
             # rows are clustered on their per-column-cluster medians (m x L): the medians
             # over a column cluster's features are robust to gross entries (by selection:
             # the column clusters are groups of sample columns, the rows the "features")
             order, ends = group_order(columns[r], self.L)
-            profile = group_medians(St, order, ends, np.full((self.L, m), np.nan)).T
+            profile = np.full((self.L, m), np.nan)
+            if ranked is not None:
+                profile = group_medians_ranked(ranked, order, ends, profile).T
+            else:
+                profile = group_medians(St, order, ends, profile).T
             # (an empty column cluster, e.g. on constant data, gives a zero column: it does
             # not separate rows, and the S step below leaves its blocks to the reseeding)
             profile = np.ascontiguousarray(np.where(np.isnan(profile), 0.0, profile))
