@@ -436,9 +436,116 @@ def test_kmedians_from_ranks_gives_the_same_labels():
             X = np.round(X)
         X[rng.random(X.shape) < 0.05] = 100.0
         Xt = np.ascontiguousarray(X.T)          # a column per row, as RFNMTF clusters them
-        a = kmedians_labels(Xt, 4, 6, seed=trial)
-        b = kmedians_labels(Xt, 4, 6, seed=trial, ranked=rank_rows(X))
+        # the general fit (CentroidFit) with and without ranks
+        a = kmedians_labels(Xt, 4, 6, seed=trial, compiled=False)
+        b = kmedians_labels(Xt, 4, 6, seed=trial, ranked=rank_rows(X), compiled=False)
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 136, 255, 256, 1000, 4097, 70001])
+def test_pairwise_sum_is_numpys_sum_bit_for_bit(n):
+    """The compiled k-medians sums its objective as NumPy does (pairwise, in runs of
+    128): the same float64, so it stops at the same iteration as the general fit."""
+    from daskrnmf.kernels.kmedians import pairwise_sum
+
+    rng = np.random.default_rng(n)
+    for trial in range(3):
+        a = rng.random(n + 5) * 10.0 ** rng.uniform(-8, 8, n + 5)
+        assert pairwise_sum(a, 0, n) == a[:n].reshape(n, 1).sum(axis=0)[0]
+        assert pairwise_sum(a, 5, n) == a[5:].sum()
+
+
+def test_cluster_medians_by_one_sweep_match_numpy():
+    """Medians per cluster and feature read off each feature's sorted values (the
+    members' middle ones as they are met) equal :func:`numpy.median`, with ties, odd
+    and even clusters, one-member and empty clusters."""
+    from daskrnmf.kernels.kmedians import _cluster_medians_sorted, _sorted_rows
+    from daskrnmf.kernels.median import rank_rows
+
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        n, d, k = int(rng.integers(1, 60)), int(rng.integers(1, 7)), int(rng.integers(1, 6))
+        X = (rng.integers(-2, 3, size=(n, d)).astype(float) if trial % 2
+             else rng.standard_cauchy(size=(n, d)))
+        labels = rng.integers(0, k, n).astype(np.int64)
+        counts = np.bincount(labels, minlength=k).astype(np.int64)
+        ranks, values, _ = rank_rows(np.ascontiguousarray(X.T))
+        out = np.full((k, d), -7.0)
+        _cluster_medians_sorted(_sorted_rows(ranks), values, labels, counts, out,
+                                np.zeros(k, np.int64), np.zeros(k, np.int64))
+        for c in range(k):
+            want = np.median(X[labels == c], axis=0) if counts[c] else np.full(d, -7.0)
+            np.testing.assert_array_equal(out[c], want)
+
+
+def _general_kmedians(X, F0, max_iter=30, tol=1e-4):
+    """The general in-memory fit the compiled one reproduces: CentroidFit under iterate."""
+    from daskrnmf._blocks import RowBlocks
+    from daskrnmf._driver import iterate
+    from daskrnmf.models._clustering import CentroidFit
+    from daskrnmf.reductions import feature_stats
+
+    blocks = RowBlocks(X)
+    assert len(blocks.sizes) == 1
+    fit = CentroidFit(blocks, feature_stats(blocks), k=F0.shape[1], R=F0.shape[0],
+                      metric="l1", loss="l1", seed=0, median_tol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        F, log = iterate(fit.step, F0.copy(), n_restarts=F0.shape[0], max_iter=max_iter,
+                         tol=tol)
+    return nearest(X, F, "l1")[0], F, np.array(log.history)
+
+
+@pytest.mark.parametrize("n, d, k, R", [(1000, 6, 8, 1), (120, 400, 6, 40), (50, 3, 4, 5),
+                                        (5, 4, 8, 3), (300, 20, 10, 7)])
+def test_compiled_kmedians_is_the_general_fit(n, d, k, R):
+    """:func:`kmedians_fit` (compiled iterations; restarts in threads when R x n x d x k
+    is large, the (120, 400, 6, 40) case) gives the general fit's labels, centres and
+    objective history bit for bit: planted clusters with gross entries, integer data
+    full of ties, random centres (clusters empty and re-seeded), fewer rows than
+    clusters, restarts stopping at different iterations."""
+    from daskrnmf.kernels.kmedians import THREADS_MIN_WORK, kmedians_fit
+    from daskrnmf.kernels.median import rank_rows
+
+    rng = np.random.default_rng(n + d)
+    for trial in range(3):
+        if trial == 0:
+            X = rng.integers(0, 4, (n, d)).astype(float)
+        else:
+            centres = rng.uniform(0, 10, (k, d))
+            X = centres[rng.integers(0, k, n)] + rng.normal(size=(n, d))
+            X[rng.random((n, d)) < 0.05] = 100.0
+        F0 = (X[rng.integers(0, n, (R, k))] if trial < 2       # seeds: rows of X
+              else rng.uniform(X.min(), X.max(), (R, k, d)))   # far away: empty clusters
+        want_labels, want_F, want_hist = _general_kmedians(X, F0)
+        # medians read off sorted features, and selected
+        for ranked in (rank_rows(np.ascontiguousarray(X.T)), None):
+            labels, F, hist = kmedians_fit(X, ranked, F0, 30, 1e-4)
+            np.testing.assert_array_equal(labels, want_labels)
+            np.testing.assert_array_equal(F, want_F)
+            np.testing.assert_array_equal(hist, want_hist)
+    assert (X.size * k * R >= THREADS_MIN_WORK) == (R == 40)
+
+
+def test_compiled_kmedians_runs_from_numbas_cache(tmp_path):
+    """The kernels load from Numba's on-disk cache in a new process and give the same
+    labels (a recursive pairwise sum crashed there: it is walked with a stack now)."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np; from daskrnmf.kernels.kmedians import kmedians_fit; "
+            "from daskrnmf.kernels.median import rank_rows; "
+            "X = np.random.default_rng(0).normal(size=(300, 8)); "
+            "l, F, h = kmedians_fit(X, rank_rows(np.ascontiguousarray(X.T)), X[None, :5], 30, 1e-4); "
+            "m, _, _ = kmedians_fit(X, None, X[None, :5], 30, 1e-4); "
+            "assert (l == m).all(); print(l[:, 0].tolist())")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    assert runs[0].stdout == runs[1].stdout
+    assert any(tmp_path.rglob("*.nbi"))
 
 
 @pytest.mark.parametrize("spread", [1.0, 1e-3])

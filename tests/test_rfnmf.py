@@ -308,9 +308,9 @@ def test_seed_kernels_match_numpy():
 
 def test_gram_seed_kernels_equal_the_numpy_expression():
     """The L2 seeding's fused kernels give the NumPy expression they replaced bit for bit
-    (same operations, same order), and quantile_linear is np.quantile's number."""
+    (same operations, same order), and the seeding's quantile is np.quantile's number."""
     from daskrnmf.kernels.assign import seed_potentials_gram, seed_update_gram
-    from daskrnmf.models._clustering import quantile_linear
+    from daskrnmf.kernels.kmedians import _quantile_linear as quantile_linear
 
     rng = np.random.default_rng(1)
     X = np.round(rng.normal(size=(301, 13)), 1)
@@ -333,6 +333,38 @@ def test_gram_seed_kernels_equal_the_numpy_expression():
             a[rng.random(n) < 0.3] = 0.0
             for q in (0.0, 0.5, 0.95, 0.99, 1.0):
                 assert quantile_linear(a, q) == np.quantile(a, q)
+
+
+@pytest.mark.parametrize("power", [1, 2])
+def test_seed_draw_is_numpys_choice(power):
+    """The greedy seeding's draw (compiled) gives the clip, the candidates and the
+    generator's state of the NumPy code it replaced: ``tau = np.quantile(mind, q)``,
+    weights ``min(mind, tau) ** power`` (rows off the centres alike when tau <= 0),
+    ``gen.choice(n, T, p=w / w.sum())`` (uniform when every weight is 0)."""
+    from daskrnmf.kernels.kmedians import seed_draw
+
+    rng = np.random.default_rng(power)
+    for trial in range(300):
+        n = int(rng.integers(1, 400))
+        mind = rng.random(n) * 10.0 ** rng.uniform(-3, 5)
+        if trial % 4 == 1:
+            mind[rng.random(n) < 0.95] = 0.0        # most rows on a centre: tau <= 0
+        if trial % 10 == 3:
+            mind[:] = 0.0                           # every weight 0
+        if trial % 7 == 2:
+            mind = np.round(mind)                   # ties
+        q, T = (0.9, 0.5, 1.0)[trial % 3], int(rng.integers(1, 20))
+        tau = np.quantile(mind, q)
+        w = np.minimum(mind, tau) ** power
+        if tau <= 0:
+            w = (mind > 0).astype(np.float64)
+        total = w.sum()
+        want_gen, gen = np.random.default_rng([3, trial]), np.random.default_rng([3, trial])
+        want = want_gen.choice(n, size=T, p=w / total if total > 0 else None)
+        got_tau, got = seed_draw(mind, q, power, gen, T)
+        assert got_tau == tau
+        np.testing.assert_array_equal(got, want)
+        assert gen.random() == want_gen.random()
 
 
 def test_seeding_sample_is_drawn_in_the_first_pass():

@@ -1,0 +1,368 @@
+"""RFNMF_L1 on a small in-memory array, an iteration in two compiled calls.
+
+RFNMTF's initialisation clusters its sample many times over (the sample's columns once
+per candidate, then each candidate's row profiles); each of those fits is a few
+iterations on a few thousand values, where the general fit (:class:`CentroidFit` with
+:func:`~daskrnmf._driver.iterate`) spends most of its time in Python between the
+kernels.  :func:`kmedians_fit` runs an iteration of all its restarts as the distance
+kernel's call and one more (objective, medians, re-seeding, stopping), and gives the
+same numbers: the same distance kernel, the medians read off sorted values (the same
+values as the selection), the same re-seeding of empty clusters, the same objective
+sums (NumPy's summation order, see :func:`pairwise_sum`) and the same stopping rule.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from numba import njit
+
+from .assign import nearest
+from .blocks import available_cpus
+from .median import _buf_median, _group_order
+
+# NumPy's pairwise summation: runs of at most this many values are summed in 8 partial
+# sums (numpy/_core/src/umath/loops_utils.h.src, PW_BLOCKSIZE)
+_PW_BLOCK = 128
+
+
+@njit(cache=True, nogil=True)
+def _pairwise_leaf(a, lo, n):
+    """NumPy's sum of a run of at most 128 values: 8 partial sums, then the rest."""
+    if n < 8:
+        s = 0.0
+        for i in range(lo, lo + n):
+            s += a[i]
+        return s
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    while i < n - n % 8:
+        b = lo + i
+        r0 += a[b]
+        r1 += a[b + 1]
+        r2 += a[b + 2]
+        r3 += a[b + 3]
+        r4 += a[b + 4]
+        r5 += a[b + 5]
+        r6 += a[b + 6]
+        r7 += a[b + 7]
+        i += 8
+    s = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        s += a[lo + i]
+        i += 1
+    return s
+
+
+@njit(cache=True, nogil=True)
+def pairwise_sum(a, lo, n):
+    """``a[lo:lo + n].sum()`` in NumPy's order, bit for bit: its pairwise summation of a
+    contiguous float64 run (a run longer than 128 is split at ``n // 2`` rounded down
+    to a multiple of 8, each half summed so, then the two added), the objective the
+    general fit sums with ``residual.sum(axis=0)`` of one restart.
+
+    The halving is walked with an explicit stack, not by recursion: Numba's cached
+    recursive functions crashed when loaded from the cache."""
+    if n <= _PW_BLOCK:
+        return _pairwise_leaf(a, lo, n)
+    f_lo = np.empty(64, dtype=np.int64)     # frames: a run, whether its left half is
+    f_n = np.empty(64, dtype=np.int64)      # summed (phase 2, value in f_left)
+    f_phase = np.zeros(64, dtype=np.int64)
+    f_left = np.empty(64)
+    sp = 0
+    f_lo[0], f_n[0], f_phase[0] = lo, n, 0
+    while True:
+        m = f_n[sp]
+        if m > _PW_BLOCK:                   # descend into the left half
+            f_phase[sp] = 1
+            h = m // 2
+            h -= h % 8
+            f_lo[sp + 1], f_n[sp + 1], f_phase[sp + 1] = f_lo[sp], h, 0
+            sp += 1
+            continue
+        val = _pairwise_leaf(a, f_lo[sp], m)
+        sp -= 1
+        while sp >= 0 and f_phase[sp] == 2:  # right halves done: add to their left
+            val = f_left[sp] + val
+            sp -= 1
+        if sp < 0:
+            return val
+        f_left[sp] = val                    # a left half done: the right one next
+        f_phase[sp] = 2
+        h = f_n[sp] // 2
+        h -= h % 8
+        f_lo[sp + 1], f_n[sp + 1], f_phase[sp + 1] = f_lo[sp] + h, f_n[sp] - h, 0
+        sp += 1
+
+
+@njit(cache=True, nogil=True)
+def _quantile_linear(a, q):
+    n = a.shape[0]
+    vi = (n - 1) * q
+    if vi >= n - 1:
+        return a.max()
+    lo = int(np.floor(vi))
+    part = np.partition(a, lo + 1)
+    y = part[lo + 1]
+    x = part[0]
+    for i in range(1, lo + 1):
+        x = max(x, part[i])
+    g = vi - lo
+    diff = y - x
+    return y - diff * (1 - g) if g >= 0.5 else x + diff * g
+
+
+@njit(cache=True, nogil=True)
+def _seed_cdf(mind, q, power, cdf):
+    n = mind.shape[0]
+    tau = _quantile_linear(mind, q)
+    w = np.empty(n)
+    for i in range(n):
+        if tau <= 0:
+            w[i] = 1.0 if mind[i] > 0 else 0.0
+        else:
+            t = min(mind[i], tau)
+            w[i] = t * t if power == 2 else t
+    total = pairwise_sum(w, 0, n)
+    if total > 0:
+        acc = 0.0
+        for i in range(n):
+            acc += w[i] / total
+            cdf[i] = acc
+        last = cdf[n - 1]
+        for i in range(n):
+            cdf[i] /= last
+    return tau, total
+
+
+def seed_draw(mind, q, power, gen, n_trials):
+    """One step of greedy k-medians++ (:func:`~daskrnmf.models._clustering.robust_kmedians_pp`):
+    the clip ``tau`` (the ``q`` quantile of the distances ``mind``, as :func:`numpy.quantile`)
+    and ``n_trials`` candidates drawn with probability ``min(mind, tau) ** power`` (where
+    ``tau <= 0``: uniformly among the rows off the centres), the same rows as
+    ``gen.choice(n, n_trials, p=w / w.sum())`` (its cumulative sums and uniform draws,
+    computed the same way), uniformly when all weights are 0.
+
+    Returns
+    -------
+    tau : float
+    cand : ndarray of int64 (n_trials,)
+    """
+    n = mind.shape[0]
+    cdf = np.empty(n)
+    tau, total = _seed_cdf(np.ascontiguousarray(mind, dtype=np.float64), float(q),
+                           int(power), cdf)
+    if total > 0:
+        cand = np.searchsorted(cdf, gen.random(n_trials), side="right").astype(np.int64)
+    else:
+        cand = gen.choice(n, size=n_trials)
+    return float(tau), cand
+
+
+@njit(cache=True, nogil=True)
+def _sorted_rows(ranks):
+    """Per feature, the rows in the order of their values: the inverse of ``ranks``."""
+    d, n = ranks.shape
+    perm = np.empty((d, n), dtype=np.int32)
+    for j in range(d):
+        for i in range(n):
+            perm[j, ranks[j, i]] = i
+    return perm
+
+
+@njit(cache=True, nogil=True)
+def _cluster_medians_sorted(perm, values, labels, counts, out, seen, need):
+    """Per cluster and feature, the median of the members' values (NumPy's: the middle
+    one, or the mean ``(a + b) / 2`` of the two middle ones), by one sweep over each
+    feature's values in order: a cluster's middle values are its members' ``h``-th and
+    ``(h + 1)``-th met.  Values without NaN (``perm`` and ``values`` from
+    :func:`~daskrnmf.kernels.median.rank_rows`); empty clusters are left as they are."""
+    d, n = perm.shape
+    k = counts.shape[0]
+    n_need = 0
+    for c in range(k):
+        need[c] = (counts[c] - 1) // 2 + (1 if counts[c] % 2 == 0 else 0) if counts[c] else -1
+        n_need += counts[c] > 0
+    for j in range(d):
+        pj, vj = perm[j], values[j]
+        seen[:] = 0
+        left = n_need
+        for p in range(n):
+            c = labels[pj[p]]
+            t = seen[c]
+            seen[c] = t + 1
+            m = counts[c]
+            h = (m - 1) // 2
+            if t == h:
+                out[c, j] = vj[p]
+            if t == need[c]:
+                if m % 2 == 0:
+                    out[c, j] = (out[c, j] + vj[p]) / 2.0
+                left -= 1
+                if left == 0:
+                    break
+
+
+@njit(cache=True, nogil=True)
+def _cluster_medians_selected(X, labels, counts, out, order, buf):
+    """:func:`_cluster_medians_sorted` by selection among each cluster's values (for
+    few restarts, where sorting every feature first costs more than the selections)."""
+    n, d = X.shape
+    k = counts.shape[0]
+    ends = np.zeros(k, dtype=np.int64)
+    _group_order(labels, k, order, ends)
+    for c in range(k):
+        a = ends[c - 1] if c else 0
+        m = ends[c] - a
+        if m == 0:
+            continue
+        for j in range(d):
+            for t in range(m):
+                buf[t] = X[order[a + t], j]
+            out[c, j] = _buf_median(buf, m)
+
+
+@njit(cache=True, nogil=True)
+def _worst_rows(dist, n_take):
+    """Rows of the ``n_take`` largest ``dist`` (largest first; ties: lowest index)."""
+    n = dist.shape[0]
+    taken = np.zeros(n, dtype=np.bool_)
+    out = np.empty(n_take, dtype=np.int64)
+    for t in range(n_take):
+        best, arg = -np.inf, -1
+        for i in range(n):
+            if not taken[i] and (arg < 0 or dist[i] > best):
+                best, arg = dist[i], i
+        taken[arg] = True
+        out[t] = arg
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, newly):
+    """The rest of an iteration of the restarts ``rs`` (``n_active`` restarts are
+    active in all), from their assignment (``labels``, ``dist``: (n, len(rs)), column
+    ``t`` restart ``rs[t]``): F[r] becomes the medians of its clusters, ``history[r]``
+    the objective of the assignment, ``newly[r]`` whether it converged."""
+    n, d = X.shape
+    k = F.shape[1]
+    col = np.empty(n)
+    lab = np.empty(n, dtype=np.int64)
+    counts = np.zeros(k, dtype=np.int64)
+    seen = np.zeros(k, dtype=np.int64)
+    need = np.zeros(k, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
+    buf = np.empty(max(n, 1))
+    med = np.empty((k, d))
+    for t in range(rs.shape[0]):
+        r = rs[t]
+        for i in range(n):
+            col[i] = dist[i, t]
+            lab[i] = labels[i, t]
+        # residual.sum(axis=0) of the active restarts' (n, Ra) residuals: NumPy sums one
+        # column pairwise, several row by row
+        if n_active == 1:
+            J = pairwise_sum(col, 0, n)
+        else:
+            J = col[0]
+            for i in range(1, n):
+                J += col[i]
+        history[r] = J
+        counts[:] = 0
+        for i in range(n):
+            counts[lab[i]] += 1
+        if perm.shape[1] == n:
+            _cluster_medians_sorted(perm, values, lab, counts, med, seen, need)
+        else:
+            _cluster_medians_selected(X, lab, counts, med, order, buf)
+        # empty clusters take the worst-fit rows, worst first (reseed_empty)
+        n_empty = 0
+        for c in range(k):
+            n_empty += counts[c] == 0
+        if n_empty:
+            worst = _worst_rows(col, min(k, n))
+            slot = 0
+            for c in range(k):
+                if counts[c] == 0:
+                    med[c] = X[worst[slot] if slot < worst.shape[0] else n - 1]
+                    slot += 1
+        F[r] = med
+        newly[r] = np.isfinite(prev[r]) and prev[r] - J <= tol * abs(prev[r])
+        prev[r] = J
+
+
+THREADS_MIN_WORK = 2**22    # n * d * k * R: below, the restarts' medians run in one thread
+
+
+def kmedians_fit(X, ranked, F0, max_iter, tol):
+    """RFNMF_L1 (k-medians) of an in-memory ``X`` from stacked initial centres, every
+    restart to convergence, an iteration in two compiled calls (the restarts shared
+    among the cores when there is enough work).
+
+    The iterations of the general in-memory fit (``CentroidFit`` with ``loss="l1"``
+    under :func:`~daskrnmf._driver.iterate`, one block of rows) with the same numbers:
+    each restart assigns every row to its nearest centre (L1, ties to the lowest index),
+    takes the per-cluster, per-feature medians (:func:`numpy.median`'s) as its new
+    centres, gives an empty cluster the worst-fit row (the ``slot``-th empty cluster the
+    ``slot``-th worst, ties to the lowest index), and stops after the iteration whose
+    objective ``J = sum_i ||x_i - f_{g_i}||_1`` (at the centres it assigned to) fell by
+    at most ``tol * |J_prev|``; its centres are then that iteration's medians.
+
+    Parameters
+    ----------
+    X : ndarray (n, d) float64, C-contiguous, without NaN
+    ranked : tuple or None
+        :func:`~daskrnmf.kernels.median.rank_rows` of ``X.T``: the medians are read off
+        each feature's sorted values (many restarts: RFNMTF's 40 column clusterings);
+        None: selected among each cluster's values (few restarts).
+    F0 : ndarray (R, k, d), initial centres
+    max_iter : int
+    tol : float
+
+    Returns
+    -------
+    labels : ndarray of int32 (n, R), each row's nearest final centre
+    F : ndarray (R, k, d), the final centres
+    history : ndarray (n_iter, R), the objective of every iteration (NaN once stopped)
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    F = np.array(F0, dtype=np.float64, order="C")
+    R = F.shape[0]
+    if ranked is None:      # medians by selection
+        perm, values = np.empty((0, 0), dtype=np.int32), np.empty((0, 0))
+    else:                   # by one sweep of each feature's sorted values
+        perm, values = _sorted_rows(ranked[0]), ranked[1]
+    history = np.full((max_iter, R), np.nan)
+    threads = min(R, available_cpus()) if X.size * F.shape[1] * R >= THREADS_MIN_WORK else 1
+    pool = (ThreadPoolExecutor(threads, thread_name_prefix="daskrnmf-kmedians")
+            if threads > 1 else None)
+    # the distances come from the general fit's own kernel (nearest, called from Python:
+    # a compiled caller of its vectorised loop summed differently once Numba loaded it
+    # from its cache); the rest of each iteration is one compiled call over the active
+    # restarts, or one per thread, each on its own restarts (in place)
+    active = np.ones(R, dtype=bool)
+    newly = np.zeros(R, dtype=bool)
+    prev = np.full(R, np.inf)
+    n_iter = 0
+    try:
+        for it in range(max_iter):
+            rs = np.flatnonzero(active)
+            if not rs.size:
+                break
+            n_iter = it + 1
+            labels, dist = nearest(X, F[rs], "l1", threads)
+            args = (rs.size, prev, float(tol), history[it], newly)
+            if pool is None or rs.size < 2:
+                _update(X, perm, values, F, rs, labels, dist, *args)
+            else:
+                parts = np.array_split(np.arange(rs.size), min(threads, rs.size))
+                list(pool.map(lambda p: _update(X, perm, values, F, rs[p],
+                                                np.ascontiguousarray(labels[:, p]),
+                                                np.ascontiguousarray(dist[:, p]), *args),
+                              parts))
+            active[rs[newly[rs]]] = False
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    labels = nearest(X, F, "l1", threads)[0]
+    return labels, F, history[:n_iter]
