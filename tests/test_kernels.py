@@ -478,6 +478,35 @@ def test_cluster_medians_by_one_sweep_match_numpy():
             np.testing.assert_array_equal(out[c], want)
 
 
+def test_block_medians_from_sorted_values_match_numpy():
+    """Block medians read off X's values sorted once (one sweep per blocking) equal
+    ``np.median`` of every block and :func:`block_medians`: ties, odd and even blocks,
+    empty row or column clusters, one block, float32."""
+    from daskrnmf.kernels.blocks import as_kernel_block
+    from daskrnmf.kernels.median import SortedValues, block_medians
+
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        n, d = int(rng.integers(1, 50)), int(rng.integers(1, 30))
+        K, L = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        X = (rng.integers(0, 3, (n, d)).astype(float) if trial % 2
+             else rng.standard_cauchy((n, d)))
+        if trial % 5 == 0:
+            X = X.astype(np.float32)
+        rows, cols = rng.integers(0, K, n), rng.integers(0, L, d)
+        sv = SortedValues(X)
+        for _ in range(2):                          # one sort, many blockings
+            got = sv.block_medians(rows, cols, K, L)
+            for k in range(K):
+                for l in range(L):
+                    block = X[rows == k][:, cols == l]
+                    want = np.median(block.astype(np.float64)) if block.size else np.nan
+                    np.testing.assert_array_equal(got[k, l], want)
+            np.testing.assert_array_equal(
+                got, block_medians(as_kernel_block(X), rows, cols, K, L))
+            rows, cols = rng.integers(0, K, n), rng.integers(0, L, d)
+
+
 def _general_kmedians(X, F0, max_iter=30, tol=1e-4):
     """The general in-memory fit the compiled one reproduces: CentroidFit under iterate."""
     from daskrnmf._blocks import RowBlocks

@@ -34,7 +34,7 @@ from ..kernels import rng
 from ..kernels.assign import nearest
 from ..kernels.blocks import as_float_block, as_kernel_block, sum_arrays
 from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
-from ..kernels.median import (RANKED_MAX_ROWS, block_medians, group_medians,
+from ..kernels.median import (RANKED_MAX_ROWS, SortedValues, block_medians, group_medians,
                               group_medians_ranked, group_order, median_round,
                               merge_median_round, rank_rows)
 from ..kernels.sums import merge_worst_fit, worst_fit
@@ -44,6 +44,7 @@ from ._clustering import (ClusterBase, kmedians_labels, objective_chunk, objecti
                           restart_column)
 
 _SAMPLE_VALUES = 2**24  # cap on init_size * n_features (128 MiB of float64 on the client)
+SORTED_MAX_VALUES = 2**21   # samples up to this many values are sorted once (32 MiB)
 
 
 class RFNMTF(ClusterBase):
@@ -276,6 +277,11 @@ class _CoFit:
                                   ranked=ranked).T.astype(np.int64)
         S = np.full((n_cand, self.K, self.L), np.nan)
         Xs = as_kernel_block(sample)
+        # the candidates' block medians have no good guesses (a median of the rows'
+        # medians missed 91 % of the blocks of 1000 x 120): a small sample's values are
+        # sorted once and each candidate's medians read off them in one sweep (the same
+        # numbers; 0.23 against 1.25 ms a candidate)
+        swept = SortedValues(Xs) if sample.size <= SORTED_MAX_VALUES else None
         for r in range(n_cand):
             # rows are clustered on their per-column-cluster medians (m x L): the medians
             # over a column cluster's features are robust to gross entries (by selection:
@@ -291,6 +297,9 @@ class _CoFit:
             profile = np.ascontiguousarray(np.where(np.isnan(profile), 0.0, profile))
             row_seed = int(rng.stream_id(7, r, self.seed % 2**62) >> 1)
             rows = kmedians_labels(profile, self.K, 1, row_seed)[:, 0]
+            if swept is not None:
+                S[r] = swept.block_medians(rows, columns[r], self.K, self.L)
+                continue
             # guesses: the medians of the row clusters' profiles (median of row medians)
             rorder, rends = group_order(rows, self.K)
             guess = group_medians(np.ascontiguousarray(profile.T), rorder, rends,
