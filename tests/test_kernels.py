@@ -458,7 +458,7 @@ def test_pairwise_sum_is_numpys_sum_bit_for_bit(n):
 def test_cluster_medians_by_one_sweep_match_numpy():
     """Medians per cluster and feature read off each feature's sorted values (the
     members' middle ones as they are met) equal :func:`numpy.median`, with ties, odd
-    and even clusters, one-member and empty clusters."""
+    and even clusters, one-member and empty clusters; clusters not asked for are left."""
     from daskrnmf.kernels.kmedians import _cluster_medians_sorted, _sorted_rows
     from daskrnmf.kernels.median import rank_rows
 
@@ -471,10 +471,12 @@ def test_cluster_medians_by_one_sweep_match_numpy():
         counts = np.bincount(labels, minlength=k).astype(np.int64)
         ranks, values, _ = rank_rows(np.ascontiguousarray(X.T))
         out = np.full((k, d), -7.0)
+        todo = rng.random(k) < 0.7                  # the clusters asked for
         _cluster_medians_sorted(_sorted_rows(ranks), values, labels, counts, out,
-                                np.zeros(k, np.int64), np.zeros(k, np.int64))
+                                np.zeros(k, np.int64), np.zeros(k, np.int64), todo)
         for c in range(k):
-            want = np.median(X[labels == c], axis=0) if counts[c] else np.full(d, -7.0)
+            want = (np.median(X[labels == c], axis=0) if counts[c] and todo[c]
+                    else np.full(d, -7.0))
             np.testing.assert_array_equal(out[c], want)
 
 

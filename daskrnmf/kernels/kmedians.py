@@ -171,18 +171,22 @@ def _sorted_rows(ranks):
 
 
 @njit(cache=True, nogil=True)
-def _cluster_medians_sorted(perm, values, labels, counts, out, seen, need):
+def _cluster_medians_sorted(perm, values, labels, counts, out, seen, need, todo):
     """Per cluster and feature, the median of the members' values (NumPy's: the middle
     one, or the mean ``(a + b) / 2`` of the two middle ones), by one sweep over each
     feature's values in order: a cluster's middle values are its members' ``h``-th and
     ``(h + 1)``-th met.  Values without NaN (``perm`` and ``values`` from
-    :func:`~daskrnmf.kernels.median.rank_rows`); empty clusters are left as they are."""
+    :func:`~daskrnmf.kernels.median.rank_rows`); only the clusters in ``todo``, empty
+    ones left as they are."""
     d, n = perm.shape
     k = counts.shape[0]
     n_need = 0
     for c in range(k):
-        need[c] = (counts[c] - 1) // 2 + (1 if counts[c] % 2 == 0 else 0) if counts[c] else -1
-        n_need += counts[c] > 0
+        m = counts[c]
+        need[c] = (m - 1) // 2 + (1 if m % 2 == 0 else 0) if m and todo[c] else -1
+        n_need += need[c] >= 0
+    if n_need == 0:
+        return
     for j in range(d):
         pj, vj = perm[j], values[j]
         seen[:] = 0
@@ -193,7 +197,7 @@ def _cluster_medians_sorted(perm, values, labels, counts, out, seen, need):
             seen[c] = t + 1
             m = counts[c]
             h = (m - 1) // 2
-            if t == h:
+            if t == h and need[c] >= 0:
                 out[c, j] = vj[p]
             if t == need[c]:
                 if m % 2 == 0:
@@ -204,7 +208,7 @@ def _cluster_medians_sorted(perm, values, labels, counts, out, seen, need):
 
 
 @njit(cache=True, nogil=True)
-def _cluster_medians_selected(X, labels, counts, out, order, buf):
+def _cluster_medians_selected(X, labels, counts, out, order, buf, todo):
     """:func:`_cluster_medians_sorted` by selection among each cluster's values (for
     few restarts, where sorting every feature first costs more than the selections)."""
     n, d = X.shape
@@ -214,7 +218,7 @@ def _cluster_medians_selected(X, labels, counts, out, order, buf):
     for c in range(k):
         a = ends[c - 1] if c else 0
         m = ends[c] - a
-        if m == 0:
+        if m == 0 or not todo[c]:
             continue
         for j in range(d):
             for t in range(m):
@@ -239,11 +243,14 @@ def _worst_rows(dist, n_take):
 
 
 @njit(cache=True, nogil=True)
-def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, newly):
+def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, newly, last):
     """The rest of an iteration of the restarts ``rs`` (``n_active`` restarts are
     active in all), from their assignment (``labels``, ``dist``: (n, len(rs)), column
     ``t`` restart ``rs[t]``): F[r] becomes the medians of its clusters, ``history[r]``
-    the objective of the assignment, ``newly[r]`` whether it converged."""
+    the objective of the assignment, ``newly[r]`` whether it converged.  ``last``
+    (n, R): each restart's previous labels (-1: none), updated; a cluster whose members
+    are the same keeps its centre, which is their medians (the last iteration of a fit
+    selects nothing)."""
     n, d = X.shape
     k = F.shape[1]
     col = np.empty(n)
@@ -254,11 +261,21 @@ def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, 
     order = np.empty(n, dtype=np.int64)
     buf = np.empty(max(n, 1))
     med = np.empty((k, d))
+    todo = np.zeros(k, dtype=np.bool_)
     for t in range(rs.shape[0]):
         r = rs[t]
+        todo[:] = False
         for i in range(n):
             col[i] = dist[i, t]
             lab[i] = labels[i, t]
+            o = last[i, r]
+            if o != lab[i]:
+                todo[lab[i]] = True
+                if o < 0:
+                    todo[:] = True
+                else:
+                    todo[o] = True
+            last[i, r] = lab[i]
         # residual.sum(axis=0) of the active restarts' (n, Ra) residuals: NumPy sums one
         # column pairwise, several row by row
         if n_active == 1:
@@ -271,10 +288,11 @@ def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, 
         counts[:] = 0
         for i in range(n):
             counts[lab[i]] += 1
+        med[:] = F[r]
         if perm.shape[1] == n:
-            _cluster_medians_sorted(perm, values, lab, counts, med, seen, need)
+            _cluster_medians_sorted(perm, values, lab, counts, med, seen, need, todo)
         else:
-            _cluster_medians_selected(X, lab, counts, med, order, buf)
+            _cluster_medians_selected(X, lab, counts, med, order, buf, todo)
         # empty clusters take the worst-fit rows, worst first (reseed_empty)
         n_empty = 0
         for c in range(k):
@@ -343,6 +361,7 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     active = np.ones(R, dtype=bool)
     newly = np.zeros(R, dtype=bool)
     prev = np.full(R, np.inf)
+    last = np.full((X.shape[0], R), -1, dtype=np.int64)
     n_iter = 0
     try:
         for it in range(max_iter):
@@ -351,7 +370,7 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
                 break
             n_iter = it + 1
             labels, dist = nearest(X, F[rs], "l1", threads)
-            args = (rs.size, prev, float(tol), history[it], newly)
+            args = (rs.size, prev, float(tol), history[it], newly, last)
             if pool is None or rs.size < 2:
                 _update(X, perm, values, F, rs, labels, dist, *args)
             else:
