@@ -326,3 +326,34 @@ def test_restarts_screened_on_a_sample_smaller_than_x_pick_the_same_winner(monke
     seen.clear()
     RFNMTF(5, 4, n_init=4, init_size=1500, random_state=1, callback=restarts).fit(X)
     assert set(seen) == {4}
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_s_step_keeps_s_where_rows_and_columns_did_not_move(planted, monkeypatch):
+    """In memory, a restart whose row and column labels are those of its last S step
+    (and no row cluster empty) keeps S instead of selecting the same medians again:
+    the fit (initialisation's co-fit of 40 candidates and the fit on X) equals the one
+    that selects every step, bit for bit, with fewer selections."""
+    from daskrnmf.models import rfnmtf
+
+    X, _, _, _ = planted
+    calls = []
+    real = rfnmtf.block_medians
+    monkeypatch.setattr(rfnmtf, "block_medians",
+                        lambda *a: calls.append(1) or real(*a))
+    kept = RFNMTF(8, 6, n_init=10, random_state=0).fit(X)
+    n_kept = len(calls)
+    calls.clear()
+    step = rfnmtf._CoFit.step
+
+    def forgetful(self, state, active):
+        self._rows = None                       # no last labels: every step selects
+        return step(self, state, active)
+
+    monkeypatch.setattr(rfnmtf._CoFit, "step", forgetful)
+    every = RFNMTF(8, 6, n_init=10, random_state=0).fit(X)
+    np.testing.assert_array_equal(kept.block_medians_, every.block_medians_)
+    np.testing.assert_array_equal(kept.row_labels_, every.row_labels_)
+    np.testing.assert_array_equal(kept.column_labels_, every.column_labels_)
+    assert kept.n_iter_ == every.n_iter_
+    assert n_kept < len(calls)

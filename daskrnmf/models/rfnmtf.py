@@ -238,6 +238,7 @@ class _CoFit:
         self.first_sample = stats.get("sample")     # ... drawn in the first pass
         self.speculate = None     # per restart: column labels unchanged last iteration
         self.median_rounds = []
+        self._rows = None         # X in memory: every restart's last row labels (n, R)
 
     # -- initialisation
     def init_state(self, init, init_size):
@@ -352,8 +353,20 @@ class _CoFit:
         if in_memory:
             labels = np.concatenate(labels)
             X = as_kernel_block(self.blocks.array)
-            newS = np.stack([block_medians(X, labels[:, r], newC[r], self.K, self.L, S[r])
-                             for r in range(C.shape[0])])
+            rs = np.flatnonzero(active)
+            if self._rows is None:
+                self._rows = np.full((labels.shape[0], self.R), -1, dtype=labels.dtype)
+            newS = np.empty_like(S)
+            for t, r in enumerate(rs):
+                # rows and columns where they were, no row cluster empty (so S was not
+                # re-seeded): S is these blocks' medians already (every restart's last
+                # iteration)
+                if (np.array_equal(newC[t], C[t]) and res["counts"][t].all()
+                        and np.array_equal(labels[:, t], self._rows[:, r])):
+                    newS[t] = S[t]
+                else:
+                    newS[t] = block_medians(X, labels[:, t], newC[t], self.K, self.L, S[t])
+            self._rows[:, rs] = labels
             self.median_rounds.append(0)
         else:
             unchanged = np.all(newC == C, axis=1)
