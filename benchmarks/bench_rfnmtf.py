@@ -33,6 +33,7 @@ def main():
     import zarr
     from distributed import Client, LocalCluster
     from sklearn.cluster import SpectralBiclustering, SpectralCoclustering
+    from threadpoolctl import threadpool_limits
 
     import daskrnmf
     from daskrnmf import RFNMTF
@@ -49,11 +50,12 @@ def main():
                 200_000: [(29.24, 5.22)]}
     previous_read = {200_000: (27.6, 9)}
     # the last committed table (2026-11-25, this machine, medians of 5 in memory; before
-    # the initialisation's medians were read off ranks): RFNMTF s, ratio; read pass:
-    # ratio, passes
-    last = {1000: [(0.41, 2.2), (0.55, 2.7), (0.59, 3.2)], 10_000: [(0.63, 1.1)],
-            200_000: [(3.61, 1.0)]}
-    last_read = {200_000: (5.7, 6)}
+    # the compiled small k-medians fits and the sorted block medians of the
+    # initialisation): RFNMTF s, ratio to SpectralCoclustering at BLAS's default threads;
+    # read pass: ratio, passes
+    last = {1000: [(0.33, 2.6), (0.41, 3.0), (0.46, 2.9)], 10_000: [(0.54, 0.9)],
+            200_000: [(3.67, 1.0)]}
+    last_read = {200_000: (5.2, 6)}
     times = []
 
     def row(data, method, t, it, passes, r, c, rows, cols):
@@ -112,22 +114,32 @@ def main():
                 lambda: SpectralCoclustering(8, random_state=0).fit(X))
             row(name, "SpectralCoclustering", t_sc, None, None, r, c, sc.row_labels_,
                 sc.column_labels_)
-            times.append((name, n, t_rf, t_sc))
+            # the same fit with one BLAS thread: on this 2-core VM OpenBLAS's two threads
+            # made the small randomized SVDs 4-6x slower (1000 x 120: 0.15-0.24 s against
+            # 0.033 s); a user who sets OMP_NUM_THREADS=1 gets this one
+            with threadpool_limits(1):
+                t_sc1, sc1 = (timed if large else timed_median)(
+                    lambda: SpectralCoclustering(8, random_state=0).fit(X))
+            row(name, "SpectralCoclustering (1 BLAS thread)", t_sc1, None, None, r, c,
+                sc1.row_labels_, sc1.column_labels_)
+            times.append((name, n, t_rf, t_sc, t_sc1))
         emit("\nRFNMTF time / SpectralCoclustering time (aim <= 2), one run (in memory each "
-             "the median of 5 fits); `previous`: the committed table before the per-feature "
-             "median kernels and the resized warm median windows (RFNMTF s, ratio); `last`: "
-             "the last committed table (2026-11-25, the same machine, before the initialisation's "
-             "medians were read off ranks):\n")
-        emit("| data | RFNMTF s | SpectralCoclustering s | ratio | previous s | previous ratio "
-             "| last s | last ratio |")
-        emit("|---|---:|---:|---:|---:|---:|---:|---:|")
+             "the median of 5 fits), against SpectralCoclustering at BLAS's default threads "
+             "(2 here) and at one BLAS thread (its faster setting on this machine for the "
+             "small sets); `previous`: the committed table before the per-feature median "
+             "kernels and the resized warm median windows (RFNMTF s, ratio); `last`: the last "
+             "committed table (2026-11-25, the same machine, before the compiled small "
+             "k-medians fits and the sorted block medians; ratio at default threads):\n")
+        emit("| data | RFNMTF s | SpectralCoclustering s | ratio | SpectralCoclustering, 1 BLAS "
+             "thread, s | ratio | previous s | previous ratio | last s | last ratio |")
+        emit("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         seen = {}
-        for name, n, a, b in times:
+        for name, n, a, b, b1 in times:
             i = seen.setdefault(n, 0)
             seen[n] += 1
             pa, pb = previous.get(n, [(None, None)] * (i + 1))[i]
             la, lr = last.get(n, [(None, None)] * (i + 1))[i]
-            emit(f"| {name} | {a:.2f} | {b:.2f} | {a / b:.1f} | "
+            emit(f"| {name} | {a:.2f} | {b:.2f} | {a / b:.1f} | {b1:.3f} | {a / b1:.1f} | "
                  f"{'-' if pa is None else f'{pa:.2f}'} | "
                  f"{'-' if pa is None else f'{pa / pb:.1f}'} | "
                  f"{'-' if la is None else f'{la:.2f}'} | {'-' if lr is None else lr} |")
