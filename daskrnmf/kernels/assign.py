@@ -226,7 +226,7 @@ def seed_potentials(X, cand, mind, tau, metric, power):
     return pot
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _seed_l2_trials(G, xx, xc, cap, power, pot):
     """pot[t] = sum_i min(sqrt(max(xx_i + xc_t - 2 G_it, 0)), cap_i) ** power, row by row
     (no fastmath: the same numbers, in the same order, as the NumPy expression)."""
@@ -243,7 +243,7 @@ def _seed_l2_trials(G, xx, xc, cap, power, pot):
             pot[t] += v * v if power == 2 else v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _seed_l2_update(G, xx, xc, t, mind):
     for i in range(G.shape[0]):
         v = (xx[i] + xc) - 2.0 * G[i, t]
@@ -325,7 +325,7 @@ def seed_update(X, c, mind, metric):
 
 
 # ---------------------------------------------------------------- missing values
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, fastmath=False, inline="always")
 def _observed_scale(x):
     """``d / |O|`` for a row whose NaN entries are missing (0 when none is observed)."""
     o = 0
@@ -335,7 +335,7 @@ def _observed_scale(x):
     return x.shape[0] / o if o else 0.0
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, fastmath=False, inline="always")
 def _masked_sum(x, y, l1):
     """``sum |x - y|`` (l1) or ``sum (x - y)^2`` over the observed (non-NaN) x."""
     s = 0.0
@@ -368,7 +368,7 @@ def _nearest_masked(X, C, l1, labels, dist):
             dist[i, r] = best if l1 else np.sqrt(best)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _all_masked(X, C, l1, out):
     n, d = X.shape
     k = C.shape[0]

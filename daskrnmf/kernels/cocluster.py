@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _column_costs(X, labels, S, out):
     # out is (R, L, d): the innermost loop runs over a row's contiguous features and
     # vectorises (over the column clusters, a handful, it did not)

@@ -37,7 +37,7 @@ LADDER = tuple(np.geomspace(1.0, 1e-8, 33)) + (0.0,)
 _SOLVED = 1e-10
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _ladder_losses(r0, s, omega, ladder, mu):
     """``sum_i omega_i l_mu(r0_i - t s_i)`` for every t of the ladder, in one sweep over
     the rows (tested against a NumPy twin)."""

@@ -25,7 +25,7 @@ from .median import _buf_median, _group_order
 _PW_BLOCK = 128
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _pairwise_leaf(a, lo, n):
     """NumPy's sum of a run of at most 128 values: 8 partial sums, then the rest."""
     if n < 8:
@@ -54,7 +54,7 @@ def _pairwise_leaf(a, lo, n):
     return s
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def pairwise_sum(a, lo, n):
     """``a[lo:lo + n].sum()`` in NumPy's order, bit for bit: its pairwise summation of a
     contiguous float64 run (a run longer than 128 is split at ``n // 2`` rounded down
@@ -95,7 +95,7 @@ def pairwise_sum(a, lo, n):
         sp += 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _quantile_linear(a, q):
     n = a.shape[0]
     vi = (n - 1) * q
@@ -112,7 +112,7 @@ def _quantile_linear(a, q):
     return y - diff * (1 - g) if g >= 0.5 else x + diff * g
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _seed_cdf(mind, q, power, cdf):
     n = mind.shape[0]
     tau = _quantile_linear(mind, q)
@@ -159,7 +159,7 @@ def seed_draw(mind, q, power, gen, n_trials):
     return float(tau), cand
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _sorted_rows(ranks):
     """Per feature, the rows in the order of their values: the inverse of ``ranks``."""
     d, n = ranks.shape
@@ -170,7 +170,7 @@ def _sorted_rows(ranks):
     return perm
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _cluster_medians_sorted(perm, values, labels, counts, out, seen, need, todo):
     """Per cluster and feature, the median of the members' values (NumPy's: the middle
     one, or the mean ``(a + b) / 2`` of the two middle ones), by one sweep over each
@@ -207,7 +207,7 @@ def _cluster_medians_sorted(perm, values, labels, counts, out, seen, need, todo)
                     break
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _cluster_medians_selected(X, labels, counts, out, order, buf, todo):
     """:func:`_cluster_medians_sorted` by selection among each cluster's values (for
     few restarts, where sorting every feature first costs more than the selections)."""
@@ -226,7 +226,7 @@ def _cluster_medians_selected(X, labels, counts, out, order, buf, todo):
             out[c, j] = _buf_median(buf, m)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _worst_rows(dist, n_take):
     """Rows of the ``n_take`` largest ``dist`` (largest first; ties: lowest index)."""
     n = dist.shape[0]
@@ -242,7 +242,7 @@ def _worst_rows(dist, n_take):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, newly, last):
     """The rest of an iteration of the restarts ``rs`` (``n_active`` restarts are
     active in all), from their assignment (``labels``, ``dist``: (n, len(rs)), column

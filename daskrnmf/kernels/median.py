@@ -20,7 +20,7 @@ from numba import njit
 from .blocks import sum_arrays
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, hw, n_bins, clo, chi,
                            hbelow, hist, hmin, hmax, cbelow, cin):
     """Counts, histograms and extremes of one round for per-feature entries ``e = (r *
@@ -74,7 +74,7 @@ def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, hw, n_bin
                         hmax[e] = v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _median_count_features(X, labels, n_clusters, clo, chi, cbelow, cin):
     """:func:`_median_round_features` for a round that asks for no histogram (warm
     collections, the steady state of RFNMF L1): only the counts below and inside each
@@ -96,7 +96,7 @@ def _median_count_features(X, labels, n_clusters, clo, chi, cbelow, cin):
                 ci[j] += (v >= cl[j]) & (v <= ch[j])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _median_collect_features(X, labels, n_clusters, clo, chi, keys, vals):
     """The values inside their entries' collection windows (per-feature entries as in
     :func:`_median_round_features`; windows (-inf, -inf] where an entry collects
@@ -256,7 +256,7 @@ def merge_median_round(parts):
             "max_collect": max_collect}
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _select_collected(keys, vals, n_entries, entries, r_lo, r_hi, out):
     # counting sort of the values by entry, then one sort per requested entry
     start = np.zeros(n_entries + 1, dtype=np.int64)
@@ -293,7 +293,7 @@ def select_collected(keys, vals, n_entries, entries, rank_lo, rank_hi):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _group_order(labels, n_groups, order, ends):
     for i in range(labels.shape[0]):
         ends[labels[i]] += 1
@@ -370,7 +370,7 @@ def group_medians(Xt, order, ends, out, pivots=None, X=None):
 SIDE_SELECT_MIN = 64
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _pivot_counts(X, order, a, m, p, lt, eq, gt, below, above):
     """Counts of a group's values below / at / above p, feature by feature, and the
     largest below and smallest above, a row of X at a time (vectorised over the
@@ -393,7 +393,7 @@ def _pivot_counts(X, order, a, m, p, lt, eq, gt, below, above):
             above[j] = v if (v > q and v < c) else c
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, fastmath=False, inline="always")
 def _near_rank(lt, eq, p, below, above, r):
     """Rank r from the counts around p when it is p or a neighbour of it: (value, True);
     else (0, False)."""
@@ -406,7 +406,7 @@ def _near_rank(lt, eq, p, below, above, r):
     return 0.0, False
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _block_medians(X, rorder, rends, corder, cends, pivots, out):
     K, L = rends.shape[0], cends.shape[0]
     d = corder.shape[0]
@@ -525,7 +525,7 @@ def block_medians(X, rows, cols, K, L, pivots=None):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _block_medians_sorted(prow, pcol, values, rows, cols, K, L, out):
     nrow = np.zeros(K, dtype=np.int64)
     ncol = np.zeros(L, dtype=np.int64)
@@ -586,7 +586,7 @@ class SortedValues:
         return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _side_rank(buf, m, part, lt, eq, gt, p, r):
     """The r-th smallest observed value of buf[:m] when it lies beyond p's neighbours
     (:func:`_near_rank` missed), given the counts below / at / above p: a selection
@@ -605,7 +605,7 @@ def _side_rank(buf, m, part, lt, eq, gt, p, r):
     return _select(part, gt, r - lt - eq)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, fastmath=False, inline="always")
 def _buf_median(buf, m):
     """numpy.median of buf[:m] (m > 0) by selection (buf is reordered): the middle value,
     or the mean of the two middle ones."""
@@ -620,7 +620,7 @@ def _buf_median(buf, m):
     return (lo + hi) / 2.0
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, fastmath=False, inline="always")
 def _gathered_median(row, order, a, m, buf):
     """The median of the observed (non-NaN) values ``row[order[a:a + m]]`` and their
     number (the median is undefined when it is 0)."""
@@ -633,7 +633,7 @@ def _gathered_median(row, order, a, m, buf):
     return (_buf_median(buf, mo) if mo else 0.0), mo
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _group_medians(Xt, order, ends, out, pivots, X):
     d = Xt.shape[0]
     G = ends.shape[0]
@@ -691,7 +691,7 @@ def _group_medians(Xt, order, ends, out, pivots, X):
                 out[g, j] = v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _rank_rows(Xt, ranks, values, n_obs):
     for j in range(Xt.shape[0]):
         idx = np.argsort(Xt[j])             # NaN last
@@ -733,7 +733,7 @@ _M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
 _H01 = np.uint64(0x0101010101010101)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, fastmath=False, inline="always")
 def _popcount(x):
     x = x - ((x >> np.uint64(1)) & _M1)
     x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
@@ -741,7 +741,7 @@ def _popcount(x):
     return int((x * _H01) >> np.uint64(56))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, fastmath=False, inline="always")
 def _nth_bit(bits, c):
     """Position of the c-th (from 0) set bit of the bit array ``bits`` (it exists)."""
     w = 0
@@ -757,7 +757,7 @@ def _nth_bit(bits, c):
     return w * 64 + _popcount((x & (~x + np.uint64(1))) - np.uint64(1))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _group_medians_ranked(ranks, values, n_obs, order, ends, out):
     d, n = ranks.shape
     bits = np.zeros((n + 63) // 64, dtype=np.uint64)
@@ -809,7 +809,7 @@ def group_medians_ranked(ranked, order, ends, out):
 RANKED_MAX_ROWS = 1024      # above, the bit array's words cost more than a selection
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _select(a, m, kth):
     """Hoare's quickselect on a[:m]: a[kth] becomes the kth smallest, the values below
     it in a[:kth] and the values above it in a[kth + 1:m]; returns a[kth]."""

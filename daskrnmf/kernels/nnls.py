@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _chol_append(A, idx, s, L, c):
     """Append column c to the passive set ``idx[:s]`` and its Cholesky factor L of
     ``A[idx, idx]`` (one new row, O(s^2)); a pivot that roundoff made non-positive is
@@ -29,7 +29,7 @@ def _chol_append(A, idx, s, L, c):
     return s + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _chol_delete(idx, s, L, t):
     """Remove position t from the passive set ``idx[:s]`` and its Cholesky factor: the
     rows below t move up, and Givens rotations of neighbouring columns take out the
@@ -55,7 +55,7 @@ def _chol_delete(idx, s, L, t):
     return s - 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _chol_solve(b, idx, s, L, z):
     """``A[P, P] z = b[P]`` (P = ``idx[:s]``) from the factor L."""
     for i in range(s):                      # L y = b
@@ -70,7 +70,7 @@ def _chol_solve(b, idx, s, L, z):
         z[i] = acc / L[i, i]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _nnls_gram_rows(A, B, out, tol, warm):
     """Lawson-Hanson active set on the normal equations (Bro & de Jong's FNNLS) for every
     row: ``min_{h >= 0} h^T A h / 2 - b^T h`` with ``A = G^T G``, ``b = G^T x``.
@@ -90,7 +90,7 @@ def _nnls_gram_rows(A, B, out, tol, warm):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _nnls_gram_rows_each(A3, B, out, tol, warm):
     """:func:`_nnls_gram_rows` with a Gram matrix of its own for every row (``A3[i]``, the
     masked Gram matrices of rows with missing entries)."""
@@ -108,7 +108,7 @@ def _nnls_gram_rows_each(A3, B, out, tol, warm):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _nnls_row(A, b, x, tol, warm, amax, idx, z, L, passive, s):
     """One row of the active-set solve (``x`` is the row's solution, updated in place;
     ``idx``, ``z``, ``L``, ``passive`` scratch space).
@@ -227,7 +227,7 @@ def support_table(k):
     return np.empty((1 << k, k, k)), np.zeros(1 << k, dtype=np.bool_)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _support_inverse(A, P, tab, have):
     """``tab[P]``: the inverse of ``A[P, P]`` embedded in k x k zeros (P a bitmask),
     computed once per set from a Cholesky factor of ``A[P, P]`` floored as in
@@ -274,7 +274,7 @@ def _support_inverse(A, P, tab, have):
     have[P] = True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _nnls_row_table(A, b, x, tol, amax, tab, have, z):
     """:func:`_nnls_row`'s active set (warm: from the support of ``x``) with each solve on
     a passive set P a product with the tabled inverse of ``A[P, P]``

@@ -356,7 +356,7 @@ def _hals_row(h, G, b, n_sweeps):
             h[j] = v if v > 0.0 else 0.0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _hals_rows_each(h, G3, b, n_sweeps):
     for i in range(h.shape[0]):
         _hals_row(h[i], G3[i], b[i], n_sweeps)

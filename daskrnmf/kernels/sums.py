@@ -4,7 +4,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _cluster_sums(X, labels, weights, sums, wsum, counts):
     n, d = X.shape
     R = labels.shape[1]
@@ -103,7 +103,7 @@ def merge_worst_fit(parts):
     return {"res": out_res, "idx": out_idx, "rows": out_rows}
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def _column_stats(x, lo, hi, total):
     # per-feature accumulators: the loop over the features is independent per lane and
     # vectorises; a NaN or inf anywhere makes that feature's total non-finite
