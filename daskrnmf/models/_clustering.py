@@ -340,12 +340,13 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=T
     candidates per centre rather than RFNMF's ``4 (2 + log k)`` (RFNMTF's planted
     benchmark: the same accuracy, the initialisation ~1.7x faster).  ``ranked``:
     :func:`~daskrnmf.kernels.median.rank_rows` of X transposed, when the caller has it
-    (the medians then come from ranks; the same labels).
+    (the medians are then read off each feature's sorted values, else selected; the
+    same labels).
 
-    The iterations run in one compiled call (:func:`~daskrnmf.kernels.kmedians.kmedians_fit`,
-    the same numbers as the general fit: RFNMTF's 1000 x 120 benchmark ran its 40 row
-    fits in 0.10 s, mostly Python between the kernels) when X has no NaN and is one
-    block of the general fit; ``compiled=False`` runs the general fit
+    Each iteration is two compiled calls (:func:`~daskrnmf.kernels.kmedians.kmedians_fit`,
+    the same numbers as the general fit, whose Python between the kernels cost RFNMTF's
+    1000 x 120 benchmark 0.10 s for its 40 row fits) when X has no NaN and is one block
+    of the general fit; ``compiled=False`` runs the general fit
     (:class:`CentroidFit` under :func:`~daskrnmf._driver.iterate`), the reference the
     tests hold the compiled one to.
 
