@@ -281,7 +281,7 @@ class _CoFit:
         # the candidates' block medians have no good guesses (a median of the rows'
         # medians missed 91 % of the blocks of 1000 x 120): a small sample's values are
         # sorted once and each candidate's medians read off them in one sweep (the same
-        # numbers; 0.23 against 1.25 ms a candidate)
+        # numbers; 0.4 against 1.25 ms a candidate on planted 1000 x 120)
         swept = SortedValues(Xs) if sample.size <= SORTED_MAX_VALUES else None
         for r in range(n_cand):
             # rows are clustered on their per-column-cluster medians (m x L): the medians
