@@ -300,10 +300,10 @@ def test_initialisation_sample_comes_with_the_first_pass(planted, monkeypatch):
         assert m.n_iter_ >= 1
 
 
-def test_restarts_screened_on_a_sample_smaller_than_x_pick_the_same_winner(monkeypatch):
-    """On X larger than the initialisation's sample only the sample's best restart runs
-    on X (one restart in the callback's objective); on planted co-clusters it is the
-    restart that wins when all n_init run on X, and a sample as large as X keeps all."""
+def test_restarts_screened_on_the_sample_pick_the_same_winner(monkeypatch):
+    """Only the sample's best candidate runs on X (one restart in the callback's
+    objective); on planted co-clusters it is the restart that wins when the n_init best
+    run on X, on a sample smaller than X and on one that is all of X."""
     from daskrnmf.models import rfnmtf
 
     X, r, c, _ = make_coclusters(1500, 60, 5, 4, outlier_fraction=0.05, random_state=3)
@@ -312,27 +312,65 @@ def test_restarts_screened_on_a_sample_smaller_than_x_pick_the_same_winner(monke
     def restarts(info):
         seen.append(info["objective"].shape[0])
 
-    screened = RFNMTF(5, 4, n_init=4, init_size=400, random_state=1, callback=restarts).fit(X)
-    assert set(seen) == {1}
-    monkeypatch.setattr(rfnmtf._CoFit, "_kept_on_x", lambda self, m: self.R)
-    seen.clear()
-    every = RFNMTF(5, 4, n_init=4, init_size=400, random_state=1, callback=restarts).fit(X)
-    assert set(seen) == {4}
-    np.testing.assert_array_equal(screened.row_labels_, every.row_labels_)
-    np.testing.assert_array_equal(screened.column_labels_, every.column_labels_)
-    np.testing.assert_array_equal(screened.block_medians_, every.block_medians_)
-    assert clustering_accuracy(r, screened.row_labels_) == 1.0
-    monkeypatch.undo()
-    seen.clear()
-    RFNMTF(5, 4, n_init=4, init_size=1500, random_state=1, callback=restarts).fit(X)
-    assert set(seen) == {4}
+    for init_size in (400, 1500):
+        seen.clear()
+        screened = RFNMTF(5, 4, n_init=4, init_size=init_size, random_state=1,
+                          callback=restarts).fit(X)
+        assert set(seen) == {1}
+        monkeypatch.setattr(rfnmtf._CoFit, "kept_on_x", 4)
+        seen.clear()
+        every = RFNMTF(5, 4, n_init=4, init_size=init_size, random_state=1,
+                       callback=restarts).fit(X)
+        monkeypatch.undo()
+        assert set(seen) == {4}
+        np.testing.assert_array_equal(screened.row_labels_, every.row_labels_)
+        np.testing.assert_array_equal(screened.column_labels_, every.column_labels_)
+        np.testing.assert_array_equal(screened.block_medians_, every.block_medians_)
+        assert clustering_accuracy(r, screened.row_labels_) == 1.0
+
+
+def test_further_candidates_only_when_the_first_disagree(planted, monkeypatch):
+    """The initialisation draws its further candidates only when no two of the first
+    n_init reached the same lowest sample objective: on the planted benchmark set they
+    agree, and drawing all the candidates anyway picks the same winner; on much noisier
+    data they do not, and the further candidates are drawn."""
+    from daskrnmf.models import rfnmtf
+
+    counts = []
+    real = rfnmtf._CoFit._candidates
+
+    def candidates(self, *args):
+        counts.append(args[-1])
+        return real(self, *args)
+
+    monkeypatch.setattr(rfnmtf._CoFit, "_candidates", candidates)
+    real_agreed = rfnmtf._agreed
+    X, r, c, _ = planted
+    agreed = RFNMTF(8, 6, n_init=10, random_state=0).fit(X)
+    assert counts == [10]
+    assert clustering_accuracy(r, agreed.row_labels_) == 1.0
+    counts.clear()
+    monkeypatch.setattr(rfnmtf, "_agreed", lambda objective: False)
+    every = RFNMTF(8, 6, n_init=10, random_state=0).fit(X)
+    assert counts == [10, 30]
+    np.testing.assert_array_equal(agreed.row_labels_, every.row_labels_)
+    np.testing.assert_array_equal(agreed.column_labels_, every.column_labels_)
+    np.testing.assert_array_equal(agreed.block_medians_, every.block_medians_)
+    monkeypatch.setattr(rfnmtf, "_agreed", real_agreed)
+    counts.clear()
+    Xn, _, _, _ = make_coclusters(200, 30, 4, 3, noise=8.0,
+                                  outlier_fraction=0.1, random_state=0)
+    RFNMTF(4, 3, n_init=4, random_state=0).fit(Xn)
+    assert counts == [4, 12]
+    assert real_agreed(np.array([3.0, 2.0, 2.0 * (1 + 1e-14), 5.0]))
+    assert not real_agreed(np.array([3.0, 2.0, 2.0 * (1 + 1e-9), 5.0]))
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_s_step_keeps_s_where_rows_and_columns_did_not_move(planted, monkeypatch):
     """In memory, a restart whose row and column labels are those of its last S step
     (and no row cluster empty) keeps S instead of selecting the same medians again:
-    the fit (initialisation's co-fit of 40 candidates and the fit on X) equals the one
+    the fit (initialisation's co-fit of its candidates and the fit on X) equals the one
     that selects every step, bit for bit, with fewer selections."""
     from daskrnmf.models import rfnmtf
 

@@ -332,7 +332,7 @@ class CentroidFit:
 KMEDIANS_TOL = 1e-4     # kmedians_labels' stopping tolerance (relative objective decrease)
 
 
-def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=True):
+def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=True, first=0):
     """In-memory RFNMF_L1 from robust greedy k-medians++ seeds, ``n_restarts`` independent restarts.
 
     A helper for initialisations that cluster a small in-memory sample (never X itself).
@@ -341,7 +341,8 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=T
     benchmark: the same accuracy, the initialisation ~1.7x faster).  ``ranked``:
     :func:`~daskrnmf.kernels.median.rank_rows` of X transposed, when the caller has it
     (the medians are then read off each feature's sorted values, else selected; the
-    same labels).
+    same labels).  ``first``: the restarts are ``first .. first + n_restarts - 1`` (each
+    seeded from ``(seed, restart)``), for a caller that adds restarts in rounds.
 
     Each iteration is two compiled calls (:func:`~daskrnmf.kernels.kmedians.kmedians_fit`,
     the same numbers as the general fit, whose Python between the kernels cost RFNMTF's
@@ -360,7 +361,7 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=T
          else None)
     F0 = np.stack([robust_kmedians_pp(X, k, np.random.default_rng([seed, r]),
                                       n_trials=n_trials, pairwise=D)
-                   for r in range(n_restarts)])
+                   for r in range(first, first + n_restarts)])
     blocks = RowBlocks(X)
     if compiled and len(blocks.sizes) == 1 and not np.isnan(X.min()):
         # one block: the general fit's objective is NumPy's sum over all the rows, which
