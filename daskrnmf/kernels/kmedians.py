@@ -243,14 +243,16 @@ def _worst_rows(dist, n_take):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, newly, last):
+def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, newly, last,
+            moved):
     """The rest of an iteration of the restarts ``rs`` (``n_active`` restarts are
     active in all), from their assignment (``labels``, ``dist``: (n, len(rs)), column
     ``t`` restart ``rs[t]``): F[r] becomes the medians of its clusters, ``history[r]``
     the objective of the assignment, ``newly[r]`` whether it converged.  ``last``
     (n, R): each restart's previous labels (-1: none), updated; a cluster whose members
     are the same keeps its centre, which is their medians (the last iteration of a fit
-    selects nothing)."""
+    selects nothing); ``moved[r]``: whether F[r] changed (a cluster's members did, or
+    one was empty)."""
     n, d = X.shape
     k = F.shape[1]
     col = np.empty(n)
@@ -305,6 +307,10 @@ def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, 
                     med[c] = X[worst[slot] if slot < worst.shape[0] else n - 1]
                     slot += 1
         F[r] = med
+        changed = n_empty > 0
+        for c in range(k):
+            changed |= todo[c]
+        moved[r] = changed
         newly[r] = np.isfinite(prev[r]) and prev[r] - J <= tol * abs(prev[r])
         prev[r] = J
 
@@ -362,6 +368,7 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     newly = np.zeros(R, dtype=bool)
     prev = np.full(R, np.inf)
     last = np.full((X.shape[0], R), -1, dtype=np.int64)
+    moved = np.ones(R, dtype=bool)
     n_iter = 0
     try:
         for it in range(max_iter):
@@ -370,7 +377,7 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
                 break
             n_iter = it + 1
             labels, dist = nearest(X, F[rs], "l1", threads)
-            args = (rs.size, prev, float(tol), history[it], newly, last)
+            args = (rs.size, prev, float(tol), history[it], newly, last, moved)
             if pool is None or rs.size < 2:
                 _update(X, perm, values, F, rs, labels, dist, *args)
             else:
@@ -383,5 +390,9 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     finally:
         if pool is not None:
             pool.shutdown()
-    labels = nearest(X, F, "l1", threads)[0]
+    # a restart whose last iteration moved no centre has its final labels already
+    labels = last.astype(np.int32)
+    rs = np.flatnonzero(moved)
+    if rs.size:
+        labels[:, rs] = nearest(X, F[rs], "l1", threads)[0]
     return labels, F, history[:n_iter]
