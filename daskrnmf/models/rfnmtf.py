@@ -46,6 +46,7 @@ from ._clustering import (ClusterBase, kmedians_labels, objective_chunk, objecti
 
 _SAMPLE_VALUES = 2**24  # cap on init_size * n_features (128 MiB of float64 on the client)
 SORTED_MAX_VALUES = 2**21   # samples up to this many values are sorted once (32 MiB)
+SWEEP_MIN_CANDIDATES = 6    # ... when at least this many candidates need block medians
 
 
 class RFNMTF(ClusterBase):
@@ -232,6 +233,7 @@ class _CoFit:
     """State and passes of one RFNMTF fit; the state is ``{"S": (R, K, L), "columns": (R, d)}``."""
 
     kept_on_x = 1   # candidates of the "k-medians++" initialisation run on X, the best
+    merge_starts = True     # candidates that start alike are co-fitted once (_candidates)
 
     def __init__(self, blocks, stats, *, K, L, R, seed, median_tol):
         self.blocks, self.K, self.L, self.R = blocks, K, L, R
@@ -244,6 +246,7 @@ class _CoFit:
         self.speculate = None     # per restart: column labels unchanged last iteration
         self.median_rounds = []
         self._rows = None         # X in memory: every restart's last row labels (n, R)
+        self.sweep = None         # X in memory: its values sorted (SortedValues), if made
 
     # -- initialisation
     def init_state(self, init, init_size):
@@ -279,11 +282,12 @@ class _CoFit:
         # the ranks (the same numbers; 1000 x 120: the profiles 4.8x faster)
         ranked = rank_rows(St) if self.d <= RANKED_MAX_ROWS else None
         # the candidates' block medians have no good guesses (a median of the rows'
-        # medians missed 91 % of the blocks of 1000 x 120): a small sample's values are
-        # sorted once and each candidate's medians read off them in one sweep (the same
-        # numbers; 0.4 against 1.25 ms a candidate on planted 1000 x 120)
+        # medians missed 91 % of the blocks of 1000 x 120): when there are many, a small
+        # sample's values are sorted once and each candidate's medians read off them in
+        # one sweep (the same numbers; 1000 x 120: 0.4 against 1.25 ms a candidate, the
+        # sort 5 ms)
         Xs = as_kernel_block(sample)
-        swept = SortedValues(Xs) if sample.size <= SORTED_MAX_VALUES else None
+        swept = _Lazy(lambda: SortedValues(Xs)) if sample.size <= SORTED_MAX_VALUES else None
         # the candidates come in two rounds: one per restart, then the rest of the budget
         # only when no two of them reached the same lowest sample objective (_agreed)
         state, objective = self._candidates(St, ranked, Xs, swept, 0, self.R)
@@ -307,9 +311,15 @@ class _CoFit:
         col_seed = int(rng.stream_id(6, self.seed % 2**62) >> 1)
         columns = kmedians_labels(St.T, self.L, count, col_seed, ranked=ranked,
                                   first=first).T.astype(np.int64)
-        S = np.full((count, self.K, self.L), np.nan)
+        # candidates whose column clusters are the same up to their names (planted 1000 x
+        # 120: the ten come to 1-4 clusterings) share the rows' profiles, their columns
+        # in each one's own order (the same numbers: a median is one of a set of values)
+        col_names = [_named_in_order(columns[t], self.L) for t in range(count)]
+        col_first = (_first_of_each([key for key, _ in col_names]) if self.merge_starts
+                     else np.arange(count))
+        profiles = [None] * count
 
-        def candidate(t):
+        def profile_of(t):
             # rows are clustered on their per-column-cluster medians (m x L): the medians
             # over a column cluster's features are robust to gross entries (by selection:
             # the column clusters are groups of sample columns, the rows the "features")
@@ -321,34 +331,62 @@ class _CoFit:
                 profile = group_medians(St, order, ends, profile).T
             # (an empty column cluster, e.g. on constant data, gives a zero column: it does
             # not separate rows, and the S step below leaves its blocks to the reseeding)
-            profile = np.ascontiguousarray(np.where(np.isnan(profile), 0.0, profile))
+            profiles[t] = np.ascontiguousarray(np.where(np.isnan(profile), 0.0, profile))
+
+        def profile_for(t):
+            s = col_first[t]
+            if s == t:
+                return profiles[t]
+            # the first's profile columns, in t's names of the column clusters
+            seen = col_names[t][1]
+            used = seen >= 0
+            profile = np.zeros_like(profiles[s])
+            profile[:, used] = profiles[s][:, columns[s][seen[used]]]
+            return profile
+
+        rows = np.empty((count, m), dtype=np.int64)
+
+        def rows_of(t):
             row_seed = int(rng.stream_id(7, first + t, self.seed % 2**62) >> 1)
-            rows = kmedians_labels(profile, self.K, 1, row_seed)[:, 0]
-            if swept is not None:
-                S[t] = swept.block_medians(rows, columns[t], self.K, self.L)
+            rows[t] = kmedians_labels(profile_for(t), self.K, 1, row_seed)[:, 0]
+
+        _on_cores(profile_of, np.unique(col_first))
+        _on_cores(rows_of, range(count))
+        # candidates whose row and column clusters are both the same up to their names
+        # start from the same co-clustering, and their co-fits would be one co-fit but for
+        # the names (and which of two equally near prototypes a tied row takes): only the
+        # first is co-fitted, the others take its state and objective (planted 1000 x
+        # 120: 1-4 of the ten are left)
+        start = (_first_of_each([_named_in_order(rows[t], self.K)[0] + col_names[t][0]
+                                 for t in range(count)]) if self.merge_starts
+                 else np.arange(count))
+        fitted = np.unique(start)
+        S = np.full((fitted.size, self.K, self.L), np.nan)
+        sweep = (swept.get() if swept is not None and (swept.made or fitted.size
+                                                       >= SWEEP_MIN_CANDIDATES) else None)
+
+        def block_values(i):
+            t = fitted[i]
+            if sweep is not None:
+                S[i] = sweep.block_medians(rows[t], columns[t], self.K, self.L)
                 return
             # guesses: the medians of the row clusters' profiles (median of row medians)
-            rorder, rends = group_order(rows, self.K)
-            guess = group_medians(np.ascontiguousarray(profile.T), rorder, rends,
+            rorder, rends = group_order(rows[t], self.K)
+            guess = group_medians(np.ascontiguousarray(profile_for(t).T), rorder, rends,
                                   np.full((self.K, self.L), np.nan))
-            S[t] = block_medians(Xs, rows, columns[t], self.K, self.L, guess)
+            S[i] = block_medians(Xs, rows[t], columns[t], self.K, self.L, guess)
 
-        # the candidates are independent (each writes its own S[t]): on the cores, whose
-        # compiled kernels overlap one another's Python (1000 x 120: 10 % of the fit)
-        threads = min(available_cpus(), count)
-        if threads > 1:
-            with ThreadPoolExecutor(threads, thread_name_prefix="daskrnmf-candidates") as pool:
-                list(pool.map(candidate, range(count)))
-        else:
-            for t in range(count):
-                candidate(t)
+        _on_cores(block_values, range(fitted.size))
+        columns_fitted = columns[fitted]
         blocks = RowBlocks(St)
-        sub = _CoFit(blocks, feature_stats(blocks), K=self.K, L=self.L, R=count,
+        sub = _CoFit(blocks, feature_stats(blocks), K=self.K, L=self.L, R=fitted.size,
                      seed=self.seed, median_tol=0.0)
-        state, _ = iterate(sub.step, {"S": S, "columns": columns}, n_restarts=count,
-                           max_iter=20, tol=1e-4)
+        sub.sweep = sweep
+        state, _ = iterate(sub.step, {"S": S, "columns": columns_fitted},
+                           n_restarts=fitted.size, max_iter=20, tol=1e-4)
         objective, _ = sub.final(state)
-        return state, objective
+        which = np.searchsorted(fitted, start)
+        return {key: value[which] for key, value in state.items()}, objective[which]
 
     # -- one iteration
     def step(self, state, active):
@@ -386,6 +424,8 @@ class _CoFit:
                 if (np.array_equal(newC[t], C[t]) and res["counts"][t].all()
                         and np.array_equal(labels[:, t], self._rows[:, r])):
                     newS[t] = S[t]
+                elif self.sweep is not None:    # X's values sorted once (the same numbers)
+                    newS[t] = self.sweep.block_medians(labels[:, t], newC[t], self.K, self.L)
                 else:
                     newS[t] = block_medians(X, labels[:, t], newC[t], self.K, self.L, S[t])
             self._rows[:, rs] = labels
@@ -484,6 +524,49 @@ class _CoFit:
         P = prototypes(state["S"], state["columns"])
         return self.blocks.map_reduce(objective_chunk, objective_combine, args=(P, "l1", True),
                                       keep_state=True, name="final row step")
+
+
+class _Lazy:
+    """A value made on its first ``get()``."""
+
+    def __init__(self, make):
+        self.make, self.value, self.made = make, None, False
+
+    def get(self):
+        if not self.made:
+            self.value, self.made = self.make(), True
+        return self.value
+
+
+def _named_in_order(labels, n_names):
+    """A key (bytes) equal for two labelings that differ only in the names of their
+    clusters (the labels renamed in order of first appearance), and each name's first
+    position in ``labels`` (-1: unused), shape (n_names,)."""
+    names, at = np.unique(labels, return_index=True)
+    first = np.full(n_names, -1, dtype=np.int64)
+    first[names] = at
+    renamed = np.empty(n_names, dtype=np.int32)
+    renamed[names[np.argsort(at)]] = np.arange(names.size, dtype=np.int32)
+    return renamed[labels].tobytes(), first
+
+
+def _first_of_each(keys):
+    """For each key, the position of its first occurrence, as an int64 array."""
+    seen = {}
+    return np.array([seen.setdefault(key, t) for t, key in enumerate(keys)], dtype=np.int64)
+
+
+def _on_cores(fn, items):
+    """``fn(item)`` for every item, on a thread per core (the callers' compiled kernels
+    release the interpreter's lock; each writes only its own outputs)."""
+    items = list(items)
+    threads = min(available_cpus(), len(items))
+    if threads > 1:
+        with ThreadPoolExecutor(threads, thread_name_prefix="daskrnmf-candidates") as pool:
+            list(pool.map(fn, items))
+    else:
+        for item in items:
+            fn(item)
 
 
 def _agreed(objective, rtol=1e-12):
