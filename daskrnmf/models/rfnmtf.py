@@ -23,6 +23,7 @@ when the column labels did not change in the previous iteration — the first ro
 S step, speculatively for the old column labels) plus the S step's remaining rounds.
 """
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -46,7 +47,6 @@ from ._clustering import (ClusterBase, kmedians_labels, objective_chunk, objecti
 
 _SAMPLE_VALUES = 2**24  # cap on init_size * n_features (128 MiB of float64 on the client)
 SORTED_MAX_VALUES = 2**21   # samples up to this many values are sorted once (32 MiB)
-SWEEP_MIN_CANDIDATES = 6    # ... when at least this many candidates need block medians
 
 
 class RFNMTF(ClusterBase):
@@ -282,12 +282,14 @@ class _CoFit:
         # the ranks (the same numbers; 1000 x 120: the profiles 4.8x faster)
         ranked = rank_rows(St) if self.d <= RANKED_MAX_ROWS else None
         # the candidates' block medians have no good guesses (a median of the rows'
-        # medians missed 91 % of the blocks of 1000 x 120): when there are many, a small
-        # sample's values are sorted once and each candidate's medians read off them in
-        # one sweep (the same numbers; 1000 x 120: 0.4 against 1.25 ms a candidate, the
-        # sort 5 ms)
+        # medians missed 91 % of the blocks of 1000 x 120): a small sample's values are
+        # sorted once and each candidate's medians read off them in one sweep (the same
+        # numbers; 1000 x 120: 0.4 against 1.25 ms a candidate), the sort (4 ms) on a
+        # thread of its own while the candidates' row fits, mostly Python, hold the
+        # interpreter's lock
         Xs = as_kernel_block(sample)
-        swept = _Lazy(lambda: SortedValues(Xs)) if sample.size <= SORTED_MAX_VALUES else None
+        swept = (_Background(SortedValues, Xs) if sample.size <= SORTED_MAX_VALUES
+                 else None)
         # the candidates come in two rounds: one per restart, then the rest of the budget
         # only when no two of them reached the same lowest sample objective (_agreed)
         state, objective = self._candidates(St, ranked, Xs, swept, 0, self.R)
@@ -351,6 +353,8 @@ class _CoFit:
             rows[t] = kmedians_labels(profile_for(t), self.K, 1, row_seed)[:, 0]
 
         _on_cores(profile_of, np.unique(col_first))
+        if swept is not None:
+            swept.start()
         _on_cores(rows_of, range(count))
         # candidates whose row and column clusters are both the same up to their names
         # start from the same co-clustering, and their co-fits would be one co-fit but for
@@ -362,8 +366,7 @@ class _CoFit:
                  else np.arange(count))
         fitted = np.unique(start)
         S = np.full((fitted.size, self.K, self.L), np.nan)
-        sweep = (swept.get() if swept is not None and (swept.made or fitted.size
-                                                       >= SWEEP_MIN_CANDIDATES) else None)
+        sweep = swept.get() if swept is not None else None
 
         def block_values(i):
             t = fitted[i]
@@ -526,15 +529,34 @@ class _CoFit:
                                       keep_state=True, name="final row step")
 
 
-class _Lazy:
-    """A value made on its first ``get()``."""
+class _Background:
+    """``make(*args)`` on a thread of its own from ``start()``; ``get()`` waits for it
+    (or makes it, if not started)."""
 
-    def __init__(self, make):
-        self.make, self.value, self.made = make, None, False
+    def __init__(self, make, *args):
+        self.make, self.args, self.value, self.thread = make, args, None, None
+        self.error = None
+
+    def _run(self):
+        try:
+            self.value = self.make(*self.args)
+        except BaseException as exc:    # raised again by get(), in the caller's thread
+            self.error = exc
+
+    def start(self):
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="daskrnmf-sort",
+                                           daemon=True)
+            self.thread.start()
 
     def get(self):
-        if not self.made:
-            self.value, self.made = self.make(), True
+        if self.thread is None:
+            self._run()
+            self.thread = threading.current_thread()
+        else:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
         return self.value
 
 
