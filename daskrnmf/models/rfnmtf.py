@@ -285,8 +285,7 @@ class _CoFit:
         # medians missed 91 % of the blocks of 1000 x 120): a small sample's values are
         # sorted once and each candidate's medians read off them in one sweep (the same
         # numbers; 1000 x 120: 0.4 against 1.25 ms a candidate), the sort (4 ms) on a
-        # thread of its own while the candidates' row fits, mostly Python, hold the
-        # interpreter's lock
+        # thread of its own beside the candidates' row fits
         Xs = as_kernel_block(sample)
         swept = (_Background(SortedValues, Xs) if sample.size <= SORTED_MAX_VALUES
                  else None)
@@ -352,10 +351,13 @@ class _CoFit:
             row_seed = int(rng.stream_id(7, first + t, self.seed % 2**62) >> 1)
             rows[t] = kmedians_labels(profile_for(t), self.K, 1, row_seed)[:, 0]
 
+        # the row fits are mostly Python (two in threads ran slower than one after the
+        # other): they run in this thread, while another sorts the sample's values
         _on_cores(profile_of, np.unique(col_first))
         if swept is not None:
             swept.start()
-        _on_cores(rows_of, range(count))
+        for t in range(count):
+            rows_of(t)
         # candidates whose row and column clusters are both the same up to their names
         # start from the same co-clustering, and their co-fits would be one co-fit but for
         # the names (and which of two equally near prototypes a tied row takes): only the
