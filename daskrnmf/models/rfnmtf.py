@@ -410,7 +410,7 @@ class _CoFit:
         P = prototypes(S, C)
         res, labels = self.blocks.map_reduce(
             cocluster_assign_chunk, cocluster_assign_combine,
-            args=(P, S, C, CoclusterSpec(K=self.K, plan=plan)),
+            args=(P, S, C, CoclusterSpec(K=self.K, plan=plan, worst=not in_memory)),
             keep_state=True, name="row step + column costs")
         newC = argmin_ties_low(res["costs"])
         objective = np.take_along_axis(res["costs"], newC[:, :, None], axis=2)[:, :, 0].sum(axis=1)
@@ -449,7 +449,11 @@ class _CoFit:
                                 (search, plan, res.get("median")) if speculative else None,
                                 sample_labels)
         del labels
-        newS = _reseed_empty_rows(newS, res["counts"], res["worst"], newC)
+        worst = res["worst"]
+        if worst is None and not res["counts"].all():     # X in memory, a cluster empty
+            worst = self.blocks.map_reduce(worst_chunk, merge_worst_fit, args=(P, self.K),
+                                           name="worst-fit rows")
+        newS = _reseed_empty_rows(newS, res["counts"], worst, newC)
         state = {"S": state["S"].copy(), "columns": state["columns"].copy()}
         state["S"][active], state["columns"][active] = newS, newC
         return state, objective
@@ -664,6 +668,7 @@ class CoclusterSpec:
 
     K: int
     plan: dict = None
+    worst: bool = True  # the worst-fit rows (X in memory: a pass of their own if needed)
 
 
 def cocluster_assign_chunk(block, start, P, S, C, spec):
@@ -679,7 +684,7 @@ def cocluster_assign_chunk(block, start, P, S, C, spec):
     part = {"objective": residual.sum(axis=0),
             "counts": np.stack([np.bincount(labels[:, r], minlength=K)
                                 for r in range(labels.shape[1])]).astype(np.int64),
-            "worst": worst_fit(residual, start, x, K),
+            "worst": worst_fit(residual, start, x, K) if spec.worst else None,
             "costs": column_costs(x, labels, S)}
     if spec.plan is not None:
         part["median"] = median_round(x, labels, K, spec.plan, C)
@@ -689,11 +694,18 @@ def cocluster_assign_chunk(block, start, P, S, C, spec):
 def cocluster_assign_combine(parts):
     out = {"objective": sum_arrays([p["objective"] for p in parts]),
            "counts": sum_arrays([p["counts"] for p in parts]),
-           "worst": merge_worst_fit([p["worst"] for p in parts]),
+           "worst": (merge_worst_fit([p["worst"] for p in parts])
+                     if parts[0]["worst"] is not None else None),
            "costs": sum_arrays([p["costs"] for p in parts])}
     if "median" in parts[0]:
         out["median"] = merge_median_round([p["median"] for p in parts])
     return out
+
+
+def worst_chunk(block, start, P, K):
+    """The fused pass's worst-fit rows alone (:func:`cocluster_assign_chunk`)."""
+    x = as_float_block(block)
+    return worst_fit(nearest(x, P, "l1")[1], start, x, K)
 
 
 def random_median_chunk(block, start, K, plan, C, seed, R):
@@ -706,8 +718,12 @@ def random_median_chunk(block, start, K, plan, C, seed, R):
 def _reseed_empty_columns(C, costs, L):
     """An empty column cluster takes the feature that fits its own cluster worst (largest
     cost; ties to the lowest index) among clusters with more than one feature."""
+    R = C.shape[0]
+    n_in = np.bincount((C + L * np.arange(R)[:, None]).ravel(), minlength=R * L)
+    if n_in.all():
+        return C
     C = C.copy()
-    for r in range(C.shape[0]):
+    for r in np.flatnonzero((n_in.reshape(R, L) == 0).any(axis=1)):
         own = np.take_along_axis(costs[r], C[r][:, None], axis=1)[:, 0]
         for l in np.flatnonzero(np.bincount(C[r], minlength=L) == 0):
             sizes = np.bincount(C[r], minlength=L)
@@ -722,6 +738,8 @@ def _reseed_empty_rows(S, counts, worst, C):
     """An empty row cluster takes the worst-fit sample as its prototype: S[k, l] = the
     median of that sample's features in column cluster l (worst first, ties to the lowest
     index)."""
+    if counts.all():
+        return S
     S = S.copy()
     for r in range(S.shape[0]):
         for slot, k in enumerate(np.flatnonzero(counts[r] == 0)):
