@@ -480,6 +480,39 @@ def test_cluster_medians_by_one_sweep_match_numpy():
             np.testing.assert_array_equal(out[c], want)
 
 
+def test_bracketed_block_medians_match_numpy():
+    """Block medians counted below and gathered inside windows equal ``np.median`` of
+    every block, whether the windows hold the medians (narrow, or a single point), miss
+    them (above, below), are NaN or infinite: ties, heavy tails, float32, empty blocks
+    NaN, one block and many."""
+    from daskrnmf.kernels.median import block_medians_bracketed
+
+    rng = np.random.default_rng(12)
+    for trial in range(80):
+        n, d = int(rng.integers(1, 60)), int(rng.integers(1, 30))
+        K, L = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        X = (rng.integers(0, 3, (n, d)).astype(float) if trial % 2
+             else rng.standard_cauchy((n, d)))
+        if trial % 5 == 0:
+            X = X.astype(np.float32)
+        rows, cols = rng.integers(0, K, n), rng.integers(0, L, d)
+        want = np.full((K, L), np.nan)
+        for k in range(K):
+            for l in range(L):
+                block = X[rows == k][:, cols == l].astype(np.float64)
+                if block.size:
+                    want[k, l] = np.median(block)
+        known = np.where(np.isnan(want), 0.0, want)
+        spread = rng.random((K, L))
+        for lo, hi in [(known - spread, known + spread), (known, known),
+                       (known + 1 + spread, known + 2 + spread),
+                       (known - 2 - spread, known - 1 - spread),
+                       (np.full((K, L), np.nan), np.full((K, L), np.nan)),
+                       (np.full((K, L), -np.inf), np.full((K, L), np.inf))]:
+            got = block_medians_bracketed(X, rows, cols, K, L, lo, hi)
+            np.testing.assert_array_equal(got, want)
+
+
 def test_block_medians_from_sorted_values_match_numpy():
     """Block medians read off X's values sorted once (one sweep per blocking) equal
     ``np.median`` of every block and :func:`block_medians`: ties, odd and even blocks,

@@ -453,3 +453,26 @@ def test_cluster_names_in_order_of_appearance():
     np.testing.assert_array_equal(first, [2, 3, 0, -1])
     np.testing.assert_array_equal(_first_of_each([b"x", b"y", b"x", b"z", b"y"]),
                                   [0, 1, 0, 3, 1])
+
+
+def test_in_memory_fit_from_a_smaller_sample_brackets_its_first_s_step(monkeypatch):
+    """X in memory, larger than the initialisation's sample: the first S step's medians
+    are counted below and gathered inside the sample's windows; the fit equals the one
+    that selects them around the sample's S, bit for bit."""
+    from daskrnmf.kernels.median import block_medians
+    from daskrnmf.models import rfnmtf
+
+    X, r, _, _ = make_coclusters(1200, 60, 4, 3, outlier_fraction=0.05, random_state=4)
+    calls = []
+    real = rfnmtf.block_medians_bracketed
+    monkeypatch.setattr(rfnmtf, "block_medians_bracketed",
+                        lambda *a: calls.append(1) or real(*a))
+    bracketed = RFNMTF(4, 3, n_init=3, init_size=300, random_state=0).fit(X)
+    assert calls
+    monkeypatch.setattr(rfnmtf, "block_medians_bracketed",
+                        lambda X, rows, cols, K, L, lo, hi: block_medians(X, rows, cols, K, L))
+    plain = RFNMTF(4, 3, n_init=3, init_size=300, random_state=0).fit(X)
+    np.testing.assert_array_equal(bracketed.block_medians_, plain.block_medians_)
+    np.testing.assert_array_equal(bracketed.row_labels_, plain.row_labels_)
+    np.testing.assert_array_equal(bracketed.column_labels_, plain.column_labels_)
+    assert clustering_accuracy(r, bracketed.row_labels_) == 1.0

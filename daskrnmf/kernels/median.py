@@ -525,6 +525,101 @@ def block_medians(X, rows, cols, K, L, pivots=None):
     return out
 
 
+def block_medians_bracketed(X, rows, cols, K, L, lo, hi):
+    """:func:`block_medians` (the same numbers) when windows ``[lo[k, l], hi[k, l]]``
+    likely hold the medians (:func:`~daskrnmf.models.rfnmtf.block_bracket`, from a row
+    sample): one pass counts each block's values below its window and gathers the ones
+    inside, and the middle ranks are selected among those; a block whose window missed
+    (or is NaN) is selected among all its values.  X in memory, the first S step of a
+    fit started on a sample (10000 x 400: 8 against 33 ms, where the sample's medians as
+    guesses missed nearly every block).
+
+    Parameters
+    ----------
+    X : ndarray (n, d) float32 or float64, C-contiguous, without NaN
+    rows, cols : as :func:`block_medians`
+    lo, hi : ndarray (K, L)
+
+    Returns
+    -------
+    ndarray (K, L) float64
+    """
+    rorder, rends = group_order(rows, K)
+    corder, cends = group_order(cols, L)
+    out = np.full((K, L), np.nan)
+    lo = np.where(np.isnan(lo), -np.inf, np.asarray(lo, dtype=np.float64))
+    hi = np.where(np.isnan(hi), np.inf, np.asarray(hi, dtype=np.float64))
+    _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out)
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out):
+    K, L = rends.shape[0], cends.shape[0]
+    d = corder.shape[0]
+    row = np.empty(d)
+    nk_max = 0
+    for k in range(K):
+        nk_max = max(nk_max, rends[k] - (rends[k - 1] if k else 0))
+    buf = np.empty(max(nk_max * d, 1))         # a row cluster's in-window values, a
+    below = np.zeros(L, dtype=np.int64)         # segment of nk * n_l per column cluster
+    inside = np.zeros(L, dtype=np.int64)
+    base = np.empty(L, dtype=np.int64)
+    for k in range(K):
+        r0 = rends[k - 1] if k else 0
+        nk = rends[k] - r0
+        if nk == 0:
+            continue
+        for l in range(L):
+            base[l] = nk * (cends[l - 1] if l else 0)
+            below[l], inside[l] = 0, 0
+        for t in range(nk):
+            # the row's values in column-cluster order, then per column cluster a count
+            # below the window (one vectorised loop) and the values inside gathered
+            x = X[rorder[r0 + t]]
+            for jj in range(d):
+                row[jj] = x[corder[jj]]
+            for l in range(L):
+                a, e = (cends[l - 1] if l else 0), cends[l]
+                wl, wh = lo[k, l], hi[k, l]
+                n_below = 0
+                for jj in range(a, e):
+                    n_below += row[jj] < wl
+                below[l] += n_below
+                w = base[l] + inside[l]
+                for jj in range(a, e):          # without a branch: written, then kept
+                    v = row[jj]                 # only if inside
+                    buf[w] = v
+                    w += (v >= wl) & (v <= wh)
+                inside[l] = w - base[l]
+        for l in range(L):
+            c0 = cends[l - 1] if l else 0
+            m = nk * (cends[l] - c0)
+            if m == 0:
+                continue
+            h = (m - 1) // 2
+            top = h + 1 if m % 2 == 0 else h        # the highest middle rank
+            b, c = below[l], inside[l]
+            seg = buf[base[l]:base[l] + m]
+            if b <= h and top < b + c:              # the window holds the middle ranks
+                v = _select(seg, c, h - b)
+                if m % 2 == 0:
+                    u = seg[h - b + 1]              # the next order statistic
+                    for q in range(h - b + 2, c):
+                        if seg[q] < u:
+                            u = seg[q]
+                    v = (v + u) / 2.0
+                out[k, l] = v
+                continue
+            w = 0                                   # missed: all the block's values
+            for t in range(nk):
+                x = X[rorder[r0 + t]]
+                for jj in range(c0, cends[l]):
+                    seg[w] = x[corder[jj]]
+                    w += 1
+            out[k, l] = _buf_median(seg, m)
+
+
 @njit(cache=True, nogil=True, fastmath=False)
 def _block_medians_sorted(prow, pcol, values, rows, cols, K, L, out):
     nrow = np.zeros(K, dtype=np.int64)
