@@ -442,6 +442,20 @@ def test_kmedians_from_ranks_gives_the_same_labels():
         np.testing.assert_array_equal(a, b)
 
 
+def test_kmedians_restarts_from_given_seeds_are_the_one_restart_fits():
+    """Restarts seeded from a list of seeds (RFNMTF's row fits that share a profile) give
+    the labels of as many one-restart fits from those seeds."""
+    from daskrnmf.models._clustering import kmedians_labels
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(400, 6)) + 6 * rng.integers(0, 5, (400, 1))
+    X[rng.random(X.shape) < 0.05] = 80.0
+    seeds = [11, 5, 11, 902]
+    got = kmedians_labels(X, 5, len(seeds), None, seeds=seeds)
+    for r, s in enumerate(seeds):
+        np.testing.assert_array_equal(got[:, r], kmedians_labels(X, 5, 1, s)[:, 0])
+
+
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 136, 255, 256, 1000, 4097, 70001])
 def test_pairwise_sum_is_numpys_sum_bit_for_bit(n):
     """The compiled k-medians sums its objective as NumPy does (pairwise, in runs of

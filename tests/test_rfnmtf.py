@@ -399,11 +399,11 @@ def test_s_step_keeps_s_where_rows_and_columns_did_not_move(planted, monkeypatch
 
 def test_candidates_that_start_alike_are_co_fitted_once(monkeypatch):
     """Candidates whose column clusters are the same up to their names share the rows'
-    profiles, and those whose row and column clusters both are start from the same
-    co-clustering and are co-fitted once: on the benchmark's planted sets (gross entries
-    0, 5 and 10 %) the fit equals the one that profiles and co-fits every candidate (the
-    same objective, the same partitions), with fewer candidates co-fitted on the clean
-    set."""
+    profiles (their row fits the restarts of one fit, each from its own seed), and those
+    whose row and column clusters both are start from the same co-clustering and are
+    co-fitted once: on the benchmark's planted sets (gross entries 0, 5 and 10 %) the fit
+    equals the one that profiles and co-fits every candidate (the same objective, the
+    same partitions), with fewer candidates co-fitted on the clean set."""
     from sklearn.metrics import adjusted_rand_score
 
     from daskrnmf.models import rfnmtf
@@ -416,8 +416,11 @@ def test_candidates_that_start_alike_are_co_fitted_once(monkeypatch):
         return real_iterate(step, state, **kw)
 
     def kmedians_labels(X, k, n_restarts, seed, **kw):
-        if k == 8:      # a row fit: its profile, by its seed
-            profiles[seed] = X.tobytes()
+        if k == 8:      # row fits: their profile's columns (in any order), by their seeds
+            for s in kw.get("seeds") or [seed]:
+                profiles[s] = sorted(np.ascontiguousarray(X.T).tobytes()[i * X.shape[0] * 8:
+                                                                       (i + 1) * X.shape[0] * 8]
+                                     for i in range(X.shape[1]))
         return real_kmedians(X, k, n_restarts, seed, **kw)
 
     monkeypatch.setattr(rfnmtf, "iterate", iterate)
@@ -433,7 +436,8 @@ def test_candidates_that_start_alike_are_co_fitted_once(monkeypatch):
         every = RFNMTF(8, 6, n_init=10, random_state=0).fit(X)
         monkeypatch.setattr(rfnmtf._CoFit, "merge_starts", True)
         assert fitted[0] == 10
-        assert shared == profiles       # a shared profile is the candidate's own
+        # every candidate's row fit, seeded by its own seed, on its own profile's columns
+        assert shared == profiles
         assert n_merged <= 10 and (frac or n_merged < 5)
         assert merged.objective_ == pytest.approx(every.objective_, rel=1e-12)
         assert adjusted_rand_score(every.row_labels_, merged.row_labels_) == 1.0

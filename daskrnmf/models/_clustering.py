@@ -332,7 +332,8 @@ class CentroidFit:
 KMEDIANS_TOL = 1e-4     # kmedians_labels' stopping tolerance (relative objective decrease)
 
 
-def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=True, first=0):
+def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=True, first=0,
+                    seeds=None):
     """In-memory RFNMF_L1 from robust greedy k-medians++ seeds, ``n_restarts`` independent restarts.
 
     A helper for initialisations that cluster a small in-memory sample (never X itself).
@@ -343,6 +344,8 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=T
     (the medians are then read off each feature's sorted values, else selected; the
     same labels).  ``first``: the restarts are ``first .. first + n_restarts - 1`` (each
     seeded from ``(seed, restart)``), for a caller that adds restarts in rounds.
+    ``seeds``: instead, restart r is seeded from ``(seeds[r], 0)`` (the seeds of as many
+    one-restart calls, run as one fit).
 
     Each iteration is two compiled calls (:func:`~daskrnmf.kernels.kmedians.kmedians_fit`,
     the same numbers as the general fit, whose Python between the kernels cost RFNMTF's
@@ -359,9 +362,10 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=T
     n_trials = 2 + int(np.log(k))
     D = (pairwise_distances(X, "l1") if pairwise_worth(X.shape[0], n_restarts, k, n_trials)
          else None)
-    F0 = np.stack([robust_kmedians_pp(X, k, np.random.default_rng([seed, r]),
-                                      n_trials=n_trials, pairwise=D)
-                   for r in range(first, first + n_restarts)])
+    keys = ([[s, 0] for s in seeds] if seeds is not None
+            else [[seed, r] for r in range(first, first + n_restarts)])
+    F0 = np.stack([robust_kmedians_pp(X, k, np.random.default_rng(key), n_trials=n_trials,
+                                      pairwise=D) for key in keys])
     blocks = RowBlocks(X)
     if compiled and len(blocks.sizes) == 1 and not np.isnan(X.min()):
         # one block: the general fit's objective is NumPy's sum over all the rows, which

@@ -313,8 +313,8 @@ class _CoFit:
         columns = kmedians_labels(St.T, self.L, count, col_seed, ranked=ranked,
                                   first=first).T.astype(np.int64)
         # candidates whose column clusters are the same up to their names (planted 1000 x
-        # 120: the ten come to 1-4 clusterings) share the rows' profiles, their columns
-        # in each one's own order (the same numbers: a median is one of a set of values)
+        # 120: the ten come to 1-4 clusterings) share the rows' profiles (the same
+        # columns, named otherwise), and their row fits run as the restarts of one fit
         col_names = [_named_in_order(columns[t], self.L) for t in range(count)]
         col_first = (_first_of_each([key for key, _ in col_names]) if self.merge_starts
                      else np.arange(count))
@@ -346,18 +346,17 @@ class _CoFit:
             return profile
 
         rows = np.empty((count, m), dtype=np.int64)
-
-        def rows_of(t):
-            row_seed = int(rng.stream_id(7, first + t, self.seed % 2**62) >> 1)
-            rows[t] = kmedians_labels(profile_for(t), self.K, 1, row_seed)[:, 0]
-
         # the row fits are mostly Python (two in threads ran slower than one after the
-        # other): they run in this thread, while another sorts the sample's values
+        # other): they run in this thread, while another sorts the sample's values; each
+        # candidate's restart is seeded from its own seed
         _on_cores(profile_of, np.unique(col_first))
         if swept is not None:
             swept.start()
-        for t in range(count):
-            rows_of(t)
+        for s in np.unique(col_first):
+            share = np.flatnonzero(col_first == s)
+            seeds = [int(rng.stream_id(7, first + t, self.seed % 2**62) >> 1) for t in share]
+            rows[share] = kmedians_labels(profiles[s], self.K, share.size, None,
+                                          seeds=seeds).T
         # candidates whose row and column clusters are both the same up to their names
         # start from the same co-clustering, and their co-fits would be one co-fit but for
         # the names (and which of two equally near prototypes a tied row takes): only the
