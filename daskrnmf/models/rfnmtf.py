@@ -65,7 +65,8 @@ class RFNMTF(ClusterBase):
         them there is run on X (as RFNMF screens its restarts on its seeding sample):
         ``n_init`` candidates, then up to three more per restart (as many as a budget of
         in-memory work allows) when no two of the first reached the same lowest sample
-        objective.
+        objective.  Candidates that start from the same co-clustering (up to the names of
+        the clusters) are co-fitted once and share its objective.
     init : {"k-medians++", "random"} or tuple (S, column_labels), default="k-medians++"
         ``"k-medians++"``: a uniform sample of ``init_size`` rows (drawn in the first
         pass, with the value checks; it depends on X alone) is gathered;
