@@ -463,20 +463,40 @@ def test_in_memory_fit_from_a_smaller_sample_brackets_its_first_s_step(monkeypat
     """X in memory, larger than the initialisation's sample: the first S step's medians
     are counted below and gathered inside the sample's windows; the fit equals the one
     that selects them around the sample's S, bit for bit."""
-    from daskrnmf.kernels.median import block_medians
     from daskrnmf.models import rfnmtf
 
     X, r, _, _ = make_coclusters(1200, 60, 4, 3, outlier_fraction=0.05, random_state=4)
-    calls = []
-    real = rfnmtf.block_medians_bracketed
-    monkeypatch.setattr(rfnmtf, "block_medians_bracketed",
-                        lambda *a: calls.append(1) or real(*a))
+    windows = []
+    real = rfnmtf.block_medians
+
+    def spy(*args, window=None, **kw):
+        windows.append(window is not None)
+        return real(*args, window=window, **kw)
+
+    monkeypatch.setattr(rfnmtf, "block_medians", spy)
     bracketed = RFNMTF(4, 3, n_init=3, init_size=300, random_state=0).fit(X)
-    assert calls
-    monkeypatch.setattr(rfnmtf, "block_medians_bracketed",
-                        lambda X, rows, cols, K, L, lo, hi: block_medians(X, rows, cols, K, L))
+    assert any(windows)
+    monkeypatch.setattr(rfnmtf, "block_medians",
+                        lambda *args, window=None, **kw: real(*args, **kw))
     plain = RFNMTF(4, 3, n_init=3, init_size=300, random_state=0).fit(X)
     np.testing.assert_array_equal(bracketed.block_medians_, plain.block_medians_)
     np.testing.assert_array_equal(bracketed.row_labels_, plain.row_labels_)
     np.testing.assert_array_equal(bracketed.column_labels_, plain.column_labels_)
     assert clustering_accuracy(r, bracketed.row_labels_) == 1.0
+
+
+def test_background_value_is_waited_for_and_its_error_raised_in_the_caller():
+    """The initialisation's sort on a thread of its own: ``get`` gives the value (started
+    or not, as often as asked) and raises the thread's error in the caller."""
+    from daskrnmf.models.rfnmtf import _Background
+
+    lazy = _Background(np.sort, np.array([3.0, 1.0, 2.0]))
+    np.testing.assert_array_equal(lazy.get(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(lazy.get(), [1.0, 2.0, 3.0])
+    started = _Background(np.sort, np.array([2.0, 1.0]))
+    started.start()
+    np.testing.assert_array_equal(started.get(), [1.0, 2.0])
+    failing = _Background(np.reshape, np.arange(3), (2, 2))
+    failing.start()
+    with pytest.raises(ValueError):
+        failing.get()

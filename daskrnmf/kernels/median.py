@@ -498,7 +498,7 @@ def _block_medians(X, rorder, rends, corder, cends, pivots, out):
             out[k, l] = lo if m % 2 else (lo + hi) / 2.0
 
 
-def block_medians(X, rows, cols, K, L, pivots=None):
+def block_medians(X, rows, cols, K, L, pivots=None, window=None):
     """Exact median of every block (row cluster k, column cluster l) of an in-memory X,
     as ``np.median(X[rows == k][:, cols == l])`` (NaN for an empty block).
 
@@ -511,6 +511,14 @@ def block_medians(X, rows, cols, K, L, pivots=None):
         Guesses (the last medians; NaN: none): counted around in one pass, and the middle
         ranks selected only when they are not the guess or a neighbour of it (as
         :func:`group_medians`).  The result does not depend on them.
+    window : tuple (lo, hi) of ndarray (K, L), optional
+        Instead, windows that likely hold the medians
+        (:func:`~daskrnmf.models.rfnmtf.block_bracket`, from a row sample): one pass
+        counts each block's values below its window and gathers the ones inside, and the
+        middle ranks are selected among those; a block whose window missed (or is NaN)
+        is selected among all its values.  The first S step of a fit started on a
+        sample, whose medians as guesses missed nearly every block (10000 x 400: 25
+        against 66 ms).  The result does not depend on them.
 
     Returns
     -------
@@ -519,37 +527,14 @@ def block_medians(X, rows, cols, K, L, pivots=None):
     rorder, rends = group_order(rows, K)
     corder, cends = group_order(cols, L)
     out = np.full((K, L), np.nan)
+    if window is not None:
+        lo = np.where(np.isnan(window[0]), -np.inf, np.asarray(window[0], dtype=np.float64))
+        hi = np.where(np.isnan(window[1]), np.inf, np.asarray(window[1], dtype=np.float64))
+        _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out)
+        return out
     piv = (np.full((K, L), np.nan) if pivots is None
            else np.ascontiguousarray(pivots, dtype=np.float64))
     _block_medians(X, rorder, rends, corder, cends, piv, out)
-    return out
-
-
-def block_medians_bracketed(X, rows, cols, K, L, lo, hi):
-    """:func:`block_medians` (the same numbers) when windows ``[lo[k, l], hi[k, l]]``
-    likely hold the medians (:func:`~daskrnmf.models.rfnmtf.block_bracket`, from a row
-    sample): one pass counts each block's values below its window and gathers the ones
-    inside, and the middle ranks are selected among those; a block whose window missed
-    (or is NaN) is selected among all its values.  X in memory, the first S step of a
-    fit started on a sample (10000 x 400: 8 against 33 ms, where the sample's medians as
-    guesses missed nearly every block).
-
-    Parameters
-    ----------
-    X : ndarray (n, d) float32 or float64, C-contiguous, without NaN
-    rows, cols : as :func:`block_medians`
-    lo, hi : ndarray (K, L)
-
-    Returns
-    -------
-    ndarray (K, L) float64
-    """
-    rorder, rends = group_order(rows, K)
-    corder, cends = group_order(cols, L)
-    out = np.full((K, L), np.nan)
-    lo = np.where(np.isnan(lo), -np.inf, np.asarray(lo, dtype=np.float64))
-    hi = np.where(np.isnan(hi), np.inf, np.asarray(hi, dtype=np.float64))
-    _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out)
     return out
 
 

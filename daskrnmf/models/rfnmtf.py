@@ -36,9 +36,9 @@ from ..kernels import rng
 from ..kernels.assign import nearest
 from ..kernels.blocks import as_float_block, as_kernel_block, available_cpus, sum_arrays
 from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
-from ..kernels.median import (RANKED_MAX_ROWS, SortedValues, block_medians,
-                              block_medians_bracketed, group_medians, group_medians_ranked,
-                              group_order, median_round, merge_median_round, rank_rows)
+from ..kernels.median import (RANKED_MAX_ROWS, SortedValues, block_medians, group_medians,
+                              group_medians_ranked, group_order, median_round,
+                              merge_median_round, rank_rows)
 from ..kernels.sums import merge_worst_fit, worst_fit
 from ..reductions import (BRACKET_MIN, BRACKET_Z, SAMPLE_SEED, SAMPLE_STREAM, MedianSearch,
                           feature_stats, median_refine_chunk, random_labels, sample_rows)
@@ -442,8 +442,8 @@ class _CoFit:
                 elif self.sweep is not None:    # X's values sorted once (the same numbers)
                     newS[t] = self.sweep.block_medians(labels[:, t], newC[t], self.K, self.L)
                 elif bracket is not None:
-                    newS[t] = block_medians_bracketed(X, labels[:, t], newC[t], self.K,
-                                                      self.L, bracket[0][t], bracket[1][t])
+                    newS[t] = block_medians(X, labels[:, t], newC[t], self.K, self.L,
+                                            window=(bracket[0][t], bracket[1][t]))
                 else:
                     newS[t] = block_medians(X, labels[:, t], newC[t], self.K, self.L, S[t])
             self._rows[:, rs] = labels
@@ -550,7 +550,7 @@ class _CoFit:
 
 class _Background:
     """``make(*args)`` on a thread of its own from ``start()``; ``get()`` waits for it
-    (or makes it, if not started)."""
+    (starting it first if need be)."""
 
     def __init__(self, make, *args):
         self.make, self.args, self.value, self.thread = make, args, None, None
@@ -569,11 +569,8 @@ class _Background:
             self.thread.start()
 
     def get(self):
-        if self.thread is None:
-            self._run()
-            self.thread = threading.current_thread()
-        else:
-            self.thread.join()
+        self.start()
+        self.thread.join()
         if self.error is not None:
             raise self.error
         return self.value
