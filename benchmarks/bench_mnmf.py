@@ -85,8 +85,8 @@ def main():
          "max_inner_iter = 8, inner_tol = 1e-3).  Passes over X per iteration: the G step's "
          "Newton passes plus the H pass (the SVM step reads the k features kept per row). "
          "The whole-fit passes include the semi-NMF initialisation (up to 200 passes of "
-         "Ding's rule).  'previous': the table before the scale-invariant steps (G step "
-         "solved to the duality gap, up to 50 passes, SVM step over X).")
+         "Ding's rule).  'previous': the committed table this run replaces (read from the "
+         "output file before it is written).")
     emit()
     toy = []
     for seed in range(5):
