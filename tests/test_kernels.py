@@ -494,6 +494,18 @@ def test_cluster_medians_by_one_sweep_match_numpy():
             np.testing.assert_array_equal(out[c], want)
 
 
+def _random_blocking(rng, trial, n_max):
+    """A small X (ties on odd trials, heavy tails on even ones, float32 every fifth) and
+    random row and column clusters: ``(X, rows, cols, K, L)``."""
+    n, d = int(rng.integers(1, n_max)), int(rng.integers(1, 30))
+    K, L = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+    X = (rng.integers(0, 3, (n, d)).astype(float) if trial % 2
+         else rng.standard_cauchy((n, d)))
+    if trial % 5 == 0:
+        X = X.astype(np.float32)
+    return X, rng.integers(0, K, n), rng.integers(0, L, d), K, L
+
+
 def test_bracketed_block_medians_match_numpy():
     """Block medians counted below and gathered inside windows equal ``np.median`` of
     every block, whether the windows hold the medians (narrow, or a single point), miss
@@ -503,13 +515,7 @@ def test_bracketed_block_medians_match_numpy():
 
     rng = np.random.default_rng(12)
     for trial in range(80):
-        n, d = int(rng.integers(1, 60)), int(rng.integers(1, 30))
-        K, L = int(rng.integers(1, 6)), int(rng.integers(1, 5))
-        X = (rng.integers(0, 3, (n, d)).astype(float) if trial % 2
-             else rng.standard_cauchy((n, d)))
-        if trial % 5 == 0:
-            X = X.astype(np.float32)
-        rows, cols = rng.integers(0, K, n), rng.integers(0, L, d)
+        X, rows, cols, K, L = _random_blocking(rng, trial, 60)
         want = np.full((K, L), np.nan)
         for k in range(K):
             for l in range(L):
@@ -536,13 +542,8 @@ def test_block_medians_from_sorted_values_match_numpy():
 
     rng = np.random.default_rng(11)
     for trial in range(60):
-        n, d = int(rng.integers(1, 50)), int(rng.integers(1, 30))
-        K, L = int(rng.integers(1, 6)), int(rng.integers(1, 5))
-        X = (rng.integers(0, 3, (n, d)).astype(float) if trial % 2
-             else rng.standard_cauchy((n, d)))
-        if trial % 5 == 0:
-            X = X.astype(np.float32)
-        rows, cols = rng.integers(0, K, n), rng.integers(0, L, d)
+        X, rows, cols, K, L = _random_blocking(rng, trial, 50)
+        n, d = X.shape
         sv = SortedValues(X)
         for _ in range(2):                          # one sort, many blockings
             got = sv.block_medians(rows, cols, K, L)
