@@ -17,7 +17,9 @@ reads it from there: a block lost with its worker is recomputed from the file, e
 The scratch directory is ``dask.config`` ``"daskrnmf.scratch-directory"`` (it must be
 visible to every worker), else the system temporary directory when every worker runs on
 this host; a generation of files is deleted as soon as the next one is complete, the last
-one when nothing refers to it any more.
+one when nothing refers to it any more.  A scratch directory left by a process that was
+killed (SIGKILL, or SIGTERM without cleanup) is removed by the next fit that makes one in
+the same place (:func:`daskrnmf._stores.make_scratch`).
 """
 
 import dataclasses
@@ -35,6 +37,8 @@ import weakref
 import dask
 import numpy as np
 from dask import delayed
+
+from ._stores import make_scratch
 
 logger = logging.getLogger(__name__)
 
@@ -349,7 +353,7 @@ class _Scratch:
     """A directory of spilled per-block state, one subdirectory per generation."""
 
     def __init__(self, root):
-        self.path = tempfile.mkdtemp(prefix="daskrnmf-state-", dir=root)
+        self.path = make_scratch(root)     # sweeps the scratch of processes that are gone
         # removed by remove(), else when collected, else at interpreter exit
         self._remove = weakref.finalize(self, shutil.rmtree, self.path, ignore_errors=True)
         self._generation = 0

@@ -32,15 +32,18 @@ checksums of a few deterministically sampled row ranges) so that a resume on oth
 is refused (:func:`check_same_data`).
 """
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import re
-import shutil
 import uuid
 import warnings
 
 import numpy as np
+
+from ._stores import input_stores, refuse_overlap, remove_zarr_tree
 
 MARKER = ".daskrnmf-checkpoint"
 SUBDIR = "daskrnmf-checkpoint"
@@ -86,13 +89,30 @@ def holds_run(path, storage_options=None):
                                        or os.path.exists(os.path.join(sub, _LATEST)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """What :func:`claim` found and made: whether it created the directory, and whether
+    an earlier run's checkpoint was there (which then stays until this run's first save
+    replaces it, whatever happens to this run)."""
+
+    created: bool
+    had_run: bool
+
+
+def check_location(path, X):
+    """Refuse a checkpoint location that is, lies inside or contains a Zarr store X is
+    read from (a ValueError naming both): a checkpoint never writes its input."""
+    refuse_overlap(path, input_stores(X), "checkpoint")
+
+
 def claim(path, *, overwrite=False, storage_options=None):
     """Make ``path`` the checkpoint directory of a new run (before any work is done).
 
     Creates the directory, its marker and subfolder (so an unwritable location fails
     now, not at the first save).  Refuses a directory that holds an earlier run's
     checkpoint unless ``overwrite`` (its generations are then replaced at the new run's
-    first save), and a subfolder of our name that the library did not create.
+    first save, not before), and a subfolder of our name that the library did not
+    create.  Returns a :class:`Claim` for :func:`release`.
     """
     if _is_url(path):
         return _Remote(path, storage_options).claim(overwrite)
@@ -103,7 +123,8 @@ def claim(path, *, overwrite=False, storage_options=None):
     if os.path.exists(sub) and not os.path.exists(marker):
         raise ValueError(f"{sub} exists but was not created by daskrnmf (no {MARKER} next to "
                          "it); choose another checkpoint directory.")
-    if holds_run(path) and not overwrite:
+    had_run = holds_run(path)
+    if had_run and not overwrite:
         raise ValueError(f"The checkpoint directory {path} holds an earlier run's checkpoint. "
                          "Pass resume=True to continue it, or overwrite_checkpoint=True to "
                          "replace it.")
@@ -111,24 +132,51 @@ def claim(path, *, overwrite=False, storage_options=None):
     if not os.path.exists(marker):
         with open(marker, "w") as fh:
             fh.write(json.dumps({"format": 2, "written_by": "daskrnmf"}) + "\n")
-    return created
+    return Claim(created=created, had_run=had_run)
 
 
-def release(path, created, storage_options=None):
+def release(path, claimed, storage_options=None):
     """Undo :func:`claim` for a run that failed before it was worth resuming (bad data
-    found while streaming): the library's marker and subfolder go, and the directory too
-    when ``claim`` created it and nothing else is in it."""
+    found while streaming, or an error before its first save).
+
+    When ``claimed`` (the :class:`Claim`) found an earlier run's checkpoint, nothing is
+    removed: the earlier generation stays until a save replaces it, and a generation
+    this run saved had already replaced it.  Otherwise the generations this run wrote,
+    the pointer, the library's marker and subfolder go — only names this module writes,
+    and in a generation only Zarr's own files (anything else put there stays) — and the
+    directory too when ``claim`` created it and nothing else is in it.
+    """
+    if claimed.had_run:
+        return
     if _is_url(path):
         return _Remote(path, storage_options).release()
     path, marker, sub = _paths(path)
-    shutil.rmtree(sub, ignore_errors=True)
-    if os.path.exists(marker):
+    _remove_ours(sub)
+    with contextlib.suppress(OSError):
+        os.rmdir(sub)
+    if os.path.exists(marker) and not os.path.exists(sub):
         os.remove(marker)
-    if created:
-        try:
+    if claimed.created:
+        with contextlib.suppress(OSError):
             os.rmdir(path)
-        except OSError:
-            pass
+
+
+def _remove_ours(sub, keep=None):
+    """Remove what this module wrote in ``sub`` except ``keep``: generations (their Zarr
+    files only), abandoned temporaries and the pointer's temporary files; ``LATEST``
+    too when ``keep`` is None."""
+    try:
+        entries = os.listdir(sub)
+    except OSError:
+        return
+    for entry in entries:
+        if entry == keep or not (_OURS.fullmatch(entry) or (keep is None and entry == _LATEST)):
+            continue
+        full = os.path.join(sub, entry)
+        if os.path.isdir(full) and not os.path.islink(full):
+            remove_zarr_tree(full)      # a user's file put inside stays, with its folder
+        else:
+            os.remove(full)
 
 
 def _digest(value):
@@ -161,10 +209,7 @@ def save(path, arrays, attrs, storage_options=None):
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(pointer, os.path.join(sub, _LATEST))
-    for entry in os.listdir(sub):
-        if _OURS.fullmatch(entry) and entry != name:   # only names this module writes
-            full = os.path.join(sub, entry)
-            shutil.rmtree(full) if os.path.isdir(full) else os.remove(full)
+    _remove_ours(sub, keep=name)      # only names this module writes
 
 
 def _write_generation(group, arrays, attrs):
@@ -334,19 +379,23 @@ class _Remote:
         if not self._exists(self.marker) and self._names(self.sub):
             raise ValueError(f"{self._url(SUBDIR)} exists but was not created by daskrnmf (no "
                              f"{MARKER} next to it); choose another checkpoint location.")
-        if self.holds_run() and not overwrite:
+        had_run = self.holds_run()
+        if had_run and not overwrite:
             raise ValueError(f"The checkpoint location {self.url} holds an earlier run's "
                              "checkpoint. Pass resume=True to continue it, or "
                              "overwrite_checkpoint=True to replace it.")
         if not self._exists(self.marker):   # a write now: wrong credentials fail here
             body = json.dumps({"format": 2, "written_by": "daskrnmf"}) + "\n"
             self._do("write", self.fs.pipe_file, self.marker, body.encode())
-        return created
+        return Claim(created=created, had_run=had_run)
 
     def release(self):
-        for p in (self.sub, self.marker):
+        for entry in self._names(self.sub):
+            if _GEN.fullmatch(entry):
+                self._remove_generation(entry)
+        for p in (f"{self.sub}/{_LATEST}", self.marker):
             try:
-                self._do("write", self.fs.rm, p, recursive=True)
+                self._do("write", self.fs.rm, p)
             except FileNotFoundError:
                 pass
 
@@ -370,10 +419,22 @@ class _Remote:
         self._do("write", self.fs.pipe_file, f"{self.sub}/{_LATEST}", name.encode())  # commit
         for entry in self._names(self.sub):
             if _GEN.fullmatch(entry) and entry != name:   # only names this module writes
-                try:
-                    self._do("write", self.fs.rm, f"{self.sub}/{entry}", recursive=True)
-                except FileNotFoundError:
-                    pass
+                self._remove_generation(entry)
+
+    def _remove_generation(self, name):
+        """Delete a generation's own objects (Zarr metadata and chunks, its completion
+        marker); any other object under its prefix stays."""
+        where = f"{self.sub}/{name}"
+        try:
+            found = self._do("read", self.fs.find, where)
+        except FileNotFoundError:
+            return
+        ours = [p for p in found if _ours_in_generation(p[len(where):].strip("/"))]
+        if ours:
+            try:
+                self._do("write", self.fs.rm, ours)
+            except FileNotFoundError:
+                pass
 
     def load(self):
         if not self._exists(self.marker):
@@ -409,6 +470,13 @@ class _Remote:
             attrs["_file"] = where
             return arrays, attrs
         raise RuntimeError(f"Checkpoint at {self.url} kept changing while it was read.")
+
+
+def _ours_in_generation(rel):
+    """``rel`` (a path inside a generation) is one of the objects a generation is made
+    of: Zarr metadata, a chunk under ``c/``, or the completion marker."""
+    parts = rel.split("/")
+    return parts[-1] in ("zarr.json", _Remote.COMPLETE) or "c" in parts[:-1]
 
 
 # ---------------------------------------------------------------- data fingerprints

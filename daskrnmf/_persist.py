@@ -17,7 +17,8 @@ class lists in ``_saved_private`` (what it needs to continue, e.g. ONMFO's stati
 ``feature_names_in_``).
 
 Where it is written: a local path is written under a temporary name and renamed into
-place (:func:`replace_with`).  An object store (an fsspec URL: ``s3://``, ``gs://``,
+place (:func:`daskrnmf._stores.replace_with`); ``overwrite`` replaces only a store
+daskrnmf wrote (:func:`daskrnmf._stores.check_replaceable`).  An object store (an fsspec URL: ``s3://``, ``gs://``,
 ``memory://``) has no atomic rename: the group is written under a fresh prefix
 ``URL/v-<id>/`` and committed by the pointer ``URL/daskrnmf-commit.json``, written last
 in one PUT; :func:`load` reads only the prefix the pointer names, so an interrupted save
@@ -40,6 +41,8 @@ import warnings
 from typing import Any
 
 import numpy as np
+
+from . import _stores
 
 FORMAT = "daskrnmf-model"
 FORMAT_VERSION = 1
@@ -110,15 +113,20 @@ def save(model, path: str | os.PathLike, *, overwrite: bool = False,
     if io.is_url(path):
         return _save_committed(model, path, overwrite, storage_options)
     path = os.path.abspath(io.local_path(path))
-    if os.path.lexists(path) and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
+    _stores.refuse_inside_zarr(path, "the model's path")
+    if os.path.lexists(path):
+        if not overwrite:
+            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
+        _stores.check_replaceable(path, "the model's path", how="overwrite=True")
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
         raise FileNotFoundError(f"the directory of {path} does not exist.")
     tmp = os.path.join(parent, f".{os.path.basename(path)}.saving-{uuid.uuid4().hex[:8]}")
     try:
         write_group(model, tmp)
-        replace_with(tmp, path)
+        if os.path.lexists(path):        # again, just before: it may have changed
+            _stores.check_replaceable(path, "the model's path", how="overwrite=True")
+        _stores.replace_with(tmp, path)
     finally:
         if os.path.lexists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
@@ -129,8 +137,11 @@ def _save_committed(model, url, overwrite, storage_options):
     """``save`` to an object store: under a fresh prefix, then the commit pointer."""
     from . import io
 
-    if not overwrite and io.location_exists(url, storage_options):
-        raise FileExistsError(f"{url} exists; pass overwrite=True to replace it.")
+    if io.location_exists(url, storage_options):
+        if not overwrite:
+            raise FileExistsError(f"{url} exists; pass overwrite=True to replace it.")
+        _stores.check_replaceable(url, "the model's location", how="overwrite=True",
+                                  storage_options=storage_options)
     io.check_writable(url, storage_options, what="model location")
     version = io.new_version(url)
     try:
@@ -140,26 +151,6 @@ def _save_committed(model, url, overwrite, storage_options):
         io.discard(version, storage_options)
         raise
     return url
-
-
-def replace_with(tmp: str, path: str) -> None:
-    """Move the finished directory ``tmp`` to ``path``, replacing what is there: the old
-    one is renamed aside first and put back if the move fails, then removed."""
-    if not os.path.lexists(path):
-        os.rename(tmp, path)
-        return
-    parent, name = os.path.split(path)
-    trash = os.path.join(parent, f".{name}.old-{uuid.uuid4().hex[:8]}")
-    os.rename(path, trash)
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        os.rename(trash, path)          # the earlier one stays where it was
-        raise
-    if os.path.isdir(trash) and not os.path.islink(trash):
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.unlink(trash)
 
 
 def write_group(model, path: str, storage_options: dict | None = None) -> None:

@@ -94,6 +94,23 @@ class RandomState:
 
 RANDOM_STATE = RandomState()
 
+
+@dataclass(frozen=True)
+class Location:
+    """A non-empty path (str or os.PathLike) or fsspec URL, or None: ``''`` would write
+    into the current directory."""
+
+    def accepts(self, value):
+        if value is None:
+            return True
+        if not isinstance(value, (str, os.PathLike)):
+            return False
+        text = os.fspath(value)
+        return isinstance(text, str) and text.strip() != "" and "\0" not in text
+
+    def describe(self):
+        return "a non-empty path (str or os.PathLike) or None"
+
 # ---------------------------------------------------------------- missing values
 #: The constraint of the ``missing`` parameter that models accepting missing values add to
 #: their ``_parameter_constraints`` (and set ``_supports_missing = True``):

@@ -56,6 +56,8 @@ import uuid
 
 import numpy as np
 
+from . import _stores
+
 EXIT_FAILURE, EXIT_USAGE = 1, 2
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}   # 128 + signal number, as shells do
 
@@ -436,8 +438,12 @@ def _normalise_model(argv):
 
 
 # ---------------------------------------------------------------- paths
-def _real(path):
-    return os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(path))))
+# the rules are daskrnmf._stores' (shared with model.save and make_zarr_blobs)
+_zarr_root = _stores.zarr_root
+_url_key = _stores.url_key
+_refuse_overlap = _stores.refuse_overlap
+_check_writable = _stores.check_writable
+_partial_name = _stores.partial_name
 
 
 def _is_url(path):
@@ -446,85 +452,26 @@ def _is_url(path):
     return is_url(str(path))
 
 
-def _url_key(url):
-    """A URL compared by its protocol and path: ``s3://b/x/`` and ``s3://b//x`` alike."""
-    protocol, _, rest = str(url).partition("://")
-    return protocol + "://" + "/".join(part for part in rest.split("/") if part)
-
-
-def _zarr_root(path):
-    """The outermost directory of the Zarr hierarchy that holds ``path`` (resolved)."""
-    root = _real(path)
-    while True:
-        parent = os.path.dirname(root)
-        if parent == root or not any(os.path.exists(os.path.join(parent, m))
-                                     for m in ("zarr.json", ".zgroup", ".zarray")):
-            return root
-        root = parent
-
-
-def _within(a, b):
-    """``a`` is ``b`` or inside it (both resolved)."""
-    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
-
-
-def _refuse_overlap(path, protected, what, *, around=True):
-    """``path`` (to be written) must not be a protected store, inside one, or (``around``)
-    contain one.  Paths are compared resolved, symlinks followed; URLs by their path."""
-    if _is_url(path):
-        target = _url_key(path)
-        for store, role in protected:
-            if _is_url(store) and (target == store or target.startswith(store + "/") or (
-                    around and store.startswith(target + "/"))):
-                raise CommandError(f"{what} {path} would write into the {role} store {store}; "
-                                   "daskrnmf never writes its input: choose another location.")
-        return
-    target = _real(path)
-    for store, role in protected:
-        if _is_url(store):
-            continue
-        if _within(target, store) or (around and _within(store, target)):
-            raise CommandError(f"{what} {path} would write into the {role} store {store}; "
-                               f"daskrnmf never writes its input: choose another path.")
-
-
-def _nearest_existing(path):
-    path = os.path.abspath(path)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
-
-
-def _check_writable(directory, what):
-    """Create and remove a probe in ``directory`` (its nearest existing ancestor when it
-    does not exist yet): permission bits alone lie for root, and on read-only mounts."""
-    where = _nearest_existing(directory)
-    if not os.path.isdir(where):
-        raise CommandError(f"{what} {directory} cannot be created: {where} is not a directory.")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".daskrnmf-probe-", dir=where))
-    except OSError as exc:
-        raise CommandError(f"{what} {directory} is not writable ({exc.strerror or exc}).") \
-            from None
-
-
 def _check_output(path, overwrite, protected=(), storage_options=None):
-    """Before any cluster starts: not the input, not existing (unless ``overwrite``), its
-    directory there and writable (a URL: a probe object written and deleted, so wrong
-    credentials and a missing bucket fail now)."""
+    """Before any cluster starts: not the input (nor inside or around it), not inside any
+    Zarr store, not existing (unless ``overwrite``, and then only a store daskrnmf
+    wrote), its directory there and writable (a URL: a probe object written and
+    deleted, so wrong credentials and a missing bucket fail now)."""
     _refuse_overlap(path, protected, "output")
+    _stores.refuse_inside_zarr(path, "output")
     if _is_url(path):
         from . import io
 
-        if not overwrite and io.location_exists(path, storage_options):
-            raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
+        if io.location_exists(path, storage_options):
+            if not overwrite:
+                raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
+            _stores.check_replaceable(path, "output", storage_options=storage_options)
         io.check_writable(path, storage_options, "output")
         return
-    if os.path.lexists(path) and not overwrite:
-        raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
+    if os.path.lexists(path):
+        if not overwrite:
+            raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
+        _stores.check_replaceable(path, "output")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise CommandError(f"the directory of output {path} does not exist.")
@@ -542,10 +489,6 @@ def _versions():
             "distributed": distributed.__version__, "numpy": np.__version__,
             "zarr": zarr.__version__, "scikit-learn": sklearn.__version__,
             "python": sys.version.split()[0]}
-
-
-def _partial_name(path):
-    return f"{os.path.abspath(os.fspath(path))}.partial-{uuid.uuid4().hex[:8]}"
 
 
 def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, tmp=None,
@@ -604,7 +547,7 @@ def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, 
             from ._persist import write_group
 
             write_group(model, tmp.rstrip("/") + "/model", storage_options)
-        group.attrs.update(json.loads(json.dumps(attrs, default=_json_default)))
+        group.attrs.update(json.loads(json.dumps(_stores.mark(attrs), default=_json_default)))
         if url:
             try:
                 io.commit(path, tmp, storage_options, overwrite=overwrite)
@@ -612,11 +555,11 @@ def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, 
                 raise CommandError(f"output {path} exists; pass --overwrite to replace "
                                    "it.") from None
             return path
-        if os.path.lexists(path) and not overwrite:
-            raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
-        from ._persist import replace_with
-
-        replace_with(tmp, path)
+        if os.path.lexists(path):
+            if not overwrite:
+                raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
+            _stores.check_replaceable(path, "output")   # again: it may have changed since
+        _stores.replace_with(tmp, path)
     finally:
         if url:
             io.discard(tmp, storage_options)     # kept when committed
@@ -716,10 +659,13 @@ def cmd_fit(args, parser):
     z = None
     if _is_url(args.input):   # wrong credentials, a missing bucket: before anything is written
         z = _open_input(args.input, args.component, storage_options=so)
-    _check_output(args.output, args.overwrite, protected, so)
     checkpoint = params.get("checkpoint")
-    if isinstance(checkpoint, (str, os.PathLike)):
-        _refuse_overlap(checkpoint, protected, "checkpoint")
+    has_checkpoint = isinstance(checkpoint, (str, os.PathLike)) and os.fspath(checkpoint) != ""
+    _check_output(args.output, args.overwrite, protected + (
+        _protected(args, (checkpoint, "checkpoint")) if has_checkpoint else []), so)
+    if has_checkpoint:
+        _refuse_overlap(checkpoint, protected + _protected(args, (args.output, "output")),
+                        "checkpoint")
         if _is_url(checkpoint):
             from .io import check_writable
 
@@ -767,7 +713,7 @@ def cmd_fit(args, parser):
     if scratch_root is not None:
         os.makedirs(scratch_root, exist_ok=True)
         scratch_config["daskrnmf.scratch-directory"] = run.remove_later(
-            tempfile.mkdtemp(prefix="daskrnmf-state-", dir=scratch_root))
+            _stores.make_scratch(scratch_root))
     if _is_url(args.output):
         from . import io
 
@@ -884,8 +830,8 @@ def cmd_make_data(args, parser):
                                          chunk_rows=args.chunk_rows,
                                          random_state=args.random_state)
                 if os.path.lexists(args.output):
-                    shutil.rmtree(args.output)
-                os.rename(tmp, args.output)
+                    _stores.check_replaceable(args.output, "output")  # again: it may have changed
+                _stores.replace_with(tmp, args.output)
             else:
                 arrays = _small_problem(args)
                 write_store(args.output, arrays, {"generator": args.generator,

@@ -16,10 +16,12 @@ Real data
 from __future__ import annotations
 
 import os
+import shutil
 from importlib import resources
 
 import numpy as np
 
+from . import _stores
 from ._typing import PathLike, RandomState
 
 
@@ -401,11 +403,14 @@ def make_zarr_blobs(path: PathLike, n_samples: int = 1_000_000, n_features: int 
         Seed of the centres and of every chunk.
     overwrite : bool, default=False
         Whether to replace an existing store; if False, an existing path is an error.
+        Only a store daskrnmf wrote is ever replaced: any other directory or file at
+        ``path`` is an error either way.  The store is written under a temporary name
+        and renamed into place when complete.
 
     Returns
     -------
     path : str
-        The store path. The group holds the arrays ``X`` of shape
+        The store's absolute path. The group holds the arrays ``X`` of shape
         (n_samples, n_features), ``y`` of shape (n_samples,) (true clusters, int32) and
         ``outlier`` of shape (n_samples,) (bool), and records the generator's
         parameters in its attributes.
@@ -413,7 +418,8 @@ def make_zarr_blobs(path: PathLike, n_samples: int = 1_000_000, n_features: int 
     Raises
     ------
     FileExistsError
-        If ``path`` exists and ``overwrite`` is False.
+        If ``path`` exists and ``overwrite`` is False, or it is not a store daskrnmf
+        wrote.
 
     Notes
     -----
@@ -435,12 +441,30 @@ def make_zarr_blobs(path: PathLike, n_samples: int = 1_000_000, n_features: int 
     [0, 1, 2]
     >>> tmp.cleanup()
     """
+    path = os.path.abspath(os.fspath(path))
+    _stores.refuse_inside_zarr(path, "make_zarr_blobs' path")
+    if os.path.lexists(path):
+        if not overwrite:
+            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
+        _stores.check_replaceable(path, "make_zarr_blobs' path", how="overwrite=True")
+    tmp = _stores.partial_name(path)
+    try:
+        _write_blobs(tmp, n_samples, n_features, n_clusters, outlier_fraction,
+                     corrupt_fraction, chunk_rows, cluster_std, dtype, random_state)
+        if os.path.lexists(path):        # again, just before: it may have changed
+            _stores.check_replaceable(path, "make_zarr_blobs' path", how="overwrite=True")
+        _stores.replace_with(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _write_blobs(path, n_samples, n_features, n_clusters, outlier_fraction,
+                 corrupt_fraction, chunk_rows, cluster_std, dtype, random_state):
     import dask.array as da
     import zarr
 
-    path = os.fspath(path)
-    if os.path.exists(path) and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
     centers = np.random.default_rng(random_state).uniform(2.0, 10.0, size=(n_clusters, n_features))
     common = dict(centers=centers, seed=random_state, scale=cluster_std,
                   outlier_fraction=outlier_fraction, corrupt_fraction=corrupt_fraction,
@@ -459,11 +483,11 @@ def make_zarr_blobs(path: PathLike, n_samples: int = 1_000_000, n_features: int 
                root.create_array("outlier", shape=(n_samples,), chunks=(chunk_rows,), dtype=bool)]
     da.store([part("X", np.dtype(dtype)), part("y", np.int32), part("outlier", bool)], targets,
              lock=False)
-    root.attrs.update({"generator": "daskrnmf.datasets.make_zarr_blobs",
-                       "n_clusters": n_clusters, "outlier_fraction": outlier_fraction,
-                       "corrupt_fraction": corrupt_fraction, "random_state": random_state,
-                       "cluster_std": cluster_std})
-    return path
+    root.attrs.update(_stores.mark({"generator": "daskrnmf.datasets.make_zarr_blobs",
+                                    "n_clusters": n_clusters,
+                                    "outlier_fraction": outlier_fraction,
+                                    "corrupt_fraction": corrupt_fraction,
+                                    "random_state": random_state, "cluster_std": cluster_std}))
 
 
 def _load_npz(name):

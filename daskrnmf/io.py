@@ -204,8 +204,10 @@ def new_version(url: str) -> str:
 def commit(url: str, version: str, storage_options: dict | None = None, *,
            overwrite: bool = False) -> None:
     """Make the complete result at ``version`` (from :func:`new_version`) the one at the
-    location ``url``: one PUT of the pointer, then the previous version, prefixes left by
-    interrupted writes and (``overwrite``) anything else at ``url`` are deleted."""
+    location ``url``: one PUT of the pointer, then the previous version and prefixes left
+    by interrupted writes are deleted (only names :func:`new_version` makes: other objects
+    at ``url`` are never touched; :func:`daskrnmf._stores.check_replaceable` refuses a
+    location that holds them and no pointer)."""
     name = version.rstrip("/").rsplit("/", 1)[1]
     fs, path = filesystem(url, storage_options)
     if not overwrite and read_pointer(url, storage_options) is not None:
@@ -219,7 +221,7 @@ def commit(url: str, version: str, storage_options: dict | None = None, *,
             base = entry.rstrip("/").rsplit("/", 1)[-1]
             if base in (POINTER, name):
                 continue
-            if overwrite or _is_version(base):
+            if _is_version(base):
                 fs.rm(entry, recursive=True)
 
 

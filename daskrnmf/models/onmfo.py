@@ -29,7 +29,6 @@ A, B, C start again at each pass (``reset_statistics``, measured to help).
 
 import hashlib
 import logging
-import os
 import time
 
 import numpy as np
@@ -293,7 +292,7 @@ class ONMFO(_OutlierFactorization):
         "reset_statistics": [v.Kind((bool,), "a bool")],
         "shuffle": [v.Kind((bool,), "a bool")],
         "prefetch": [v.Interval(int, 0, None)],
-        "checkpoint": [v.Kind((str, os.PathLike, type(None)), "a path or None")],
+        "checkpoint": [v.Location()],
         "checkpoint_every": [v.Interval(int, 1, None)],
     }
 
@@ -362,6 +361,7 @@ class ONMFO(_OutlierFactorization):
         batches, pieces, units = make_batches(X, self.batch_size)
         saved, data, claimed = None, None, None
         if self.checkpoint is not None:
+            _checkpoint.check_location(self.checkpoint, X)    # never in or around X's store
             saved = _checkpoint.load(self.checkpoint) if resume else None
             if saved is None:
                 claimed = _checkpoint.claim(self.checkpoint, overwrite=overwrite_checkpoint)
@@ -379,10 +379,14 @@ class ONMFO(_OutlierFactorization):
                 W = initial_components(seed, k, d, feed.mean(first))
                 run = _Run(W=W, A=np.zeros((k, d)), B=np.zeros((k, k)), C=np.zeros((k, d)))
             run = self._stream(run, feed, batches, units, seed, key, data)
-        except ValueError:
+        except BaseException as exc:
             # bad data found while streaming (each batch is checked as it is read): a
-            # fresh run leaves no checkpoint behind (an interrupted one keeps its own)
-            if claimed is not None:
+            # fresh run leaves no checkpoint behind; any other failure (a callback that
+            # raises, Ctrl-C) keeps what this run saved, to resume, and leaves no empty
+            # checkpoint when it saved nothing.  An earlier run's checkpoint is never
+            # removed here (see _checkpoint.release).
+            if claimed is not None and (isinstance(exc, ValueError) or not
+                                        _checkpoint.holds_run(self.checkpoint)):
                 _checkpoint.release(self.checkpoint, claimed)
             raise
         finally:
