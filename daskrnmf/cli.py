@@ -27,7 +27,8 @@ When interrupted or terminated, the partial output and the run's scratch directo
 (``daskrnmf-state-*``) are removed and one line is printed; an ONMFO checkpoint is kept, so
 ``--resume`` continues.  Output stores are written under a temporary name and renamed into
 place only when complete, so a killed job never leaves a result that looks whole; an
-existing output is kept unless ``--overwrite``.
+existing output is kept unless ``--overwrite``, which replaces only a store daskrnmf wrote
+(``daskrnmf._stores``): never a directory or file of the user's.
 
 Object stores: ``daskrnmf fit``'s input, ``--output`` and ``--checkpoint`` may be fsspec
 URLs (``s3://bucket/data.zarr``), with ``--storage-options '{"key": ..., "secret": ...,
