@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# One PBS job: a Dask scheduler and workers on the job's nodes, connected through a
-# scheduler file on the shared file system, then the fit as a batch command.
+# One PBS job: a Dask scheduler and workers on the job's nodes (started with pbsdsh, no
+# ssh), connected through a scheduler file on the shared file system, then the fit as a
+# batch command; at the end the scheduler and the workers are shut down in order.
 #
 #   qsub -v INPUT=/shared/data.zarr/X,OUTPUT=/shared/results/onmfo.zarr examples/pbs_job.sh
 #   qsub -v INPUT=...,OUTPUT=...,DASKRNMF_ENV=/shared/venvs/daskrnmf examples/pbs_job.sh
+#   qsub -v "INPUT=...,OUTPUT=...,MODEL=RFNMF,PARAMS=--n-clusters 10 --loss l1" examples/pbs_job.sh
+#
+# MODEL (default ONMFO) and PARAMS (its options, default the ONMFO ones below) choose the
+# fit; NODE_MEMORY_GB, WORKERS_PER_NODE and THREADS_PER_WORKER size the workers;
+# DASKRNMF_DEBUG=1 keeps Dask's INFO lines.
 #
 #PBS -N daskrnmf
 #PBS -l select=4:ncpus=8:mem=32gb
@@ -26,24 +32,77 @@ set +u                       # activate scripts (conda's too) may read unset var
 source "$ACTIVATE"
 set -u
 
+# ---- Dask's own INFO lines stay out of the job log (warnings and errors stay in)
+DEBUG=""
+if [ "${DASKRNMF_DEBUG:-0}" = 1 ]; then DEBUG="--debug"; else export DASK_LOGGING__DISTRIBUTED=warning; fi
+
+# ---- workers: WORKERS_PER_NODE on every node of the allocation, each with its share of
+# ---- the node's memory (keep these three in step with the select line above)
+NODE_MEMORY_GB=${NODE_MEMORY_GB:-32}
+WORKERS_PER_NODE=${WORKERS_PER_NODE:-4}
+THREADS_PER_WORKER=${THREADS_PER_WORKER:-2}
+MEMORY_LIMIT="$(( NODE_MEMORY_GB * 1024 * 85 / 100 / WORKERS_PER_NODE ))MiB"
+MODEL=${MODEL:-ONMFO}
+PARAMS=${PARAMS:-"--n-components 49 --max-iter 2 --random-state 0 --checkpoint $OUTPUT.ckpt"}
+
 SCHEDULER_FILE=$PWD/scheduler-${PBS_JOBID:-local}.json
+SCRATCH=${TMPDIR:-/tmp}/daskrnmf-job-${PBS_JOBID:-local}
+export DASK_TEMPORARY_DIRECTORY=$SCRATCH
 rm -f "$SCHEDULER_FILE"
 
 dask scheduler --scheduler-file "$SCHEDULER_FILE" --dashboard-address :0 &
 SCHEDULER=$!
-# four workers of two threads on every node of the allocation. ssh starts a fresh login
-# shell there, without this job's environment: the remote command activates it itself.
-# ${TMPDIR:-/tmp} is left for the node to expand (its own local disk).
-WORKER=$(printf 'cd %q && set +u && source %q && set -u && exec dask worker --scheduler-file %q --nworkers 4 --nthreads 2 --memory-limit 7GiB --local-directory "${TMPDIR:-/tmp}"' \
-    "$PWD" "$ACTIVATE" "$SCHEDULER_FILE")
-for node in $(sort -u "${PBS_NODEFILE:-/dev/null}"); do
-    ssh "$node" "$WORKER" &
-done
-trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+# one launcher per node through PBS's own task manager (pbsdsh -n INDEX: the node's first
+# line in PBS_NODEFILE), no ssh. A task starts without this shell's environment: the
+# command activates it itself.
+WORKER=$(printf 'cd %q && set +u && source %q && set -u && export DASK_TEMPORARY_DIRECTORY=%q DASK_LOGGING__DISTRIBUTED=%q && exec dask worker --scheduler-file %q --nworkers %q --nthreads %q --memory-limit %q --local-directory %q' \
+    "$PWD" "$ACTIVATE" "$SCRATCH" "${DASK_LOGGING__DISTRIBUTED:-info}" "$SCHEDULER_FILE" \
+    "$WORKERS_PER_NODE" "$THREADS_PER_WORKER" "$MEMORY_LIMIT" "$SCRATCH")
+LAUNCHERS=()
+while read -r index node; do
+    pbsdsh -n "$index" -- bash -c "$WORKER" &
+    LAUNCHERS+=($!)
+done < <(awk '!seen[$1]++ {print NR - 1, $1}' "${PBS_NODEFILE:-/dev/null}")
+
+shutdown() {
+    # the scheduler closes the workers, then itself; Dask's logging is silenced for the
+    # shutdown only (connections closing in the wrong order are not errors of the fit)
+    python - "$SCHEDULER_FILE" <<'PY' || true
+import logging, sys, time
+from distributed import Client
+
+def silence():
+    logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+
+try:
+    with Client(scheduler_file=sys.argv[1], timeout="20s") as client:
+        for _ in range(120):
+            if not any(client.processing().values()):
+                break
+            time.sleep(0.5)
+        client.run(silence, nanny=True)
+        client.run(silence)
+        client.run_on_scheduler(silence)
+        client.shutdown()
+except Exception as exc:
+    print(f"pbs_job.sh: scheduler already closed ({type(exc).__name__})", file=sys.stderr)
+PY
+    for pid in "${LAUNCHERS[@]}" "$SCHEDULER"; do
+        for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -f "$SCHEDULER_FILE"
+    rm -rf "$SCRATCH"
+}
 
 # a resubmitted job continues the checkpoint its predecessor left (an earlier run's
 # checkpoint is never overwritten silently: without --resume the fit would refuse it)
 RESUME=""
 if [ -e "$OUTPUT.ckpt/.daskrnmf-checkpoint" ]; then RESUME="--resume"; fi
-daskrnmf fit ONMFO "$INPUT" --output "$OUTPUT" --scheduler-file "$SCHEDULER_FILE" \
-    --n-components 49 --max-iter 2 --random-state 0 --checkpoint "$OUTPUT.ckpt" --progress $RESUME
+STATUS=0
+# shellcheck disable=SC2086
+daskrnmf fit "$MODEL" "$INPUT" --output "$OUTPUT" --scheduler-file "$SCHEDULER_FILE" \
+    $PARAMS --progress $RESUME $DEBUG || STATUS=$?
+shutdown
+exit "$STATUS"

@@ -1,6 +1,7 @@
 """The example job scripts and the quickstart, run for real with stand-ins for the batch
-system: ``srun``, ``ssh`` and (in the environment the scripts activate) ``dask`` and
-``daskrnmf`` are tiny scripts that log their arguments, so no cluster is started."""
+system: ``srun``, ``pbsdsh`` and (in the environment the scripts activate) ``dask``,
+``daskrnmf`` and ``python`` are tiny scripts that log their arguments, so no cluster is
+started (tests/test_slurm.py runs the SLURM script on a real SLURM)."""
 
 import os
 import shlex
@@ -34,6 +35,7 @@ def batch(tmp_path):
     # every logged line: the program, whether the environment was active, its arguments
     logger = f'printf "%s|%s|%s\\n" "$(basename "$0")" "${{FAKE_ENV_ACTIVE:-none}}" "$*" >> {shlex.quote(str(log))}\n'
     _script(env_dir / "bin" / "dask", logger)
+    _script(env_dir / "bin" / "python", logger + "cat > /dev/null\n")   # the shutdown
     # the fit waits (as the real one waits for the scheduler file) until the workers
     # started in the background have logged, so the log is complete when the job ends
     _script(env_dir / "bin" / "daskrnmf", logger + (
@@ -43,9 +45,9 @@ def batch(tmp_path):
     stubs.mkdir()
     # srun runs its command in this environment (SLURM's default --export=ALL)
     _script(stubs / "srun", logger + 'while [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n')
-    # ssh runs the remote command in a fresh environment, as a login on another node
-    _script(stubs / "ssh", logger + 'shift\nexec env -i HOME="$HOME" PATH=/usr/bin:/bin '
-                                    'bash -c "$1"\n')
+    # pbsdsh runs its command as a task of the job, in a fresh environment
+    _script(stubs / "pbsdsh", logger + 'while [ "$1" != "--" ]; do shift; done; shift\n'
+                                       'exec env -i HOME="$HOME" PATH=/usr/bin:/bin "$@"\n')
     path = f"{stubs}:/usr/bin:/bin"
     env = {"PATH": path, "HOME": str(tmp_path), "DASKRNMF_ENV": str(env_dir)}
     return tmp_path, log, env
@@ -63,31 +65,37 @@ def _lines(log):
 def test_slurm_job_activates_the_environment_and_runs_scheduler_workers_and_fit(batch):
     tmp, log, env = batch
     env.update({"SLURM_NTASKS": "16", "SLURM_CPUS_PER_TASK": "2", "SLURM_JOB_ID": "42",
-                "SLURM_SUBMIT_DIR": str(tmp)})
-    proc = _run("slurm_job.sh", env, ["/shared/data.zarr/X", "/shared/out.zarr"])
+                "SLURM_SUBMIT_DIR": str(tmp), "SLURM_NTASKS_PER_NODE": "4",
+                "SLURM_MEM_PER_NODE": "32768", "TMPDIR": str(tmp)})
+    proc = _run("slurm_job.sh", env, ["RFNMF", "/shared/data.zarr/X", "/shared/out.zarr",
+                                      "--n-clusters", "10", "--loss", "l1"])
     assert proc.returncode == 0, proc.stderr
     lines = _lines(log)
     envs = {program: active for program, active, _ in lines}
     assert envs == {"dask": env["DASKRNMF_ENV"], "srun": env["DASKRNMF_ENV"],
-                    "daskrnmf": env["DASKRNMF_ENV"]}
-    commands = sorted(f"{program} {args}" for program, _, args in lines)
+                    "daskrnmf": env["DASKRNMF_ENV"], "python": env["DASKRNMF_ENV"]}
+    commands = sorted(f"{program} {args}" for program, _, args in lines if program != "python")
     scheduler_file = f"{tmp}/scheduler-42.json"
+    scratch = f"{tmp}/daskrnmf-job-42"
+    worker = (f"dask worker --scheduler-file {scheduler_file} --nthreads 2 --memory-limit "
+              f"6963MiB --local-directory {scratch}")             # 85 % of 32 GiB / 4 tasks
     assert commands == sorted([
         f"dask scheduler --scheduler-file {scheduler_file} --dashboard-address :0",
-        f"srun --ntasks=16 dask worker --scheduler-file {scheduler_file} --nthreads 2 "
-        f"--memory-limit 7GiB --local-directory /tmp",
-        f"dask worker --scheduler-file {scheduler_file} --nthreads 2 --memory-limit 7GiB "
-        f"--local-directory /tmp",
+        f"srun --ntasks=16 --kill-on-bad-exit=0 {worker}",
+        worker,
         f"daskrnmf fit RFNMF /shared/data.zarr/X --output /shared/out.zarr --scheduler-file "
-        f"{scheduler_file} --n-clusters 10 --loss l1 --n-init 10 --random-state 0 --progress",
+        f"{scheduler_file} --progress --n-clusters 10 --loss l1",
     ])
+    shutdown = [args for program, _, args in lines if program == "python"]
+    assert shutdown == [f"- {scheduler_file}"]          # the cluster shut down in order
+    assert "INFO" not in proc.stderr
 
 
 def test_slurm_job_without_the_environment_stops_with_one_line(batch):
     tmp, log, env = batch
     env.update({"SLURM_NTASKS": "1", "SLURM_CPUS_PER_TASK": "1",
                 "DASKRNMF_ENV": str(tmp / "missing")})
-    proc = _run("slurm_job.sh", env, ["in", "out"])
+    proc = _run("slurm_job.sh", env, ["RFNMF", "in", "out"])
     assert proc.returncode == 1 and "no environment at" in proc.stderr
     assert not log.exists()
 
@@ -104,19 +112,22 @@ def test_pbs_job_activates_the_environment_on_every_node(batch, resubmitted):
         (work / "onmfo.zarr.ckpt").mkdir()
         (work / "onmfo.zarr.ckpt" / ".daskrnmf-checkpoint").write_text("")
     env.update({"PBS_NODEFILE": str(nodes), "PBS_JOBID": "7.server", "PBS_O_WORKDIR": str(work),
-                "INPUT": "/shared/data.zarr/X", "OUTPUT": output, "EXPECT_WORKERS": "2"})
+                "INPUT": "/shared/data.zarr/X", "OUTPUT": output, "EXPECT_WORKERS": "2",
+                "TMPDIR": str(tmp)})
     proc = _run("pbs_job.sh", env)
     assert proc.returncode == 0, proc.stderr
     lines = _lines(log)
     scheduler_file = f"{work}/scheduler-7.server.json"
-    # one ssh per node, each starting workers in the activated environment, although
-    # ssh itself gave the command a fresh environment
-    ssh = [args for program, _, args in lines if program == "ssh"]
-    assert sorted(a.split(" ", 1)[0] for a in ssh) == ["node-a", "node-b"]
+    # one pbsdsh task per node (its first line), each starting workers in the activated
+    # environment, although pbsdsh itself gave the command a fresh environment
+    tasks = [args for program, _, args in lines if program == "pbsdsh"]
+    assert sorted(a.split(" -- ")[0] for a in tasks) == ["-n 0", "-n 2"]
     workers = [(active, args) for program, active, args in lines
                if program == "dask" and args.startswith("worker")]
+    scratch = f"{tmp}/daskrnmf-job-7.server"
     assert workers == [(env["DASKRNMF_ENV"], f"worker --scheduler-file {scheduler_file} "
-                        "--nworkers 4 --nthreads 2 --memory-limit 7GiB --local-directory /tmp")] * 2
+                        "--nworkers 4 --nthreads 2 --memory-limit 6963MiB --local-directory "
+                        f"{scratch}")] * 2
     assert [(a, args) for p, a, args in lines if p == "dask" and args.startswith("scheduler")] \
         == [(env["DASKRNMF_ENV"], f"scheduler --scheduler-file {scheduler_file} "
              "--dashboard-address :0")]
@@ -125,6 +136,7 @@ def test_pbs_job_activates_the_environment_on_every_node(batch, resubmitted):
                    f"--scheduler-file {scheduler_file} --n-components 49 --max-iter 2 "
                    f"--random-state 0 --checkpoint {output}.ckpt --progress"
                    + (" --resume" if resubmitted else ""))
+    assert [args for p, _, args in lines if p == "python"] == [f"- {scheduler_file}"]
 
 
 def test_the_scripts_name_their_environment_variable():

@@ -1,0 +1,216 @@
+"""HPC batch jobs on a real SLURM (issue 39): a private single-node SLURM started from
+Debian's packages by tests/slurm/start.sh (``.ci/run`` installs ``slurm-wlm`` and
+``munge``; the tests skip, saying why, where they are missing or not run as root).
+
+- the shipped ``examples/slurm_job.sh``, its resources overridden on the ``sbatch``
+  command line, ends with the result of a local fit and a clean log (no Dask INFO lines,
+  no cancelled step, no traceback, no scratch left);
+- a dask-jobqueue configuration submits worker jobs that are gone afterwards;
+- a job stopped at its walltime (SIGTERM to the batch shell, as ``--signal=B:TERM``
+  sends it) checkpoints, resubmits itself, and the next job finishes with exactly the
+  uninterrupted result.
+"""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+import zarr
+
+from daskrnmf import ONMFO, RFNMF
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(HERE, os.pardir, "examples")
+ENV = os.path.dirname(os.path.dirname(sys.executable))     # this virtual environment
+
+if not shutil.which("slurmctld") or not shutil.which("munged"):
+    pytest.skip("SLURM is not installed (apt-get install slurm-wlm munge, as .ci/run does)",
+                allow_module_level=True)
+if os.geteuid() != 0:
+    pytest.skip("the private SLURM runs its daemons as root", allow_module_level=True)
+if not os.path.exists(os.path.join(ENV, "bin", "activate")):
+    pytest.skip("the job script activates a virtual environment; this Python is not in one",
+                allow_module_level=True)
+
+
+def _free_port_pair():
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65000:
+            with socket.socket() as s2:
+                try:
+                    s2.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no two free consecutive ports")
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    where = tmp_path_factory.mktemp("slurm")
+    state = where / "daemons"
+    subprocess.run(["bash", os.path.join(HERE, "slurm", "start.sh"), str(state),
+                    str(_free_port_pair())], check=True, capture_output=True, timeout=60)
+    env = {**os.environ, "SLURM_CONF": str(state / "slurm.conf"), "DASKRNMF_ENV": ENV,
+           "DASKRNMF_INTERFACE": "lo", "PYTHONPATH": os.path.dirname(HERE)}
+    env.pop("DASKRNMF_DEBUG", None)
+    # the data: planted clusters in a Zarr store of four chunks
+    rng = np.random.default_rng(0)
+    X = np.abs(rng.normal(size=(4000, 6)) + np.repeat(np.eye(3, 6) * 6, [1334, 1333, 1333],
+                                                       axis=0))
+    g = zarr.open_group(str(where / "in.zarr"), mode="w")
+    g.create_array("X", shape=X.shape, dtype=X.dtype, chunks=(1000, 6))[...] = X
+    try:
+        yield where, env, np.asarray(X)
+    finally:
+        subprocess.run(["bash", os.path.join(HERE, "slurm", "stop.sh"), str(state)],
+                       capture_output=True, timeout=60)
+
+
+def _run(env, *args, timeout=60):
+    return subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=timeout,
+                          check=True).stdout
+
+
+def _state(env, job):
+    out = subprocess.run(["scontrol", "show", "job", "-o", str(job)], env=env,
+                         capture_output=True, text=True).stdout
+    state = re.search(r"JobState=(\S+)", out)
+    code = re.search(r"ExitCode=(\d+):(\d+)", out)
+    return (state.group(1) if state else None), (int(code.group(1)) if code else None)
+
+
+def _wait(env, job, timeout=180, until=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+                                       "NODE_FAIL", "OUT_OF_MEMORY")):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        state, code = _state(env, job)
+        if state in until:
+            return state, code
+        time.sleep(0.25)
+    subprocess.run(["scancel", str(job)], env=env)
+    raise AssertionError(f"job {job} did not end in {timeout} s (state {state})")
+
+
+def _batch_shell(env, job):
+    """The process id of the job's batch script (slurmd runs it as ``slurm_script``)."""
+    for line in _run(env, "scontrol", "listpids", str(job)).splitlines()[1:]:
+        pid = int(line.split()[0])
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"slurm_script" in fh.read():
+                    return pid
+        except OSError:
+            continue
+    raise AssertionError(f"no batch shell found for job {job}")
+
+
+def _sbatch(env, where, *args):
+    out = _run(env, "sbatch", "--parsable", "-N1", "-n2", "--ntasks-per-node=2", "-c1",
+               "--mem=3G", "-t", "5", "-o", str(where / "job-%j.log"),
+               os.path.join(EXAMPLES, "slurm_job.sh"), *args)
+    return int(out.strip().split(";")[0])
+
+
+def _clean(log):
+    """What a job log must not hold: Dask's INFO lines, a killed or cancelled step, a
+    traceback, an error."""
+    bad = [line for line in log.splitlines()
+           if re.search(r" - (distributed|tornado)\S* - INFO - |CANCELLED|Killed|forcing job "
+                        r"termination|Traceback|[Ee]rror|Ignoring provided memory", line)]
+    assert not bad, log
+
+
+def _leftovers(where, job):
+    tmp = os.environ.get("TMPDIR", "/tmp")
+    return [p for p in (os.path.join(tmp, f"daskrnmf-job-{job}"),
+                        str(where / f"scheduler-{job}.json")) if os.path.exists(p)]
+
+
+def test_the_shipped_job_script_gives_the_local_result_and_a_clean_log(slurm):
+    where, env, X = slurm
+    out = where / "rfnmf.zarr"
+    job = _sbatch(env, where, "RFNMF", str(where / "in.zarr" / "X"), str(out),
+                  "--n-clusters", "3", "--random-state", "0", "--max-iter", "20")
+    assert _wait(env, job) == ("COMPLETED", 0), (where / f"job-{job}.log").read_text()
+    log = (where / f"job-{job}.log").read_text()
+    _clean(log)
+    assert "RFNMF fitted in" in log and "iteration 1," in log
+    local = RFNMF(3, random_state=0, max_iter=20).fit(X)
+    stored = zarr.open_group(str(out), mode="r")
+    np.testing.assert_array_equal(stored["labels"][:], local.labels_)
+    np.testing.assert_allclose(stored["cluster_centers"][:], local.cluster_centers_,
+                               rtol=1e-12)
+    assert not _leftovers(where, job)
+    assert _run(env, "squeue", "-h").strip() == ""
+
+
+def test_a_jobqueue_config_submits_worker_jobs_that_are_gone_afterwards(slurm):
+    where, env, X = slurm
+    config = where / "slurm.yaml"
+    config.write_text(yaml.safe_dump({
+        "cluster": "slurm", "jobs": 2, "cores": 1, "processes": 1, "memory": "1GiB",
+        "walltime": "00:05:00", "interface": "lo", "scheduler_options": {"interface": "lo"},
+        "local_directory": str(where / "jq-scratch"),
+        "log_directory": str(where / "jq-logs")}))
+    out = where / "jq.zarr"
+    proc = subprocess.run(
+        [sys.executable, "-m", "daskrnmf", "fit", "RFNMF", str(where / "in.zarr" / "X"),
+         "--output", str(out), "--cluster", str(config), "--n-clusters", "3",
+         "--random-state", "0", "--max-iter", "20"],
+        env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and " - INFO - " not in proc.stderr
+    local = RFNMF(3, random_state=0, max_iter=20).fit(X)
+    np.testing.assert_array_equal(zarr.open_group(str(out), mode="r")["labels"][:],
+                                  local.labels_)
+    logs = os.listdir(where / "jq-logs")
+    assert len([name for name in logs if name.endswith(".err")]) >= 2     # two worker jobs ran
+    for _ in range(40):                                  # and are gone
+        if _run(env, "squeue", "-h").strip() == "":
+            break
+        time.sleep(0.25)
+    assert _run(env, "squeue", "-h").strip() == ""
+
+
+def test_a_job_stopped_at_its_walltime_is_finished_by_the_next_identically(slurm):
+    where, env, X = slurm
+    out, ckpt = where / "onmfo.zarr", where / "onmfo.ckpt"
+    params = ["--n-components", "3", "--batch-size", "500", "--max-iter", "6", "--tol", "0",
+              "--checkpoint", str(ckpt), "--checkpoint-every", "1", "--random-state", "0"]
+    job = _sbatch(env, where, "ONMFO", str(where / "in.zarr" / "X"), str(out), *params)
+    log = where / f"job-{job}.log"
+    end = time.monotonic() + 120
+    while time.monotonic() < end and not re.search(r"batch [3-9]\d*/", log.read_text()
+                                                   if log.exists() else ""):
+        time.sleep(0.1)            # a few batches in: a checkpoint has been written
+    os.kill(_batch_shell(env, job), signal.SIGTERM)    # what --signal=B:TERM@120 does
+    assert _wait(env, job) == ("FAILED", 143), log.read_text()
+    for _ in range(40):
+        first = log.read_text()
+        if "continues the checkpoint" in first:
+            break
+        time.sleep(0.25)
+    assert "stopped at the time limit; job" in first
+    _clean(first)
+    assert not out.exists()
+    nxt = int(re.search(r"job (\d+) continues the checkpoint", first).group(1))
+    assert _wait(env, nxt) == ("COMPLETED", 0), (where / f"daskrnmf-{nxt}.log").read_text()
+    second = (where / f"daskrnmf-{nxt}.log").read_text()
+    assert "continuing the checkpoint" in second
+    _clean(second)
+    W = zarr.open_group(str(out), mode="r")["components"][:]
+    local = ONMFO(n_components=3, batch_size=500, max_iter=6, tol=0, random_state=0).fit(X)
+    np.testing.assert_allclose(W, local.components_, rtol=1e-10, atol=1e-12)
+    assert not _leftovers(where, job) and not _leftovers(where, nxt)
