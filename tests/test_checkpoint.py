@@ -228,3 +228,53 @@ def test_unwritable_checkpoint_fails_before_any_work(X, tmp_path):
     with pytest.raises(ValueError, match="is a file, not a directory"):
         ONMFO(**KW, checkpoint=blocker, callback=seen.append).fit(X)
     assert seen == [] and blocker.read_text() == "x"
+
+
+# ---------------------------------------------------------------- issue 40: oddities
+@pytest.mark.parametrize("oddity", ["LATEST a directory", "gen-* a symlink",
+                                    "the newest gen-* a symlink"])
+def test_foreign_entries_of_our_names_are_refused_naming_them(X, tmp_path, oddity):
+    ck = tmp_path / "ck"
+    stopped_run(X, ck)
+    sub = ck / _checkpoint.SUBDIR
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "precious").write_text("x")
+    if oddity == "LATEST a directory":
+        target = sub / "LATEST"
+        os.remove(target)
+        target.mkdir()
+        (target / "precious").write_text("x")
+    elif oddity == "gen-* a symlink":
+        target = sub / "gen-00000099"
+        os.symlink(mine, target)
+    else:
+        target = sub / (sub / "LATEST").read_text().strip()
+        os.rename(target, mine / "gen")
+        os.symlink(mine / "gen", target)
+    for kw in (dict(resume=True), dict(overwrite_checkpoint=True)):
+        with pytest.raises(ValueError, match=f"{target}.* not .*daskrnmf"):
+            ONMFO(**KW, checkpoint=ck).fit(X, **kw)
+    assert (mine / "precious").read_text() == "x" and os.path.lexists(target)
+
+
+def test_a_second_fit_on_a_checkpoint_in_use_is_refused(X, tmp_path):
+    ck = tmp_path / "ck"
+    errors = []
+
+    def second_fit(info):
+        if not errors:
+            for kw in (dict(), dict(resume=True), dict(overwrite_checkpoint=True)):
+                try:
+                    ONMFO(**KW, checkpoint=ck).fit(X, **kw)
+                    errors.append(None)
+                except Exception as exc:    # noqa: BLE001 - the test looks at it below
+                    errors.append(exc)
+        return False
+
+    first = ONMFO(**KW, checkpoint=ck, checkpoint_every=1, callback=second_fit).fit(X)
+    assert len(errors) == 3
+    for exc in errors:
+        assert isinstance(exc, ValueError) and "in use by another fit" in str(exc), exc
+    np.testing.assert_array_equal(_checkpoint.load(ck)[0]["W"], first._W)
+    ONMFO(**KW, checkpoint=ck).fit(X, resume=True)      # the lock went with the first fit

@@ -357,14 +357,26 @@ class ONMFO(_OutlierFactorization):
         return self
 
     def _fit_blocks(self, X, blocks, stats, seed, y, *, resume, overwrite_checkpoint):
+        # one fit at a time on a checkpoint directory: the lock is held until the fit
+        # returns (a second fit on it is a ValueError, not a race for its generations)
+        lock = None if self.checkpoint is None else _checkpoint.Lock(self.checkpoint)
+        try:
+            return self._fit_stream(X, seed, resume, overwrite_checkpoint, lock)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _fit_stream(self, X, seed, resume, overwrite_checkpoint, lock):
         n, d = X.shape
         k = self.n_components
         batches, pieces, units = make_batches(X, self.batch_size)
         saved, data, claimed = None, None, None
         if self.checkpoint is not None:
+            lock.acquire()              # the directory is read only under the lock
             saved = _checkpoint.load(self.checkpoint) if resume else None
             if saved is None:
                 claimed = _checkpoint.claim(self.checkpoint, overwrite=overwrite_checkpoint)
+                lock.acquire()          # the marker claim() made, if it was not there
             data = _checkpoint.data_fingerprint(X)
         if saved and self.random_state is None:
             seed = int(saved[1]["seed"])
