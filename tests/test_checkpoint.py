@@ -278,3 +278,21 @@ def test_a_second_fit_on_a_checkpoint_in_use_is_refused(X, tmp_path):
         assert isinstance(exc, ValueError) and "in use by another fit" in str(exc), exc
     np.testing.assert_array_equal(_checkpoint.load(ck)[0]["W"], first._W)
     ONMFO(**KW, checkpoint=ck).fit(X, resume=True)      # the lock went with the first fit
+
+
+@pytest.mark.parametrize("chunks", [None, 50])
+def test_resume_on_x_changed_outside_the_fingerprinted_rows_is_refused(tmp_path, chunks):
+    big = np.random.default_rng(1).gamma(2.0, 1.0, size=(400, 8))
+    sampled = {r for a, b in _checkpoint.sample_ranges(len(big)) for r in range(a, b)}
+    row = next(r for r in range(len(big)) if r not in sampled)
+    ck = tmp_path / "ck"
+    as_input = (lambda a: a) if chunks is None else (lambda a: da.from_array(a, chunks=(chunks, -1)))
+    # 20 batches a pass, stopped in the second: every row has been read once
+    ONMFO(**KW, checkpoint=ck, checkpoint_every=5,
+          callback=lambda info: info["iteration"] == 25).fit(as_input(big))
+    changed = big.copy()
+    changed[row, 3] += 1.0
+    with pytest.raises(ValueError, match=rf"X changed since the checkpoint {ck}\S* was made: "
+                                         r"rows \d+\.\.\d+ differ"):
+        ONMFO(**KW, checkpoint=ck).fit(as_input(changed), resume=True)
+    ONMFO(**KW, checkpoint=ck).fit(as_input(big), resume=True)      # the same X resumes
