@@ -389,8 +389,9 @@ def _read_chunk(path, codec, dest, keep=True):
 
 
 def _explained(z, key, lo, hi, exc):
+    detail = str(exc).rstrip(".")
     return ChunkError(f"Cannot read the chunk {key} of the Zarr array {where_is(z)} (rows "
-                      f"{lo}..{hi - 1}): {type(exc).__name__}: {str(exc).rstrip('.')}. The chunk is corrupt "
+                      f"{lo}..{hi - 1}): {type(exc).__name__}: {detail}. The chunk is corrupt "
                       "or truncated: restore it, or write the array again.")
 
 

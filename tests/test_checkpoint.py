@@ -286,7 +286,8 @@ def test_resume_on_x_changed_outside_the_fingerprinted_rows_is_refused(tmp_path,
     sampled = {r for a, b in _checkpoint.sample_ranges(len(big)) for r in range(a, b)}
     row = next(r for r in range(len(big)) if r not in sampled)
     ck = tmp_path / "ck"
-    as_input = (lambda a: a) if chunks is None else (lambda a: da.from_array(a, chunks=(chunks, -1)))
+    def as_input(a):
+        return a if chunks is None else da.from_array(a, chunks=(chunks, -1))
     # 20 batches a pass, stopped in the second: every row has been read once
     ONMFO(**KW, checkpoint=ck, checkpoint_every=5,
           callback=lambda info: info["iteration"] == 25).fit(as_input(big))

@@ -172,7 +172,8 @@ def test_a_newer_format_is_a_clear_error(saved):
     _edit_attrs(path, format_version=99)
     with pytest.raises(ValueError, match=r"saved\S* in daskrnmf-model format_version 99") as exc:
         daskrnmf.load(path)
-    assert path in str(exc.value) and f"format_version {_persist.FORMAT_VERSION} only" in str(exc.value)
+    assert path in str(exc.value)
+    assert f"format_version {_persist.FORMAT_VERSION} only" in str(exc.value)
 
 
 @pytest.mark.parametrize("change, message", [
