@@ -360,9 +360,15 @@ def _read_generation(where, storage_options=None):
             arrays = {}
             for key in names:
                 try:
-                    arrays[key] = np.asarray(group[key][...])
+                    node = group[key]
                 except KeyError:
                     raise ValueError(f"array {key!r} is missing") from None
+                try:
+                    arrays[key] = np.asarray(node[...])
+                except Exception as exc:    # a codec's error: name the (only) chunk
+                    chunk = node.metadata.encode_chunk_key((0,) * node.ndim)
+                    raise ValueError(f"the chunk {key}/{chunk} cannot be read "
+                                     f"({type(exc).__name__}: {exc})") from None
     except ValueError as exc:
         raise ValueError(f"The checkpoint generation {where} is damaged: {exc}.") from exc
     except Exception as exc:   # zarr/codec errors: a corrupt chunk or metadata file

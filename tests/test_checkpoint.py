@@ -297,3 +297,12 @@ def test_resume_on_x_changed_outside_the_fingerprinted_rows_is_refused(tmp_path,
                                          r"rows \d+\.\.\d+ differ"):
         ONMFO(**KW, checkpoint=ck).fit(as_input(changed), resume=True)
     ONMFO(**KW, checkpoint=ck).fit(as_input(big), resume=True)      # the same X resumes
+
+
+def test_a_corrupt_checkpoint_chunk_is_named(X, tmp_path):
+    ck = tmp_path / "ck"
+    stopped_run(X, ck)
+    with open(os.path.join(generation(ck), "W", "c", "0", "0"), "r+b") as fh:
+        fh.write(b"\xff" * 8)
+    with pytest.raises(ValueError, match=r"gen-\d+ is damaged: the chunk W/c/0/0 cannot be read"):
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
