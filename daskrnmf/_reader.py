@@ -403,13 +403,14 @@ def _chunk_error(z, index, exc):
 
     sel = index if isinstance(index, tuple) else (index,)
     sel = tuple(sel) + (slice(None),) * (z.ndim - len(sel))
+    grid = getattr(z, "shards", None) or z.chunks     # what is stored: a shard, or a chunk
     spans = []
-    for axis, (s, n, c) in enumerate(zip(sel, z.shape, z.chunks)):
+    for s, n, c in zip(sel, z.shape, grid):
         start, stop, _ = s.indices(n) if isinstance(s, slice) else (0, n, 1)
         spans.append(range(start // c, max(start, stop - 1) // c + 1))
     for coords in itertools.product(*spans):
         box = tuple(slice(i * c, min((i + 1) * c, n))
-                    for i, c, n in zip(coords, z.chunks, z.shape))
+                    for i, c, n in zip(coords, grid, z.shape))
         try:
             z[box]
         except Exception as found:
