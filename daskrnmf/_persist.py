@@ -6,7 +6,8 @@ The format (``format_version`` 2) is a Zarr v3 group:
   ``daskrnmf_version``, ``model`` (a class name of :data:`daskrnmf.models.REGISTRY`),
   ``params`` (``get_params()``; values JSON cannot hold are left out and listed in
   ``dropped_params``), ``attributes`` (the fitted state, see below), ``arrays`` (for
-  each array: its SHA-256 and memory order, ``{"sha256": ..., "order": "C" | "F"}``);
+  each array: its SHA-256 and memory order, ``{"sha256": ..., "order": "C" | "F"}``),
+  ``sha256`` (of all the other attributes, as canonical JSON: :func:`_meta_digest`);
 * ``arrays/``: one Zarr array per NumPy array of the fitted state (numbers and booleans
   only), chunked along its first axis, stored in C order.
 
@@ -18,7 +19,9 @@ and ``n_features_in_`` columns, labels lie in ``range(n_clusters)``, ...: see
 :data:`_SHAPES`) and that every attribute is one the model's fit sets (:data:`FITTED`).
 A deleted, corrupt or changed chunk, an array swapped for another, NaN written into
 one, a parameter edited so that it no longer matches the arrays, or an unknown
-attribute is a ValueError naming the file and the array.  ``format_version`` 1 files
+attribute is a ValueError naming the file and the array; any other edit of the
+attributes (a parameter or a fitted value that still fits the arrays) is caught by
+their own SHA-256, checked last so that the errors above keep their clearer message.  ``format_version`` 1 files
 (written before the checksums, by unreleased development versions) are refused: their
 arrays cannot be verified.
 
@@ -255,7 +258,19 @@ def write_group(model, path: str, storage_options: dict | None = None) -> None:
             "model": name, "params": params, "attributes": attributes, "arrays": checks}
     if dropped:
         meta["dropped_params"] = dropped
+    meta = json.loads(json.dumps(meta))     # as it reads back (float subclasses, ...)
+    meta["sha256"] = _meta_digest(meta)
     group.attrs.update(meta)
+
+
+def _meta_digest(attrs):
+    """SHA-256 of a model group's attributes but ``sha256`` itself, as canonical JSON
+    (sorted keys; floats as Python writes them, which reads back to the same float)."""
+    import hashlib
+
+    body = {k: v for k, v in attrs.items() if k != "sha256"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _check_registered(model) -> str:
@@ -378,6 +393,10 @@ def load(path: str | os.PathLike, *, storage_options: dict | None = None):
         setattr(model, key, decoder.decode(value, key))
     decoder.check_all_read()
     _check_consistent(model, where)
+    if attrs.get("sha256") != _meta_digest(attrs):
+        raise ValueError(f"{where}: its attributes (parameters or fitted values) differ from "
+                         "what was saved (their SHA-256): the file was edited after it was "
+                         "saved. Refit and save the model again.")
     return model
 
 

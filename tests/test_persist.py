@@ -306,3 +306,10 @@ def test_arrays_come_back_in_the_memory_order_they_were_saved_in(name, tmp_path)
             got = getattr(loaded, key)
             assert (got.flags.c_contiguous, got.flags.f_contiguous) == \
                 (value.flags.c_contiguous, value.flags.f_contiguous), key
+
+
+def test_an_edited_parameter_or_value_that_fits_the_arrays_is_refused(saved):
+    path, X = saved
+    _edit_attrs(path, params={**zarr.open_group(path, mode="r").attrs["params"], "loss": "l2"})
+    with pytest.raises(ValueError, match=f"{path}: its attributes .* differ from what was saved"):
+        daskrnmf.load(path)
