@@ -21,9 +21,9 @@ A deleted, corrupt or changed chunk, an array swapped for another, NaN written i
 one, a parameter edited so that it no longer matches the arrays, or an unknown
 attribute is a ValueError naming the file and the array; any other edit of the
 attributes (a parameter or a fitted value that still fits the arrays) is caught by
-their own SHA-256, checked last so that the errors above keep their clearer message.  ``format_version`` 1 files
-(written before the checksums, by unreleased development versions) are refused: their
-arrays cannot be verified.
+their own SHA-256, checked last so that the errors above keep their clearer message.
+``format_version`` 1 files (written before the checksums, by unreleased development
+versions) are refused: their arrays cannot be verified.
 
 The fitted state is every public attribute ending in ``_`` plus the private attributes a
 class lists in ``_saved_private`` (what it needs to continue, e.g. ONMFO's statistics for
@@ -581,8 +581,8 @@ class _Decoder:
         if _digest(value) != check["sha256"]:
             raise ValueError(f"The array {path} differs from what was saved (its SHA-256): "
                              "a deleted or changed chunk, values written into it, or an array "
-                             "put in its place. The model file is damaged; save the model "
-                             "again.")
+                             "put in its place. The model file is damaged; save or fit the "
+                             "model again.")
         self.read.add(name)
         return np.asfortranarray(value) if check["order"] == "F" else value
 
@@ -601,7 +601,7 @@ class _Decoder:
                 key = node.metadata.encode_chunk_key((i,) + (0,) * max(node.ndim - 1, 0))
                 raise ValueError(f"The chunk {key} of the array {path} cannot be read "
                                  f"({type(exc).__name__}: {exc}): the model file is damaged; "
-                                 "save the model again.") from None
+                                 "save or fit the model again.") from None
         return out
 
 
