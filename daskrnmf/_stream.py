@@ -207,12 +207,15 @@ class Feed:
         docstring).
     since : str, default="it was read before"
         Where the checksums come from, for the message of a mismatch.
+    hint : str, default="X must not change while it is fitted."
+        What the message of a mismatch advises.
     """
 
-    def __init__(self, X, pieces, checksums=None, since="it was read before"):
+    def __init__(self, X, pieces, checksums=None, since="it was read before",
+                 hint="X must not change while it is fitted."):
         self.X, self.pieces = X, pieces
         self.checksums = None if checksums is None else dict(checksums)
-        self.since = since
+        self.since, self.hint = since, hint
         self._numpy_checksum = None     # NumPy X: checksummed once per feed
         self.is_dask = not isinstance(X, np.ndarray)
         self.client = active_client() if self.is_dask else None
@@ -248,7 +251,8 @@ class Feed:
         return [both, 0, "with-data", False]
 
     def _data(self, entry):
-        """A chunk entry's data (or future), its checksum checked first when recorded."""
+        """A chunk entry's data (or future): a reading thread's (data, checksum) is
+        unpacked into the entry."""
         data, total = entry[0], entry[2]
         if total == "with-data":          # a thread's (data, checksum)
             data, total = data.result()
@@ -263,9 +267,7 @@ class Feed:
         old = self.checksums.get(key)
         if old is not None and old != total:
             raise ValueError(f"X changed since {self.since}: rows {lo}..{hi - 1} differ from "
-                             "the rows read then (their SHA-256). Resume with the X it was "
-                             "made from, or fit with overwrite_checkpoint=True to start "
-                             "afresh.")
+                             f"the rows read then (their SHA-256). {self.hint}")
         self.checksums[key] = total
         entry = self.chunks[c]
         entry[2], entry[3] = total, True

@@ -514,7 +514,9 @@ class ONMFO(_OutlierFactorization):
                                                  for k, v in sums.items()):
             raise ValueError(f"The checkpoint {where} is damaged: its chunk checksums are "
                              "not a mapping of row ranges to checksums.")
-        return {"checksums": sums, "since": f"the checkpoint {where} was made"}
+        return {"checksums": sums, "since": f"the checkpoint {where} was made",
+                "hint": "Resume with the X it was made from, or fit with "
+                        "overwrite_checkpoint=True to start afresh."}
 
     def _save(self, run, key, data, checksums=None):
         arrays = {"W": run.W, "A": run.A, "B": run.B, "C": run.C,
