@@ -16,7 +16,16 @@ subfolder — are removed after the switch.  Every array is stored with its SHA-
 generation is read back only if its arrays are all there, unchanged and finite; anything
 else (a garbage or missing ``LATEST``, a deleted or corrupt chunk, NaN) is a ValueError
 naming the file, never a silent restart.  On local (or POSIX-mounted shared) file systems
-the atomicity rests on ``rename``.
+the atomicity rests on ``rename``.  An entry of a name this module writes that is not of
+the kind it writes (``LATEST`` a directory or a link, a ``gen-*`` that is a symbolic
+link or a file, the subfolder itself a link) is a ValueError naming it: nothing is read
+through it or deleted.
+
+One fit at a time: a fit holds a lock (:class:`Lock`, ``flock`` on the marker file,
+released by the operating system when the process ends, however it ends) from before it
+reads or claims the directory until it returns; a second fit on the same directory is a
+ValueError saying it is in use.  Where the file system has no ``flock`` (some cluster
+file systems) no lock is taken.
 
 On an object store (``checkpoint`` an fsspec URL, ``s3://bucket/run.ckpt``, with the fit's
 ``storage_options``), which has no rename, the same layout is written by the
@@ -105,6 +114,90 @@ def check_location(path, X):
     refuse_overlap(path, input_stores(X), "checkpoint")
 
 
+def _foreign(path, sub):
+    """ValueError naming the first entry of our names that is not of the kind this module
+    writes (see the module's docstring); nothing is read through it or removed."""
+    bad = []
+    if os.path.islink(sub):
+        bad.append((sub, "directory"))
+    else:
+        try:
+            names = sorted(os.listdir(sub))
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        for name in names:
+            full = os.path.join(sub, name)
+            if name == _LATEST and (os.path.islink(full) or not os.path.isfile(full)):
+                bad.append((full, "file"))
+            elif _GEN.fullmatch(name) and (os.path.islink(full) or not os.path.isdir(full)):
+                bad.append((full, "directory"))
+    if bad:
+        full, kind = bad[0]
+        what = ("a symbolic link" if os.path.islink(full) else
+                "a directory" if os.path.isdir(full) else "a file")
+        raise ValueError(f"{full} is {what}, not the {kind} daskrnmf writes under that name: "
+                         f"the checkpoint directory {path} holds something daskrnmf did not "
+                         "write. Move it away (daskrnmf deletes nothing it did not write), "
+                         "then resume or fit again.")
+
+
+class Lock:
+    """The lock of one fit on a local checkpoint directory (see the module's docstring).
+
+    :meth:`acquire` locks the marker file once it exists (call it before reading the
+    directory and again after :func:`claim` has created it); :meth:`release` unlocks.
+    A no-op for a URL, on a file system without ``flock`` and on platforms without
+    :mod:`fcntl`.
+    """
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._fh = None
+
+    def acquire(self):
+        """Lock the marker (if it exists and is not locked by this object yet); a
+        ValueError when another fit holds it."""
+        if self._fh is not None or _is_url(self.path):
+            return
+        try:
+            import fcntl
+        except ImportError:         # no flock on this platform
+            return
+        _, marker, _ = _paths(self.path)
+        for _ in range(3):
+            try:
+                fh = open(marker, "rb")
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                return              # not claimed yet: claim() comes first
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.close()
+                raise ValueError(f"The checkpoint directory {self.path} is in use by another "
+                                 f"fit (a process holds the lock on {marker}). Wait for that "
+                                 "fit to end, or give this one another checkpoint "
+                                 "directory.") from None
+            except OSError:         # no flock on this file system: no lock
+                fh.close()
+                return
+            try:                    # the marker replaced (released, claimed again) meanwhile
+                same = os.stat(marker).st_ino == os.fstat(fh.fileno()).st_ino
+            except OSError:
+                same = False
+            if same:
+                self._fh = fh
+                return
+            fh.close()
+        raise ValueError(f"The checkpoint directory {self.path} kept changing while it was "
+                         "locked: another fit is using it.")
+
+    def release(self):
+        """Unlock (closing the file unlocks it)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
 def claim(path, *, overwrite=False, storage_options=None):
     """Make ``path`` the checkpoint directory of a new run (before any work is done).
 
@@ -123,6 +216,7 @@ def claim(path, *, overwrite=False, storage_options=None):
     if os.path.exists(sub) and not os.path.exists(marker):
         raise ValueError(f"{sub} exists but was not created by daskrnmf (no {MARKER} next to "
                          "it); choose another checkpoint directory.")
+    _foreign(path, sub)
     had_run = holds_run(path)
     if had_run and not overwrite:
         raise ValueError(f"The checkpoint directory {path} holds an earlier run's checkpoint. "
@@ -243,6 +337,7 @@ def load(path, storage_options=None):
                              "gen-* at its top level); this version cannot resume it. Fit "
                              "without resume=True to start afresh (it is left in place).")
         return None
+    _foreign(path, sub)
     for _ in range(20):
         name = _read_latest(sub)
         if name is None:
@@ -310,9 +405,15 @@ def _read_generation(where, storage_options=None):
             arrays = {}
             for key in names:
                 try:
-                    arrays[key] = np.asarray(group[key][...])
+                    node = group[key]
                 except KeyError:
                     raise ValueError(f"array {key!r} is missing") from None
+                try:
+                    arrays[key] = np.asarray(node[...])
+                except Exception as exc:    # a codec's error: name the (only) chunk
+                    chunk = node.metadata.encode_chunk_key((0,) * node.ndim)
+                    raise ValueError(f"the chunk {key}/{chunk} cannot be read "
+                                     f"({type(exc).__name__}: {exc})") from None
     except ValueError as exc:
         raise ValueError(f"The checkpoint generation {where} is damaged: {exc}.") from exc
     except Exception as exc:   # zarr/codec errors: a corrupt chunk or metadata file

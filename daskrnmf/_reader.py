@@ -24,7 +24,14 @@ pool's own), so a block kept by a task, a view of it or a transfer in flight kee
 buffer; nothing is ever overwritten while in use.  Every other array (an object store,
 sharding, filters, checksums, column chunks, big-endian data) and every selection that
 is not a run of whole rows is read by zarr itself.  The values are zarr's, bit for bit
-(tested against it for each layout).
+(tested against it for each layout), in the dtype of :func:`native_dtype`: big-endian
+data in the machine's byte order, float16 as float64 (the compiled kernels take neither;
+NumPy input gets the same from scikit-learn's ``validate_data``).
+
+A chunk that cannot be read (corrupt or truncated bytes: a codec's error, a checksum
+that does not match, a file of the wrong size) is a ValueError naming the array and
+the chunk (:class:`ChunkError`), raised where the chunk is read — on a worker too, from
+where the client re-raises it as it is.
 
 :func:`as_dask` builds the Dask array the estimators read: ``da.from_array`` with
 :func:`read_rows` as its getter.
@@ -231,6 +238,30 @@ def plan_for(z):
         return None
 
 
+def native_dtype(dtype):
+    """The dtype input values are computed in: the machine's byte order (the compiled
+    kernels take no big-endian array), and float16 (or any float but float32 and
+    float64) as float64, what scikit-learn makes of NumPy input of those dtypes."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f" and dtype.itemsize not in (4, 8):
+        return np.dtype(np.float64)
+    return dtype.newbyteorder("=")
+
+
+class ChunkError(ValueError):
+    """A stored chunk of an input array that cannot be read (a ValueError)."""
+
+
+def where_is(z):
+    """The location of the Zarr array ``z`` for messages: its directory, or its store's
+    URL and path."""
+    root = getattr(z.store, "root", None)
+    if root is not None:
+        return os.path.join(str(root), z.path) if z.path else str(root)
+    base = getattr(z.store, "path", None) or str(z.store)
+    return "/".join(p for p in (str(base).rstrip("/"), z.path) if p)
+
+
 class ZarrRows:
     """A Zarr array as :func:`dask.array.from_array` sees it, read by :func:`read_rows`.
 
@@ -242,9 +273,10 @@ class ZarrRows:
 
     def __init__(self, z):
         self.array = z
-        self.plan = plan_for(z)
         self.shape = tuple(z.shape)
-        self.dtype = np.dtype(z.dtype)
+        self.dtype = native_dtype(z.dtype)
+        # values converted on the way (float16, big-endian) are read by zarr
+        self.plan = plan_for(z) if self.dtype == np.dtype(z.dtype) else None
         self.ndim = 2
 
     def __getitem__(self, index):
@@ -280,12 +312,18 @@ def read_rows(src, index, asarray=True, lock=None):
     per-thread buffer and decompressed into the block (a chunk only partly in the block
     is decompressed apart, then its rows copied), the block's memory taken from the
     pool; a missing chunk reads as the fill value, as in zarr.  Everything else is
-    zarr's ``src.array[index]``.
+    zarr's ``src.array[index]``, in ``src.dtype``.  A chunk that cannot be read is a
+    :class:`ChunkError` naming it.
     """
     rows = (None if src.plan is None or not src.shape[1]
             else _rows_of(index, src.shape))
     if rows is None:
-        return np.asarray(src.array[index])
+        try:
+            return np.asarray(src.array[index], dtype=src.dtype)
+        except (MemoryError, OSError, ImportError):   # not the chunk's bytes: as they are
+            raise
+        except Exception as exc:
+            raise _chunk_error(src.array, index, exc) from None
     plan = src.plan
     start, stop = rows
     d = src.shape[1]
@@ -305,7 +343,14 @@ def read_rows(src, index, asarray=True, lock=None):
         dest = (out[lo - start:hi - start].reshape(-1).view(np.uint8) if direct
                 else _scratch("chunk", nbytes) if keep else np.empty(nbytes, dtype=np.uint8))
         key = src.array.metadata.encode_chunk_key((c, 0))
-        if not _read_chunk(os.path.join(plan.directory, key), plan.codec, dest, keep):
+        try:
+            stored = _read_chunk(os.path.join(plan.directory, key), plan.codec, dest, keep)
+        except (MemoryError, OSError, ImportError):
+            raise
+        except Exception as exc:    # a codec's error, a file of the wrong size
+            raise _explained(src.array, key, first, min(first + cr, src.shape[0]),
+                             exc) from None
+        if not stored:
             out[lo - start:hi - start] = plan.fill_value
         elif not direct:
             chunk = dest.view(src.dtype).reshape(cr, cc)
@@ -341,6 +386,38 @@ def _read_chunk(path, codec, dest, keep=True):
     if not np.shares_memory(res, dest):     # a codec that decodes into a copy of its own
         dest[:] = res
     return True
+
+
+def _explained(z, key, lo, hi, exc):
+    detail = str(exc).rstrip(".")
+    return ChunkError(f"Cannot read the chunk {key} of the Zarr array {where_is(z)} (rows "
+                      f"{lo}..{hi - 1}): {type(exc).__name__}: {detail}. The chunk is corrupt "
+                      "or truncated: restore it, or write the array again.")
+
+
+def _chunk_error(z, index, exc):
+    """The :class:`ChunkError` for ``exc``, raised by zarr reading ``z[index]``: each
+    stored chunk the selection touches is read again on its own to find the one at
+    fault (the error's cost only)."""
+    import itertools
+
+    sel = index if isinstance(index, tuple) else (index,)
+    sel = tuple(sel) + (slice(None),) * (z.ndim - len(sel))
+    grid = getattr(z, "shards", None) or z.chunks     # what is stored: a shard, or a chunk
+    spans = []
+    for s, n, c in zip(sel, z.shape, grid):
+        start, stop, _ = s.indices(n) if isinstance(s, slice) else (0, n, 1)
+        spans.append(range(start // c, max(start, stop - 1) // c + 1))
+    for coords in itertools.product(*spans):
+        box = tuple(slice(i * c, min((i + 1) * c, n))
+                    for i, c, n in zip(coords, grid, z.shape))
+        try:
+            z[box]
+        except Exception as found:
+            return _explained(z, z.metadata.encode_chunk_key(coords), box[0].start,
+                              box[0].stop, found)
+    return ChunkError(f"Cannot read {index} of the Zarr array {where_is(z)}: "
+                      f"{type(exc).__name__}: {exc}.")
 
 
 def _read_into(fh, buf, path):

@@ -24,8 +24,17 @@ the model gives it and sums the pieces' partial results with the model's ``combi
 A ``batch_size`` set by the user is taken exactly: batches of that many rows, visited in
 a seeded random order of their own, which does not depend on the chunking (a chunk may
 then be read once per batch that needs it).
+
+**Chunk checksums** (``Feed(..., checksums=...)``, for checkpointed fits): the feed
+records a SHA-256 of every chunk it reads (computed where the chunk is read, as it is
+read: no pass of its own) under the chunk's row range, and a chunk read again whose
+checksum differs from the one recorded is a ValueError.  A fit resumed from a
+checkpoint gives the feed the checksums recorded before it stopped, so X changed
+anywhere in the rows the first run read is refused when they are read again, not mixed
+with the rows read before.  NumPy X is one chunk, checksummed once per feed.
 """
 
+import hashlib
 import math
 
 import numpy as np
@@ -152,6 +161,22 @@ def piece_sum(block, start=0):
     return total, x.size
 
 
+def chunk_checksum(chunk):
+    """SHA-256 (64 bits of it, as hex) of a chunk's dtype, shape and values."""
+    chunk = np.ascontiguousarray(chunk)
+    h = hashlib.sha256(f"{chunk.dtype.str}{chunk.shape}".encode())
+    h.update(memoryview(chunk).cast("B"))
+    return h.hexdigest()[:16]
+
+
+def _read_with_checksum(block):
+    """A Dask chunk computed, and its :func:`chunk_checksum` (in the reading thread)."""
+    import dask
+
+    data = dask.compute(block)[0]
+    return data, chunk_checksum(data)
+
+
 def _on_piece(chunk, lo, hi, start, fn, *args, rows=None):
     """``fn`` on rows ``lo:hi`` (or the local ``rows``) of a chunk read once (run where
     the chunk lives)."""
@@ -175,10 +200,23 @@ class Feed:
     X : ndarray or dask.array.Array of shape (n_samples, n_features)
     pieces : list of list of (start, stop)
         As returned by :func:`make_batches`.
+    checksums : dict or None, default=None
+        None: no checksums.  Else the checksums of chunks read before (``"start:stop"``
+        -> hex, e.g. from a checkpoint; empty for a new run): every chunk read is
+        checked against it and recorded in :attr:`checksums` (see the module's
+        docstring).
+    since : str, default="it was read before"
+        Where the checksums come from, for the message of a mismatch.
+    hint : str, default="X must not change while it is fitted."
+        What the message of a mismatch advises.
     """
 
-    def __init__(self, X, pieces):
+    def __init__(self, X, pieces, checksums=None, since="it was read before",
+                 hint="X must not change while it is fitted."):
         self.X, self.pieces = X, pieces
+        self.checksums = None if checksums is None else dict(checksums)
+        self.since, self.hint = since, hint
+        self._numpy_checksum = None     # NumPy X: checksummed once per feed
         self.is_dask = not isinstance(X, np.ndarray)
         self.client = active_client() if self.is_dask else None
         self.bounds = (np.array([0, X.shape[0]]) if not self.is_dask
@@ -195,14 +233,54 @@ class Feed:
         return int(np.searchsorted(self.bounds, s, side="right") - 1)
 
     def _read(self, c):
+        """``[data or future, pending uses, checksum (or its future, or None),
+        checked]``."""
         if not self.is_dask:
-            return self.X
+            return [self.X, 0, None, False]
         block = self.X.blocks[c]
         if self.client is not None:
-            return self.client.compute(block, priority=-1)
+            data = self.client.compute(block, priority=-1)
+            total = (None if self.checksums is None else
+                     self.client.submit(chunk_checksum, data, pure=False, priority=-1))
+            return [data, 0, total, False]
         import dask
 
-        return self._pool.submit(lambda: dask.compute(block)[0])
+        if self.checksums is None:
+            return [self._pool.submit(lambda: dask.compute(block)[0]), 0, None, False]
+        both = self._pool.submit(_read_with_checksum, block)
+        return [both, 0, "with-data", False]
+
+    def _data(self, entry):
+        """A chunk entry's data (or future): a reading thread's (data, checksum) is
+        unpacked into the entry."""
+        data, total = entry[0], entry[2]
+        if total == "with-data":          # a thread's (data, checksum)
+            data, total = data.result()
+            entry[0], entry[2] = data, total
+        return data
+
+    def _verify(self, c, total):
+        """Check chunk ``c``'s checksum ``total`` (of this read) against the one recorded
+        for its rows, and record it."""
+        lo, hi = int(self.bounds[c]), int(self.bounds[c + 1])
+        key = f"{lo}:{hi}"
+        old = self.checksums.get(key)
+        if old is not None and old != total:
+            raise ValueError(f"X changed since {self.since}: rows {lo}..{hi - 1} differ from "
+                             f"the rows read then (their SHA-256). {self.hint}")
+        self.checksums[key] = total
+        entry = self.chunks[c]
+        entry[2], entry[3] = total, True
+
+    def _local_checksum(self, c):
+        """Checksum of chunk ``c`` read in this process (NumPy X: once per feed)."""
+        entry = self.chunks[c]
+        self._data(entry)
+        if entry[2] is not None:
+            return entry[2]
+        if self._numpy_checksum is None:
+            self._numpy_checksum = chunk_checksum(self.X)
+        return self._numpy_checksum
 
     def want(self, b):
         """Start reading the chunks of batch ``b`` (no-op if it is already on its way)."""
@@ -211,7 +289,7 @@ class Feed:
         cs = [self._chunk_of(s) for s, _ in self.pieces[b]]
         for c in cs:
             if c not in self.chunks:
-                self.chunks[c] = [self._read(c), 0]
+                self.chunks[c] = self._read(c)
             self.chunks[c][1] += 1
         self.pending[b] = cs
 
@@ -224,18 +302,30 @@ class Feed:
 
     def _run(self, b, fn, args, rows=None):
         self.want(b)
+        # chunks read whose checksum is still to be checked (once per read)
+        unchecked = ([] if self.checksums is None else
+                     list(dict.fromkeys(c for c in self.pending[b] if not self.chunks[c][3])))
+        if self.client is None:
+            for c in unchecked:         # before the solve: the data is here
+                self._verify(c, self._local_checksum(c))
         items = []
         for (s, e), c in zip(self.pieces[b], self.pending[b]):
             lo = int(s - self.bounds[c])
             local = None if rows is None else rows - int(self.bounds[c])
-            items.append((self.chunks[c][0], lo, lo + (e - s), s, local))
+            items.append((self._data(self.chunks[c]), lo, lo + (e - s), s, local))
         if self.client is not None:
             futures = [self.client.submit(_on_piece, f, lo, hi, s, fn, *args, rows=local,
                                           pure=False, priority=10)
                        for f, lo, hi, s, local in items]
-            return self.client.gather(futures)
+            # the workers' checksums come with the pieces' results, and are checked
+            # before the results are used (no round trip of their own)
+            parts, totals = self.client.gather([futures, [self.chunks[c][2] for c in unchecked]])
+            for c, total in zip(unchecked, totals):
+                self._verify(c, total)
+            return parts
         if self._pool is not None:
-            return [_on_piece(f.result(), lo, hi, s, fn, *args, rows=local)
+            return [_on_piece(f.result() if hasattr(f, "result") else f, lo, hi, s, fn, *args,
+                              rows=local)
                     for f, lo, hi, s, local in items]
         return [_on_piece(f, lo, hi, s, fn, *args, rows=local) for f, lo, hi, s, local in items]
 
@@ -256,8 +346,10 @@ class Feed:
     def close(self):
         """Cancel the chunks read ahead and stop the reader thread."""
         if self.client is not None:
-            for data, _ in self.chunks.values():
+            for data, _, total, _ in self.chunks.values():
                 data.cancel()
+                if total is not None and not isinstance(total, str):
+                    total.cancel()
         self.pending.clear()
         self.chunks.clear()
         if self._pool is not None:

@@ -223,6 +223,10 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
         return X
     if isinstance(X, da.Array):
         _check_shape_dtype(X, where)
+        from ._reader import native_dtype
+
+        if native_dtype(X.dtype) != X.dtype:    # float16, big-endian: as NumPy input
+            X = X.astype(native_dtype(X.dtype))
         if any(np.isnan(c) for c in X.chunks[0]) or any(np.isnan(c) for c in X.chunks[1]):
             raise ValueError(f"{where} has unknown chunk sizes; call X.compute_chunk_sizes() "
                              "before fitting.")

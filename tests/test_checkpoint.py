@@ -228,3 +228,81 @@ def test_unwritable_checkpoint_fails_before_any_work(X, tmp_path):
     with pytest.raises(ValueError, match="is a file, not a directory"):
         ONMFO(**KW, checkpoint=blocker, callback=seen.append).fit(X)
     assert seen == [] and blocker.read_text() == "x"
+
+
+# ---------------------------------------------------------------- issue 40: oddities
+@pytest.mark.parametrize("oddity", ["LATEST a directory", "gen-* a symlink",
+                                    "the newest gen-* a symlink"])
+def test_foreign_entries_of_our_names_are_refused_naming_them(X, tmp_path, oddity):
+    ck = tmp_path / "ck"
+    stopped_run(X, ck)
+    sub = ck / _checkpoint.SUBDIR
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "precious").write_text("x")
+    if oddity == "LATEST a directory":
+        target = sub / "LATEST"
+        os.remove(target)
+        target.mkdir()
+        (target / "precious").write_text("x")
+    elif oddity == "gen-* a symlink":
+        target = sub / "gen-00000099"
+        os.symlink(mine, target)
+    else:
+        target = sub / (sub / "LATEST").read_text().strip()
+        os.rename(target, mine / "gen")
+        os.symlink(mine / "gen", target)
+    for kw in (dict(resume=True), dict(overwrite_checkpoint=True)):
+        with pytest.raises(ValueError, match=f"{target}.* not .*daskrnmf"):
+            ONMFO(**KW, checkpoint=ck).fit(X, **kw)
+    assert (mine / "precious").read_text() == "x" and os.path.lexists(target)
+
+
+def test_a_second_fit_on_a_checkpoint_in_use_is_refused(X, tmp_path):
+    ck = tmp_path / "ck"
+    errors = []
+
+    def second_fit(info):
+        if not errors:
+            for kw in (dict(), dict(resume=True), dict(overwrite_checkpoint=True)):
+                try:
+                    ONMFO(**KW, checkpoint=ck).fit(X, **kw)
+                    errors.append(None)
+                except Exception as exc:    # noqa: BLE001 - the test looks at it below
+                    errors.append(exc)
+        return False
+
+    first = ONMFO(**KW, checkpoint=ck, checkpoint_every=1, callback=second_fit).fit(X)
+    assert len(errors) == 3
+    for exc in errors:
+        assert isinstance(exc, ValueError) and "in use by another fit" in str(exc), exc
+    np.testing.assert_array_equal(_checkpoint.load(ck)[0]["W"], first._W)
+    ONMFO(**KW, checkpoint=ck).fit(X, resume=True)      # the lock went with the first fit
+
+
+@pytest.mark.parametrize("chunks", [None, 50])
+def test_resume_on_x_changed_outside_the_fingerprinted_rows_is_refused(tmp_path, chunks):
+    big = np.random.default_rng(1).gamma(2.0, 1.0, size=(400, 8))
+    sampled = {r for a, b in _checkpoint.sample_ranges(len(big)) for r in range(a, b)}
+    row = next(r for r in range(len(big)) if r not in sampled)
+    ck = tmp_path / "ck"
+    def as_input(a):
+        return a if chunks is None else da.from_array(a, chunks=(chunks, -1))
+    # 20 batches a pass, stopped in the second: every row has been read once
+    ONMFO(**KW, checkpoint=ck, checkpoint_every=5,
+          callback=lambda info: info["iteration"] == 25).fit(as_input(big))
+    changed = big.copy()
+    changed[row, 3] += 1.0
+    with pytest.raises(ValueError, match=rf"X changed since the checkpoint {ck}\S* was made: "
+                                         r"rows \d+\.\.\d+ differ"):
+        ONMFO(**KW, checkpoint=ck).fit(as_input(changed), resume=True)
+    ONMFO(**KW, checkpoint=ck).fit(as_input(big), resume=True)      # the same X resumes
+
+
+def test_a_corrupt_checkpoint_chunk_is_named(X, tmp_path):
+    ck = tmp_path / "ck"
+    stopped_run(X, ck)
+    with open(os.path.join(generation(ck), "W", "c", "0", "0"), "r+b") as fh:
+        fh.write(b"\xff" * 8)
+    with pytest.raises(ValueError, match=r"gen-\d+ is damaged: the chunk W/c/0/0 cannot be read"):
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True)

@@ -138,6 +138,10 @@ def bad_stores(workdir):
                               chunks=arr.shape)
         z[...] = arr
         paths[name] = str(workdir / f"{name}.zarr")
+    paths["corrupt"] = str(workdir / "corrupt.zarr")     # a chunk zstd cannot decode
+    zarr.create_array(paths["corrupt"], shape=(40, 3), dtype="f8", chunks=(20, 3))[...] = 1.0
+    with open(os.path.join(paths["corrupt"], "c", "1", "0"), "r+b") as fh:
+        fh.write(b"\xff" * 8)
     return paths
 
 
@@ -152,6 +156,10 @@ def bad_stores(workdir):
     (["fit", "RFNMF", "{nan}", "--output", "{out}", "--max-iter", "-3"],
      "The 'max_iter' parameter of RFNMF must be an int in the range [1, inf). Got -3 instead."),
     (["info", "{missing}"], "store {missing} does not exist."),
+    # read on a worker, reported by the client
+    (["fit", "RFNMF", "{corrupt}", "--output", "{out}", "--n-clusters", "2"],
+     "Cannot read the chunk c/1/0 of the Zarr array {corrupt} (rows 20..39): RuntimeError: "
+     "Zstd decompression error"),
 ])
 def test_bad_input_is_one_line_and_exit_1(workdir, bad_stores, capsys, argv, message):
     names = {**bad_stores, "missing": str(workdir / "nowhere.zarr"), "out": str(workdir / "x.zarr")}

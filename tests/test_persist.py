@@ -172,7 +172,8 @@ def test_a_newer_format_is_a_clear_error(saved):
     _edit_attrs(path, format_version=99)
     with pytest.raises(ValueError, match=r"saved\S* in daskrnmf-model format_version 99") as exc:
         daskrnmf.load(path)
-    assert path in str(exc.value) and "format_version 1 only" in str(exc.value)
+    assert path in str(exc.value)
+    assert f"format_version {_persist.FORMAT_VERSION} only" in str(exc.value)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -238,3 +239,77 @@ def test_only_registered_models_are_saved(tmp_path):
     with pytest.raises(TypeError, match="only the registered daskrnmf models"):
         Mine().save(tmp_path / "m")
     assert not os.listdir(tmp_path)
+
+
+# ---------------------------------------------------------------- issue 40: integrity
+def _centres_file(path):
+    return os.path.join(path, _persist.ARRAYS, "cluster_centers_")
+
+
+def _delete_chunk(path):
+    os.remove(os.path.join(_centres_file(path), "c", "0", "0"))
+
+
+def _set_nan(path):
+    z = zarr.open_array(_centres_file(path), mode="r+")
+    z[0, 0] = np.nan
+
+
+def _swap_shape(path):
+    z = zarr.open_array(_centres_file(path), mode="r")
+    value = z[...]
+    zarr.create_array(_centres_file(path), shape=(3, value.shape[1]), dtype=value.dtype,
+                      overwrite=True)[...] = np.vstack([value, value[:1]])
+
+
+def _corrupt_chunk(path):
+    with open(os.path.join(_centres_file(path), "c", "0", "0"), "r+b") as fh:
+        fh.write(b"\xff" * 8)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_delete_chunk, r"cluster_centers_\S* differs from what was saved"),
+    (_set_nan, r"cluster_centers_\S* differs from what was saved"),
+    (_swap_shape, r"cluster_centers_\S* differs from what was saved"),
+    (_corrupt_chunk, r"chunk c/0/0 of the array \S*cluster_centers_ cannot be read"),
+    (lambda p: _edit_attrs(p, params={"n_clusters": 3}),
+     r"cluster_centers_ has shape \(2, 6\).*n_clusters = 3"),
+    (lambda p: _edit_attrs(p, attributes=lambda a: a.__setitem__("n_features_in_", 5)),
+     r"cluster_centers_ has shape \(2, 6\).*n_features_in_ = 5"),
+    (lambda p: _edit_attrs(p, attributes=lambda a: a.__setitem__("evil_", 1)),
+     "RFNMF has no fitted attribute 'evil_'"),
+])
+def test_a_damaged_or_inconsistent_model_file_is_refused_naming_it(saved, damage, message):
+    path, X = saved
+    damage(path)
+    with pytest.raises(ValueError, match=message) as err:
+        daskrnmf.load(path)
+    assert path in str(err.value)
+
+
+def test_a_model_file_without_checksums_is_refused(saved):
+    path, _ = saved
+    _edit_attrs(path, format_version=1)
+    with pytest.raises(ValueError, match="before model files carried checksums.*save it again"):
+        daskrnmf.load(path)
+
+
+@pytest.mark.parametrize("name", ["SemiNMF", "MNMF"])
+def test_arrays_come_back_in_the_memory_order_they_were_saved_in(name, tmp_path):
+    X, y = _data()
+    model = _fit(name, X, y)
+    assert model.components_.flags.f_contiguous and not model.components_.flags.c_contiguous
+    loaded = daskrnmf.load(model.save(tmp_path / "m"))
+    assert loaded.components_.flags.f_contiguous
+    for key, value in _persist.saved_state(model).items():
+        if isinstance(value, np.ndarray):
+            got = getattr(loaded, key)
+            assert (got.flags.c_contiguous, got.flags.f_contiguous) == \
+                (value.flags.c_contiguous, value.flags.f_contiguous), key
+
+
+def test_an_edited_parameter_or_value_that_fits_the_arrays_is_refused(saved):
+    path, X = saved
+    _edit_attrs(path, params={**zarr.open_group(path, mode="r").attrs["params"], "loss": "l2"})
+    with pytest.raises(ValueError, match=f"{path}: its attributes .* differ from what was saved"):
+        daskrnmf.load(path)

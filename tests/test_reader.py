@@ -219,3 +219,42 @@ def test_pool_bounds_its_bytes_and_empty_rows_are_zarrs(tmp_path, monkeypatch):
     monkeypatch.undo()
     z = zarr.create_array(str(tmp_path / "e.zarr"), shape=(5, 0), chunks=(2, 1), dtype="f4")
     assert as_dask(z, 4).compute(scheduler="sync").shape == (5, 0)
+
+
+# ---------------------------------------------------------------- issue 40: odd input
+def _damage(path, z, chunk=(1, 0)):
+    key = os.path.join(path, z.metadata.encode_chunk_key(chunk))
+    with open(key, "r+b") as fh:
+        fh.write(b"\xff" * 8)               # the compressor's header: undecodable
+    return z.metadata.encode_chunk_key(chunk)
+
+
+@pytest.mark.parametrize("layout", ["v3-zstd", "checksum"])
+def test_a_corrupt_input_chunk_is_a_value_error_naming_array_and_chunk(tmp_path, layout):
+    from daskrnmf import RFNMF
+
+    kw, chunks = (OWN[layout], (100, 7)) if layout in OWN else ZARRS[layout]
+    z = _store(tmp_path, kw, chunks=chunks, drop=())
+    path = str(tmp_path / "x.zarr")
+    key = _damage(path, z)
+    with pytest.raises(ValueError, match=f"chunk {key} of the Zarr array {path} .*rows "
+                                         "100..199") as err:
+        RFNMF(n_clusters=2, max_iter=2).fit(path)
+    assert "corrupt" in str(err.value)
+
+
+@pytest.mark.parametrize("dtype, zarr_format", [("f2", 3), (">f8", 2), (">i4", 2)])
+def test_float16_and_big_endian_zarr_input_fit_as_numpy_input_does(tmp_path, dtype,
+                                                                    zarr_format):
+    from daskrnmf import NMF
+
+    path = str(tmp_path / "odd.zarr")
+    data = X[:200, :5]
+    z = zarr.create_array(path, shape=data.shape, chunks=(50, 5), dtype=dtype,
+                          zarr_format=zarr_format)
+    z[:] = data.astype(dtype)
+    kw = dict(n_components=2, max_iter=3, random_state=0)
+    got = NMF(**kw).fit(path)
+    want = NMF(**kw).fit(data.astype(dtype))        # NumPy: scikit-learn's float64
+    assert got.components_.dtype == want.components_.dtype == np.float64
+    np.testing.assert_allclose(got.components_, want.components_, rtol=1e-10)

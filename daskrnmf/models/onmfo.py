@@ -356,20 +356,32 @@ class ONMFO(_OutlierFactorization):
         return self
 
     def _fit_blocks(self, X, blocks, stats, seed, y, *, resume, overwrite_checkpoint):
+        # one fit at a time on a checkpoint directory: the lock is held until the fit
+        # returns (a second fit on it is a ValueError, not a race for its generations)
+        lock = None if self.checkpoint is None else _checkpoint.Lock(self.checkpoint)
+        try:
+            return self._fit_stream(X, seed, resume, overwrite_checkpoint, lock)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _fit_stream(self, X, seed, resume, overwrite_checkpoint, lock):
         n, d = X.shape
         k = self.n_components
         batches, pieces, units = make_batches(X, self.batch_size)
         saved, data, claimed = None, None, None
         if self.checkpoint is not None:
             _checkpoint.check_location(self.checkpoint, X)    # never in or around X's store
+            lock.acquire()              # the directory is read only under the lock
             saved = _checkpoint.load(self.checkpoint) if resume else None
             if saved is None:
                 claimed = _checkpoint.claim(self.checkpoint, overwrite=overwrite_checkpoint)
+                lock.acquire()          # the marker claim() made, if it was not there
             data = _checkpoint.data_fingerprint(X)
         if saved and self.random_state is None:
             seed = int(saved[1]["seed"])
         key = self._fingerprint(n, d, batches, units, seed)
-        feed = Feed(X, pieces)
+        feed = Feed(X, pieces, **self._chunk_checksums(saved))
         try:
             if saved:
                 _checkpoint.check_same_data(saved[1].get("data", {}), data, saved[1]["_file"])
@@ -469,7 +481,7 @@ class ONMFO(_OutlierFactorization):
         def after_step(run, iteration, stopping):
             if self.checkpoint is not None and (
                     stopping or run.pos == 0 or iteration % self.checkpoint_every == 0):
-                self._save(run, key, data)
+                self._save(run, key, data, feed.checksums)
 
         # ``blocks=run``: the driver reports ``run.n_passes`` (complete passes) as n_passes
         if run.converged:       # a resumed run that had converged: nothing left to do
@@ -494,7 +506,23 @@ class ONMFO(_OutlierFactorization):
                 "reset_statistics": bool(self.reset_statistics), "shuffle": bool(self.shuffle),
                 "batches": hashlib.sha256(bounds).hexdigest()[:16], "seed": str(seed)}
 
-    def _save(self, run, key, data):
+    def _chunk_checksums(self, saved):
+        """The feed's checksum arguments: none without a checkpoint; a resumed run's
+        X is checked against the checksums of the chunks the run read before."""
+        if self.checkpoint is None:
+            return {}
+        if not saved:
+            return {"checksums": {}}
+        sums, where = saved[1].get("chunk_sha256", {}), saved[1]["_file"]
+        if not isinstance(sums, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in sums.items()):
+            raise ValueError(f"The checkpoint {where} is damaged: its chunk checksums are "
+                             "not a mapping of row ranges to checksums.")
+        return {"checksums": sums, "since": f"the checkpoint {where} was made",
+                "hint": "Resume with the X it was made from, or fit with "
+                        "overwrite_checkpoint=True to start afresh."}
+
+    def _save(self, run, key, data, checksums=None):
         arrays = {"W": run.W, "A": run.A, "B": run.B, "C": run.C,
                   "history": np.array(run.history, dtype=np.float64)}
         if run.Bm is not None:      # missing="mask": the per-feature Gram matrices
@@ -503,7 +531,9 @@ class ONMFO(_OutlierFactorization):
                  "position": run.pos, "n_steps": run.n_steps, "n_samples_seen": run.n_seen,
                  "passes_done": run.passes_done, "loss_sum": run.loss_sum,
                  "pass_n": run.pass_n, "inner_rounds": int(run.inner_rounds),
-                 "inner_n": int(run.inner_n), "converged": bool(run.converged)}
+                 "inner_n": int(run.inner_n), "converged": bool(run.converged),
+                 # the chunks of X read so far, checked when a resumed run reads them
+                 "chunk_sha256": dict(checksums or {})}
         _checkpoint.save(self.checkpoint, arrays, attrs)
 
     def _restore(self, saved, key, n_batches):
