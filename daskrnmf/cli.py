@@ -18,7 +18,10 @@ Where a command runs: ``--cluster CONFIG.yaml``, ``--scheduler-file FILE`` or
 ``--scheduler-address ADDR`` (with ``--tls-ca-file``, ``--tls-client-cert`` and
 ``--tls-client-key`` for a ``tls://`` scheduler); with none, a LocalCluster sized to the
 machine.  Every output, checkpoint and scratch location is checked (writable, not inside
-or around the input) before a cluster is started: daskrnmf never writes its input.
+or around the input) before a cluster is started: daskrnmf never writes its input.  A
+command waits ``--worker-timeout SECONDS`` at most (dask config
+``daskrnmf.worker-timeout``, default 600) for the scheduler's first worker, then fails
+naming the scheduler (:mod:`daskrnmf.cluster`).
 
 Exit status: 0 done; 1 the input, the parameters or the run failed (one line on stderr, no
 traceback; ``--debug`` shows it); 2 the command line itself is wrong; 130 interrupted
@@ -238,6 +241,16 @@ def _fraction(text):
     return value
 
 
+def _positive_seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):        # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def _json_object(text):
     try:
         value = json.loads(text)
@@ -263,6 +276,10 @@ def _where(p):
     g.add_argument("--scheduler-file", help="scheduler file of a running Dask scheduler")
     g.add_argument("--scheduler-address", help="address of a running Dask scheduler "
                                                "(tcp://HOST:PORT or tls://HOST:PORT)")
+    p.add_argument("--worker-timeout", type=_positive_seconds, metavar="SECONDS",
+                   help="how long to wait for the scheduler's first worker before failing "
+                        "(default: dask config 'daskrnmf.worker-timeout', else 600; raise it "
+                        "for batch jobs of workers that may wait in a queue)")
     tls = p.add_argument_group("TLS (with --scheduler-address tls://...)")
     tls.add_argument("--tls-ca-file", help="certificate of the CA that signed the scheduler's")
     tls.add_argument("--tls-client-cert", help="this client's certificate")
@@ -665,7 +682,8 @@ def _connect(args):
         else dask_log_level(logging.WARNING)
     with levels, connect(args.cluster, scheduler_file=args.scheduler_file,
                          scheduler_address=args.scheduler_address,
-                         tls={k: v for k, v in tls.items() if v} or None) as client:
+                         tls={k: v for k, v in tls.items() if v} or None,
+                         worker_timeout=getattr(args, "worker_timeout", None)) as client:
         yield client
 
 
@@ -1040,6 +1058,8 @@ def main(argv=None):
     """Entry point of the ``daskrnmf`` console script; returns the exit status."""
     import warnings
 
+    from .cluster import NoWorkersError
+
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, model = _normalise_model(argv)
     parser = _parser(model)
@@ -1067,7 +1087,7 @@ def main(argv=None):
                 raise
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if not isinstance(exc, (CommandError, ValueError, TypeError, FileNotFoundError,
-                                    FileExistsError)):
+                                    FileExistsError, NoWorkersError)):
                 message = f"{type(exc).__name__}: {message}"
             print(f"daskrnmf: error: {message}", file=sys.stderr)
             return EXIT_FAILURE
