@@ -122,7 +122,9 @@ def _check_tls_files(ca_file, cert, key):
     # a certificate file loads as a (PEM) certificate list; a key file does not
     load("tls_client_cert", cert,
          lambda: ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=cert))
-    load("tls_client_key", key, lambda: context.load_cert_chain(cert, key))
+    # an encrypted key: refused (OpenSSL would otherwise prompt for its password on the
+    # terminal of a batch job, a wait without end)
+    load("tls_client_key", key, lambda: context.load_cert_chain(cert, key, password=b""))
 
 
 _TLS_WHAT = {"tls_ca_file": "is not a PEM certificate of a CA",

@@ -95,3 +95,53 @@ def test_the_cli_waits_worker_timeout_seconds_and_says_for_what(labels, workerle
     assert err == (f"daskrnmf: error: the scheduler at {workerless} has no workers after 0.2 s; "
                    "start workers for it, or wait longer with --worker-timeout SECONDS (dask "
                    "config 'daskrnmf.worker-timeout').\n")
+
+
+# ------------------------------------------------------------------ deep errors, named
+def test_an_unknown_key_of_a_local_config_is_named_with_its_file(labels, no_start, capsys,
+                                                                 tmp_path):
+    config = tmp_path / "typo.yaml"
+    config.write_text(yaml.safe_dump({"cluster": "local", "n_workers": 1, "procesess": False}))
+    capsys.readouterr()
+    assert _evaluate(labels, "--cluster", str(config)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"daskrnmf: error: cluster configuration {config}: unknown key "
+                          "'procesess' for a 'local' cluster") and err.count("\n") == 1
+    assert not no_start
+
+
+def test_a_garbage_scheduler_file_is_named(no_start, tmp_path):
+    for text in ("garbage", json.dumps({"type": "Scheduler"}), "[1, 2]"):
+        (tmp_path / "s.json").write_text(text)
+        with pytest.raises(ValueError, match=f"scheduler file {tmp_path / 's.json'} is not a "
+                                             "Dask scheduler file"):
+            with connect(scheduler_file=str(tmp_path / "s.json")):
+                pass
+    assert not no_start
+
+
+def test_bad_tls_files_are_named_with_what_is_wrong(no_start, tmp_path):
+    pytest.importorskip("cryptography")
+    from distributed.security import Security
+
+    def files(stem):
+        sec, out = Security.temporary(), {}
+        for key in ("tls_ca_file", "tls_client_cert", "tls_client_key"):
+            out[key] = str(tmp_path / f"{stem}-{key}.pem")
+            with open(out[key], "w") as fh:
+                fh.write(getattr(sec, key))
+        return out
+
+    good, other = files("good"), files("other")
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    junk = str(tmp_path / "junk.pem")
+    for bad, message in [({"tls_ca_file": junk}, f"tls_ca_file {junk} is not a PEM certificate"),
+                         ({"tls_client_cert": junk},
+                          f"tls_client_cert {junk} is not a PEM certificate"),
+                         ({"tls_client_key": other["tls_client_key"]},
+                          f"tls_client_key {other['tls_client_key']} is not the private key "
+                          "of tls_client_cert")]:
+        with pytest.raises(ValueError, match=message):
+            with connect(scheduler_address="tls://127.0.0.1:1", tls={**good, **bad}):
+                pass
+    assert not no_start
