@@ -674,17 +674,20 @@ def _protected(args, *paths):
 def _connect(args):
     """The command's Client; Dask's own logging at WARNING unless ``--debug`` (the
     model's ``--progress`` lines are the log), silent while the cluster shuts down."""
-    from .cluster import connect, dask_log_level
+    from .cluster import connect, dask_log_level, quiet_task_errors
 
     tls = {k: getattr(args, k, None) for k in ("tls_ca_file", "tls_client_cert",
                                                "tls_client_key")}
-    levels = contextlib.nullcontext() if getattr(args, "debug", False) \
-        else dask_log_level(logging.WARNING)
+    debug = getattr(args, "debug", False)
+    levels = contextlib.nullcontext() if debug else dask_log_level(logging.WARNING)
     with levels, connect(args.cluster, scheduler_file=args.scheduler_file,
                          scheduler_address=args.scheduler_address,
                          tls={k: v for k, v in tls.items() if v} or None,
                          worker_timeout=getattr(args, "worker_timeout", None)) as client:
-        yield client
+        # a task that raises: its exception is the command's one line, not also the
+        # worker's "Compute Failed" block and traceback (kept with --debug)
+        with contextlib.nullcontext() if debug else quiet_task_errors(client):
+            yield client
 
 
 class _Run:
@@ -872,6 +875,9 @@ def cmd_evaluate(args, parser):
     if pred.ndim != 1 or true.ndim != 1 or pred.shape != true.shape:
         raise CommandError(f"labels must be 1-D arrays of the same length; got {pred.shape} "
                            f"and {true.shape}.")
+    if pred.shape[0] == 0:
+        raise CommandError(f"the labels {args.pred} and {args.true} are empty (0 samples); "
+                           "there is nothing to compare.")
     with _connect(args):
         scores = {"ACC": clustering_accuracy(true, pred), "NMI": normalized_mutual_info(true, pred),
                   "purity": purity(true, pred), "n_samples": int(pred.shape[0])}

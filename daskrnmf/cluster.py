@@ -386,6 +386,49 @@ def dask_log_level(level: int = logging.WARNING) -> Iterator[None]:
         restore_log_levels(changed)
 
 
+class _NoComputeFailed(logging.Filter):
+    """Drops distributed's "Compute Failed" record (``distributed.worker``, ERROR: the
+    failed task, its arguments and a traceback, logged by the worker that ran it).  The
+    exception itself still reaches the client, which reports it."""
+
+    def filter(self, record):
+        return not (record.name == "distributed.worker"
+                    and str(record.msg).startswith("Compute Failed"))
+
+
+_NO_COMPUTE_FAILED = _NoComputeFailed()
+
+
+class _QuietTaskErrorsPlugin:
+    """Worker plugin: :class:`_NoComputeFailed` on the worker's ``distributed.worker``
+    logger (registered with the scheduler, so also on workers started later, as after a
+    lost worker)."""
+
+    name = "daskrnmf-quiet-task-errors"
+
+    def setup(self, worker):
+        logging.getLogger("distributed.worker").addFilter(_NO_COMPUTE_FAILED)
+
+
+@contextlib.contextmanager
+def quiet_task_errors(client: Any = None) -> Iterator[None]:
+    """No "Compute Failed" block from a task that raises, in this process and, for a
+    ``client`` of a cluster started here (whose worker processes write to this process's
+    stderr), on its workers: a command reports the exception in one line instead.
+    Workers of a scheduler that others share are left alone."""
+    log = logging.getLogger("distributed.worker")
+    log.addFilter(_NO_COMPUTE_FAILED)
+    try:
+        if client is not None and getattr(client, "cluster", None) is not None:
+            from distributed.diagnostics.plugin import WorkerPlugin
+
+            plugin = type("QuietTaskErrors", (_QuietTaskErrorsPlugin, WorkerPlugin), {})()
+            client.register_plugin(plugin, name=_QuietTaskErrorsPlugin.name)
+        yield
+    finally:
+        log.removeFilter(_NO_COMPUTE_FAILED)
+
+
 def _silence_worker(client_pid: int) -> None:
     """On a worker process: no more Dask logging (its cluster is about to shut down).
     Workers in the client's own process are left alone (the client restores its levels

@@ -6,6 +6,8 @@ wait for workers uses one in-process scheduler without workers."""
 
 import json
 import os
+import subprocess
+import sys
 
 import dask
 import numpy as np
@@ -144,4 +146,32 @@ def test_bad_tls_files_are_named_with_what_is_wrong(no_start, tmp_path):
         with pytest.raises(ValueError, match=message):
             with connect(scheduler_address="tls://127.0.0.1:1", tls={**good, **bad}):
                 pass
+    assert not no_start
+
+
+def test_a_failure_on_a_worker_is_one_line_on_stderr(labels, tmp_path):
+    # issue 40: a task that raises on a worker process logs distributed's "Compute Failed"
+    # block with a traceback (distributed.worker, at ERROR) on the command's stderr, above
+    # the clear last line; only that line is printed now (all of it with --debug)
+    g = zarr.open_group(str(tmp_path / "p.zarr"), mode="w")
+    g.create_array("p", shape=(12,), dtype="f8", chunks=(4,))[...] = np.r_[np.zeros(11), np.nan]
+    (tmp_path / "procs.yaml").write_text(yaml.safe_dump(
+        {"cluster": "local", "n_workers": 1, "threads_per_worker": 1, "memory_limit": "1GiB"}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "daskrnmf", "evaluate", str(tmp_path / "p.zarr" / "p"),
+         str(labels / "l.zarr" / "y"), "--cluster", str(tmp_path / "procs.yaml")],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr == ("daskrnmf: error: labels_pred holds NaN or infinity; every sample "
+                           "needs a label.\n")
+
+
+def test_evaluate_refuses_empty_labels_before_a_cluster_starts(no_start, capsys, tmp_path):
+    g = zarr.open_group(str(tmp_path / "e.zarr"), mode="w")
+    g.create_array("e", shape=(0,), dtype="i8", chunks=(4,))
+    e = str(tmp_path / "e.zarr" / "e")
+    capsys.readouterr()
+    assert cli.main(["evaluate", e, e]) == 1
+    assert capsys.readouterr().err == (f"daskrnmf: error: the labels {e} and {e} are empty "
+                                       "(0 samples); there is nothing to compare.\n")
     assert not no_start
