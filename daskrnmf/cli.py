@@ -231,6 +231,16 @@ def _positive_int(text):
     return value
 
 
+def _seed(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:                     # NumPy's generators take non-negative seeds only
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    return value
+
+
 def _fraction(text):
     try:
         value = float(text)
@@ -378,8 +388,13 @@ def _parser(model=None):
                     help="blobs: clusters with outliers, out of core; coclusters, segments "
                          "(ordered samples), faces (ORL faces with block outliers): small")
     mk.add_argument("output", help="Zarr store to write")
-    mk.add_argument("--n-samples", type=_positive_int, default=100_000, help="rows of X")
-    mk.add_argument("--n-features", type=_positive_int, default=32, help="columns of X")
+    # no argparse default: faces refuses them, segments has its own (see _make_data_sizes)
+    mk.add_argument("--n-samples", type=_positive_int, default=argparse.SUPPRESS,
+                    help="rows of X (default: 100000); segments: a multiple of 8 (8 "
+                         "segments of equal length), default 160; faces: refused (ORL's 400 "
+                         "images)")
+    mk.add_argument("--n-features", type=_positive_int, default=argparse.SUPPRESS,
+                    help="columns of X (default: 32); faces: refused (ORL's 32 x 32 pixels)")
     mk.add_argument("--n-clusters", type=_positive_int, default=5, help="blobs: clusters")
     mk.add_argument("--outlier-fraction", type=_fraction, default=0.05,
                     help="blobs: fraction of rows that are outliers, in [0, 1]")
@@ -387,7 +402,7 @@ def _parser(model=None):
                     help="faces: outlier density, in [0, 1]")
     mk.add_argument("--chunk-rows", type=_positive_int, default=20_000,
                     help="rows per stored chunk")
-    mk.add_argument("--random-state", type=int, default=0, help="seed")
+    mk.add_argument("--random-state", type=_seed, default=0, help="seed")
     mk.add_argument("--overwrite", action="store_true", help="replace an existing output")
     _where(mk)
 
@@ -890,6 +905,53 @@ def cmd_evaluate(args, parser):
     return 0
 
 
+def _make_data_sizes(args):
+    """Set ``args.n_samples`` / ``args.n_features`` for the generator, refusing what it
+    cannot honour, and refuse sizes that cannot fit, before anything starts or is written:
+    the store on the output's disk, and in memory a chunk (blobs, generated chunk by chunk
+    on the workers) or the whole problem (the other generators, made in memory)."""
+    import psutil
+
+    given = {k: getattr(args, k) for k in ("n_samples", "n_features") if hasattr(args, k)}
+    gen = args.generator
+    if gen == "faces":
+        if given:
+            raise CommandError("make-data faces is the ORL set of 400 images of 32 x 32 pixels; "
+                               f"--{'/--'.join(k.replace('_', '-') for k in given)} do not "
+                               "apply (use blobs, coclusters or segments for other sizes).")
+        args.n_samples, args.n_features = 400, 1024
+        return
+    args.n_features = given.get("n_features", 32)
+    args.n_samples = given.get("n_samples", 160 if gen == "segments" else 100_000)
+    if gen == "segments" and args.n_samples % 8:
+        raise CommandError(f"make-data segments makes 8 segments of equal length: --n-samples "
+                           f"must be a multiple of 8; got {args.n_samples}.")
+    n, d = args.n_samples, args.n_features
+    memory = psutil.virtual_memory().available
+    # generating a block takes a few copies of it (noise, gross values, their order)
+    rows = min(args.chunk_rows, n) if gen == "blobs" else n
+    need = 4 * rows * d * 8
+    if need > memory:
+        raise CommandError(f"make-data {gen}: generating {rows} x {d} float64 at once needs "
+                           f"about {_bytes(need)}, more than the {_bytes(memory)} of memory "
+                           "available; choose a smaller "
+                           f"{'--chunk-rows' if gen == 'blobs' else '--n-samples'} or "
+                           "--n-features.")
+    total = n * (8 * d + 8)                 # X in float64, y and outlier / column labels
+    free = shutil.disk_usage(_nearest_existing(os.path.dirname(os.path.abspath(args.output))))
+    if total > free.free:
+        raise CommandError(f"make-data {gen}: {n} x {d} float64 is {_bytes(total)}, more than "
+                           f"the {_bytes(free.free)} free where {args.output} goes; choose a "
+                           "smaller --n-samples or --n-features.")
+
+
+def _bytes(n):
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.3g} {unit}"
+        n /= 1000
+
+
 def cmd_make_data(args, parser):
     from . import datasets
 
@@ -897,6 +959,7 @@ def cmd_make_data(args, parser):
         raise CommandError(f"make-data writes local stores; got {args.output}. Write it "
                            "locally and copy it (daskrnmf fit reads URLs).")
     _check_output(args.output, args.overwrite)
+    _make_data_sizes(args)
     run = _Run()
     tmp = run.remove_later(_partial_name(args.output))
     try:
@@ -932,6 +995,7 @@ def _small_problem(args):
         out = {"X": X, "y": y, "column_labels": cols}
     elif args.generator == "segments":
         X, y = datasets.make_ordered_segments(n_features=args.n_features,
+                                              segment_length=args.n_samples // 8,
                                               random_state=args.random_state)
         out = {"X": X, "y": y}
     else:

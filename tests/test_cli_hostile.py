@@ -175,3 +175,41 @@ def test_evaluate_refuses_empty_labels_before_a_cluster_starts(no_start, capsys,
     assert capsys.readouterr().err == (f"daskrnmf: error: the labels {e} and {e} are empty "
                                        "(0 samples); there is nothing to compare.\n")
     assert not no_start
+
+
+# ------------------------------------------------------------------ make-data, up front
+def test_make_data_refuses_a_negative_seed_before_a_cluster_starts(no_start, capsys, tmp_path):
+    capsys.readouterr()
+    assert cli.main(["make-data", "blobs", str(tmp_path / "o.zarr"), "--random-state", "-1"]) == 2
+    assert "argument --random-state: must be a non-negative integer, got -1" in \
+        capsys.readouterr().err
+    assert not no_start and not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("generator, option, value, message", [
+    ("blobs", "--n-samples", "100000000000000", "more than the"),
+    ("blobs", "--n-features", "100000000", "of memory available"),
+    ("coclusters", "--n-samples", "100000000000", "of memory available"),
+])
+def test_make_data_refuses_sizes_that_cannot_fit_before_writing(no_start, capsys, tmp_path,
+                                                                generator, option, value,
+                                                                message):
+    capsys.readouterr()
+    assert cli.main(["make-data", generator, str(tmp_path / "o.zarr"), option, value]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"daskrnmf: error: make-data {generator}: ") and message in err
+    assert err.count("\n") == 1 and option in err
+    assert not no_start and not os.listdir(tmp_path)    # no output, no *.partial-*
+
+
+@pytest.mark.parametrize("generator, argv, message", [
+    ("faces", ["--n-samples", "300"], "faces is the ORL set of 400 images of 32 x 32 pixels"),
+    ("faces", ["--n-features", "24"], "faces is the ORL set of 400 images of 32 x 32 pixels"),
+    ("segments", ["--n-samples", "100"], "--n-samples must be a multiple of 8"),
+])
+def test_make_data_refuses_sizes_a_generator_cannot_honour(no_start, capsys, tmp_path,
+                                                          generator, argv, message):
+    capsys.readouterr()
+    assert cli.main(["make-data", generator, str(tmp_path / "o.zarr"), *argv]) == 1
+    assert message in capsys.readouterr().err
+    assert not no_start and not os.listdir(tmp_path)
