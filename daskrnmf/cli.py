@@ -1053,12 +1053,11 @@ def cmd_choose_k(args, parser):
             raise CommandError("--n-column-clusters is a parameter of RFNMTF.")
         params["n_column_clusters"] = args.n_column_clusters
     protected = _protected(args, (args.input, "input"))
+    if args.output and args.plot and _real(args.output) == _real(args.plot):
+        raise CommandError(f"--output and --plot are the same file ({args.output}); give two.")
     for path, what in ((args.output, "--output"), (args.plot, "--plot")):
         if path:
-            _refuse_overlap(path, protected, what)
-            if os.path.exists(path) and not args.overwrite:
-                raise CommandError(f"{what} {path} exists; pass --overwrite to replace it.")
-            _check_writable(os.path.dirname(os.path.abspath(path)), f"{what} directory")
+            _check_file_target(path, what, args.overwrite, protected)
     z = _open_input(args.input, args.component)
     estimator = spec.cls(**params)
     with _connect(args):
@@ -1080,6 +1079,30 @@ def cmd_choose_k(args, parser):
         savefig(fig, args.plot, title=f"choose-k {spec.name}")
         _pyplot().close(fig)
     return 0
+
+
+def _check_file_target(path, what, overwrite, protected):
+    """A file a command writes at its end (choose-k's table and figure), checked before
+    the work: not the input, not a directory, not existing unless ``overwrite``, its
+    directory there and writable, and for a figure a format matplotlib writes."""
+    _refuse_overlap(path, protected, what)
+    if os.path.isdir(path):
+        raise CommandError(f"{what} {path} is a directory; give a file name.")
+    if os.path.lexists(path) and not overwrite:
+        raise CommandError(f"{what} {path} exists; pass --overwrite to replace it.")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise CommandError(f"the directory of {what} {path} does not exist.")
+    _check_writable(parent, f"the directory of {what}")
+    if what == "--plot":
+        from matplotlib.figure import Figure
+
+        kinds = Figure().canvas.get_supported_filetypes()
+        ext = os.path.splitext(path)[1].lower().lstrip(".")
+        if ext not in kinds:
+            found = f"matplotlib cannot write '.{ext}' files" if ext else "no file extension"
+            raise CommandError(f"{what} {path}: {found}; end the name with one of "
+                               f".{', .'.join(sorted(kinds))}.")
 
 
 COMMANDS = {"fit": cmd_fit, "evaluate": cmd_evaluate, "make-data": cmd_make_data, "info": cmd_info,

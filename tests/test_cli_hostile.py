@@ -213,3 +213,23 @@ def test_make_data_refuses_sizes_a_generator_cannot_honour(no_start, capsys, tmp
     assert cli.main(["make-data", generator, str(tmp_path / "o.zarr"), *argv]) == 1
     assert message in capsys.readouterr().err
     assert not no_start and not os.listdir(tmp_path)
+
+
+# ------------------------------------------------------------------ choose-k, up front
+@pytest.mark.parametrize("targets, message", [
+    (["--output", "{d}"], "--output {d} is a directory; give a file name"),
+    (["--plot", "{d}"], "--plot {d} is a directory; give a file name"),
+    (["--output", "{d}/no/such/table.md"], "the directory of --output {d}/no/such/table.md "
+                                           "does not exist"),
+    (["--plot", "{d}/k.xyz"], "--plot {d}/k.xyz: matplotlib cannot write '.xyz' files"),
+    (["--output", "{d}/k.png", "--plot", "{d}/k.png"], "--output and --plot are the same file"),
+])
+def test_choose_k_checks_its_output_files_before_the_work(labels, no_start, capsys, tmp_path,
+                                                          targets, message):
+    argv = ["choose-k", "RFNMF", str(labels / "l.zarr" / "y"), "--ks", "2-3", "--overwrite",
+            *[t.format(d=tmp_path) for t in targets]]
+    capsys.readouterr()
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message.format(d=tmp_path) in err
+    assert not no_start and not os.listdir(tmp_path)
