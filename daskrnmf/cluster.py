@@ -134,10 +134,10 @@ _TLS_WHAT = {"tls_ca_file": "is not a PEM certificate of a CA",
 
 def _read_scheduler_file(path):
     """The scheduler's address from a scheduler file (JSON with an ``address``), read
-    again for up to a second while the scheduler may still be writing it."""
+    again for up to half a second while the scheduler may still be writing it."""
     import json
 
-    deadline = time.monotonic() + 1.0
+    deadline = time.monotonic() + 0.5
     while True:
         try:
             with open(path) as fh:
