@@ -1036,7 +1036,7 @@ def cmd_info(args, parser):
 
 def cmd_choose_k(args, parser):
     from .models import get
-    from .selection import K_PARAMETER, choose_k
+    from .selection import K_PARAMETER, _check_arguments, choose_k
 
     spec = get(args.model)
     if spec.name not in K_PARAMETER:
@@ -1060,6 +1060,8 @@ def cmd_choose_k(args, parser):
             _check_file_target(path, what, args.overwrite, protected)
     z = _open_input(args.input, args.component)
     estimator = spec.cls(**params)
+    _check_arguments(estimator, z, args.ks, n_seeds=args.n_seeds,    # before a cluster starts
+                     random_state=args.random_state)
     with _connect(args):
         tic = time.perf_counter()
         result = choose_k(estimator, z, args.ks, n_seeds=args.n_seeds,

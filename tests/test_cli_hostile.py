@@ -233,3 +233,18 @@ def test_choose_k_checks_its_output_files_before_the_work(labels, no_start, caps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message.format(d=tmp_path) in err
     assert not no_start and not os.listdir(tmp_path)
+
+
+def test_choose_k_checks_its_arguments_before_a_cluster_starts(labels, no_start, capsys,
+                                                               tmp_path):
+    g = zarr.open_group(str(tmp_path / "x.zarr"), mode="w")
+    g.create_array("X", shape=(6, 2), dtype="f8", chunks=(3, 2))[...] = 1.0
+    base = ["choose-k", "RFNMF", str(tmp_path / "x.zarr" / "X")]
+    for extra, message in [(["--ks", "2-3", "--random-state", "-1"],
+                            "The 'random_state' parameter of choose_k must be an int in the "
+                            "range [0, 4294967295]"),
+                           (["--ks", "2-8"], "The largest k (8) must be <= n_samples=6.")]:
+        capsys.readouterr()
+        assert cli.main(base + extra) == 1
+        assert message in capsys.readouterr().err
+    assert not no_start
