@@ -534,7 +534,12 @@ def connect(config: str | os.PathLike | dict | None = None, *,
                 quiet()
         return
     jobs = int(config.get("jobs", 1))
-    with _quiet_shutdown() as quiet, make_cluster(config) as cluster:
+    try:
+        started = make_cluster(config)
+    except (TypeError, ValueError) as exc:   # a value (or jobqueue key) the cluster refuses
+        text = str(exc).strip().splitlines()
+        raise ValueError(f"{where}: {text[0] if text else type(exc).__name__}") from exc
+    with _quiet_shutdown() as quiet, started as cluster:
         if kind in ("slurm", "pbs"):
             cluster.scale(jobs=jobs)
         with _client(cluster, timeout=timeout) as client:

@@ -248,3 +248,23 @@ def test_choose_k_checks_its_arguments_before_a_cluster_starts(labels, no_start,
         assert cli.main(base + extra) == 1
         assert message in capsys.readouterr().err
     assert not no_start
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"cluster": "local", "n_workers": 1, "processes": False, "memory_limit": "lots"},
+     "Could not interpret 'lots' as a byte unit"),
+    ({"cluster": "slurm", "cores": 1, "memory": "1GiB", "coresx": 3},
+     "Got unexpected keyword argument 'coresx'"),
+])
+def test_a_value_the_cluster_refuses_is_named_with_its_file(monkeypatch, tmp_path, config,
+                                                            message):
+    if config["cluster"] == "slurm":
+        pytest.importorskip("dask_jobqueue")
+        (tmp_path / "sbatch").write_text("#!/bin/sh\nexit 1\n")     # never run: refused first
+        (tmp_path / "sbatch").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match=f"^cluster configuration {path}: {message}"):
+        with connect(path):
+            pass
