@@ -262,8 +262,55 @@ def make_cluster(config: dict) -> Any:
             raise ValueError(f"a {kind!r} cluster needs dask-jobqueue: pip install "
                              "'daskrnmf[hpc]'.") from None
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
-        return cls(**config)
+        failures = []
+        cluster = cls(job_cls=_recording_job_class(cls.job_cls, failures), **config)
+        cluster.daskrnmf_submit_failures = failures      # read by connect's wait for workers
+        return cluster
     raise ValueError(f"make_cluster builds 'local', 'slurm' or 'pbs' clusters; got {kind!r}.")
+
+
+def _recording_job_class(base, failures):
+    """``base`` (a dask-jobqueue Job class) whose submissions that fail are appended to
+    ``failures`` instead of raised.
+
+    dask-jobqueue submits in the background: a refused ``sbatch`` / ``qsub`` only ends
+    in an exception that nobody retrieves (printed with a traceback whenever it is
+    garbage-collected) and a cluster that waits for its workers for ever.  Recorded, the
+    refusal ends :func:`connect` at once with the batch system's message.  The refused
+    job is marked running (there is no job to wait for) and, when the cluster closes,
+    closed without a cancel command (there is no job id to cancel).
+    """
+    from distributed.core import Status
+
+    class Job(base):
+        refused = False
+
+        async def start(self):
+            try:
+                await super().start()
+            except Exception as exc:
+                failures.append(exc)
+                self.refused = True
+                self.status = Status.running    # what SpecCluster asserts after a start
+
+        async def close(self):
+            if not self.refused:
+                return await super().close()
+            self.status = Status.closed         # what SpecCluster asserts after a close
+
+    Job.__name__ = Job.__qualname__ = base.__name__
+    return Job
+
+
+def _refusal(exc):
+    """The batch system's own words from a failed submission (dask-jobqueue's message
+    quotes the command's stderr after a ``stderr:`` line), else the message's first line."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    if "stderr:" in lines:
+        after = [line for line in lines[lines.index("stderr:") + 1:] if line]
+        if after:
+            return after[0]
+    return next((line for line in lines if line), type(exc).__name__)
 
 
 @contextlib.contextmanager
@@ -544,11 +591,18 @@ def connect(config: str | os.PathLike | dict | None = None, *,
             cluster.scale(jobs=jobs)
         with _client(cluster, timeout=timeout) as client:
             try:
+                failures = getattr(cluster, "daskrnmf_submit_failures", [])
+
+                def refused():
+                    if failures:
+                        raise ValueError(f"{where}: the batch system refused the workers' "
+                                         f"job: {_refusal(failures[0])}")
+
                 _wait_for_workers(client, wait, f"the {kind} cluster's scheduler at "
                                                 f"{cluster.scheduler_address}"
                                   + (f" ({jobs} batch job(s) submitted with "
                                      f"{_SUBMIT[kind]}: are they still queued?)"
-                                     if kind in _SUBMIT else ""))
+                                     if kind in _SUBMIT else ""), check=refused)
                 yield client
             finally:
                 quiet(client)     # then the client closes, then the cluster
@@ -573,15 +627,24 @@ def _worker_timeout(value):
     return seconds
 
 
-def _wait_for_workers(client, seconds, what):
+def _wait_for_workers(client, seconds, what, check=None):
     """Return once the scheduler has a running worker; after ``seconds``,
-    :class:`NoWorkersError` naming ``what`` (the scheduler)."""
+    :class:`NoWorkersError` naming ``what`` (the scheduler).  ``check()``, called about
+    every second meanwhile, may raise to end the wait sooner (a refused batch job)."""
     from distributed.exceptions import WorkerStartTimeoutError
 
-    try:
-        client.wait_for_workers(1, timeout=seconds)
-    except (WorkerStartTimeoutError, TimeoutError):
-        raise NoWorkersError(
-            f"{what} has no workers after {seconds:g} s; start workers for it, or wait "
-            "longer with --worker-timeout SECONDS (dask config 'daskrnmf.worker-timeout')."
-        ) from None
+    deadline = time.monotonic() + seconds
+    while True:
+        step = max(min(1.0, deadline - time.monotonic()), 0.01)
+        try:
+            client.wait_for_workers(1, timeout=step)
+            return
+        except (WorkerStartTimeoutError, TimeoutError):
+            pass
+        if check is not None:
+            check()
+        if time.monotonic() >= deadline:
+            raise NoWorkersError(
+                f"{what} has no workers after {seconds:g} s; start workers for it, or wait "
+                "longer with --worker-timeout SECONDS (dask config "
+                "'daskrnmf.worker-timeout').")

@@ -268,3 +268,21 @@ def test_a_value_the_cluster_refuses_is_named_with_its_file(monkeypatch, tmp_pat
     with pytest.raises(ValueError, match=f"^cluster configuration {path}: {message}"):
         with connect(path):
             pass
+
+
+def test_a_batch_job_the_batch_system_refuses_fails_at_once(monkeypatch, tmp_path):
+    # an sbatch that is there but refuses the job: the error, not a wait for workers
+    pytest.importorskip("dask_jobqueue")
+    (tmp_path / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: invalid partition "
+                                     "specified: compute' >&2\nexit 1\n")
+    (tmp_path / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    path = tmp_path / "slurm.yaml"
+    path.write_text(yaml.safe_dump({"cluster": "slurm", "cores": 1, "memory": "1GiB",
+                                    "queue": "compute"}))
+    with dask.config.set({"daskrnmf.worker-timeout": 60}):   # a bound, should it regress
+        with pytest.raises(ValueError, match=f"^cluster configuration {path}: the batch system "
+                                             "refused the workers' job: sbatch: error: invalid "
+                                             "partition specified: compute"):
+            with connect(path):
+                pass
