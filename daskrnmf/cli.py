@@ -18,7 +18,10 @@ Where a command runs: ``--cluster CONFIG.yaml``, ``--scheduler-file FILE`` or
 ``--scheduler-address ADDR`` (with ``--tls-ca-file``, ``--tls-client-cert`` and
 ``--tls-client-key`` for a ``tls://`` scheduler); with none, a LocalCluster sized to the
 machine.  Every output, checkpoint and scratch location is checked (writable, not inside
-or around the input) before a cluster is started: daskrnmf never writes its input.
+or around the input) before a cluster is started: daskrnmf never writes its input.  A
+command waits ``--worker-timeout SECONDS`` at most (dask config
+``daskrnmf.worker-timeout``, default 600) for the scheduler's first worker, then fails
+naming the scheduler (:mod:`daskrnmf.cluster`).
 
 Exit status: 0 done; 1 the input, the parameters or the run failed (one line on stderr, no
 traceback; ``--debug`` shows it); 2 the command line itself is wrong; 130 interrupted
@@ -231,6 +234,16 @@ def _positive_int(text):
     return value
 
 
+def _seed(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:                     # NumPy's generators take non-negative seeds only
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    return value
+
+
 def _fraction(text):
     try:
         value = float(text)
@@ -238,6 +251,16 @@ def _fraction(text):
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not 0.0 <= value <= 1.0:              # NaN fails too
         raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def _positive_seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):        # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
 
 
@@ -266,6 +289,10 @@ def _where(p):
     g.add_argument("--scheduler-file", help="scheduler file of a running Dask scheduler")
     g.add_argument("--scheduler-address", help="address of a running Dask scheduler "
                                                "(tcp://HOST:PORT or tls://HOST:PORT)")
+    p.add_argument("--worker-timeout", type=_positive_seconds, metavar="SECONDS",
+                   help="how long to wait for the scheduler's first worker before failing "
+                        "(default: dask config 'daskrnmf.worker-timeout', else 600; raise it "
+                        "for batch jobs of workers that may wait in a queue)")
     tls = p.add_argument_group("TLS (with --scheduler-address tls://...)")
     tls.add_argument("--tls-ca-file", help="certificate of the CA that signed the scheduler's")
     tls.add_argument("--tls-client-cert", help="this client's certificate")
@@ -364,8 +391,13 @@ def _parser(model=None):
                     help="blobs: clusters with outliers, out of core; coclusters, segments "
                          "(ordered samples), faces (ORL faces with block outliers): small")
     mk.add_argument("output", help="Zarr store to write")
-    mk.add_argument("--n-samples", type=_positive_int, default=100_000, help="rows of X")
-    mk.add_argument("--n-features", type=_positive_int, default=32, help="columns of X")
+    # no argparse default: faces refuses them, segments has its own (see _make_data_sizes)
+    mk.add_argument("--n-samples", type=_positive_int, default=argparse.SUPPRESS,
+                    help="rows of X (default: 100000); segments: a multiple of 8 (8 "
+                         "segments of equal length), default 160; faces: refused (ORL's 400 "
+                         "images)")
+    mk.add_argument("--n-features", type=_positive_int, default=argparse.SUPPRESS,
+                    help="columns of X (default: 32); faces: refused (ORL's 32 x 32 pixels)")
     mk.add_argument("--n-clusters", type=_positive_int, default=5, help="blobs: clusters")
     mk.add_argument("--outlier-fraction", type=_fraction, default=0.05,
                     help="blobs: fraction of rows that are outliers, in [0, 1]")
@@ -373,7 +405,7 @@ def _parser(model=None):
                     help="faces: outlier density, in [0, 1]")
     mk.add_argument("--chunk-rows", type=_positive_int, default=20_000,
                     help="rows per stored chunk")
-    mk.add_argument("--random-state", type=int, default=0, help="seed")
+    mk.add_argument("--random-state", type=_seed, default=0, help="seed")
     mk.add_argument("--overwrite", action="store_true", help="replace an existing output")
     _where(mk)
 
@@ -601,16 +633,20 @@ def _protected(args, *paths):
 def _connect(args):
     """The command's Client; Dask's own logging at WARNING unless ``--debug`` (the
     model's ``--progress`` lines are the log), silent while the cluster shuts down."""
-    from .cluster import connect, dask_log_level
+    from .cluster import connect, dask_log_level, quiet_task_errors
 
     tls = {k: getattr(args, k, None) for k in ("tls_ca_file", "tls_client_cert",
                                                "tls_client_key")}
-    levels = contextlib.nullcontext() if getattr(args, "debug", False) \
-        else dask_log_level(logging.WARNING)
+    debug = getattr(args, "debug", False)
+    levels = contextlib.nullcontext() if debug else dask_log_level(logging.WARNING)
     with levels, connect(args.cluster, scheduler_file=args.scheduler_file,
                          scheduler_address=args.scheduler_address,
-                         tls={k: v for k, v in tls.items() if v} or None) as client:
-        yield client
+                         tls={k: v for k, v in tls.items() if v} or None,
+                         worker_timeout=getattr(args, "worker_timeout", None)) as client:
+        # a task that raises: its exception is the command's one line, not also the
+        # worker's "Compute Failed" block and traceback (kept with --debug)
+        with contextlib.nullcontext() if debug else quiet_task_errors(client):
+            yield client
 
 
 class _Run:
@@ -801,6 +837,9 @@ def cmd_evaluate(args, parser):
     if pred.ndim != 1 or true.ndim != 1 or pred.shape != true.shape:
         raise CommandError(f"labels must be 1-D arrays of the same length; got {pred.shape} "
                            f"and {true.shape}.")
+    if pred.shape[0] == 0:
+        raise CommandError(f"the labels {args.pred} and {args.true} are empty (0 samples); "
+                           "there is nothing to compare.")
     with _connect(args):
         scores = {"ACC": clustering_accuracy(true, pred), "NMI": normalized_mutual_info(true, pred),
                   "purity": purity(true, pred), "n_samples": int(pred.shape[0])}
@@ -813,6 +852,53 @@ def cmd_evaluate(args, parser):
     return 0
 
 
+def _make_data_sizes(args):
+    """Set ``args.n_samples`` / ``args.n_features`` for the generator, refusing what it
+    cannot honour, and refuse sizes that cannot fit, before anything starts or is written:
+    the store on the output's disk, and in memory a chunk (blobs, generated chunk by chunk
+    on the workers) or the whole problem (the other generators, made in memory)."""
+    import psutil
+
+    given = {k: getattr(args, k) for k in ("n_samples", "n_features") if hasattr(args, k)}
+    gen = args.generator
+    if gen == "faces":
+        if given:
+            raise CommandError("make-data faces is the ORL set of 400 images of 32 x 32 pixels; "
+                               f"--{'/--'.join(k.replace('_', '-') for k in given)} do not "
+                               "apply (use blobs, coclusters or segments for other sizes).")
+        args.n_samples, args.n_features = 400, 1024
+        return
+    args.n_features = given.get("n_features", 32)
+    args.n_samples = given.get("n_samples", 160 if gen == "segments" else 100_000)
+    if gen == "segments" and args.n_samples % 8:
+        raise CommandError(f"make-data segments makes 8 segments of equal length: --n-samples "
+                           f"must be a multiple of 8; got {args.n_samples}.")
+    n, d = args.n_samples, args.n_features
+    memory = psutil.virtual_memory().available
+    # generating a block takes a few copies of it (noise, gross values, their order)
+    rows = min(args.chunk_rows, n) if gen == "blobs" else n
+    need = 4 * rows * d * 8
+    if need > memory:
+        raise CommandError(f"make-data {gen}: generating {rows} x {d} float64 at once needs "
+                           f"about {_bytes(need)}, more than the {_bytes(memory)} of memory "
+                           "available; choose a smaller "
+                           f"{'--chunk-rows' if gen == 'blobs' else '--n-samples'} or "
+                           "--n-features.")
+    total = n * (8 * d + 8)                 # X in float64, y and outlier / column labels
+    free = shutil.disk_usage(_nearest_existing(os.path.dirname(os.path.abspath(args.output))))
+    if total > free.free:
+        raise CommandError(f"make-data {gen}: {n} x {d} float64 is {_bytes(total)}, more than "
+                           f"the {_bytes(free.free)} free where {args.output} goes; choose a "
+                           "smaller --n-samples or --n-features.")
+
+
+def _bytes(n):
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.3g} {unit}"
+        n /= 1000
+
+
 def cmd_make_data(args, parser):
     from . import datasets
 
@@ -820,6 +906,7 @@ def cmd_make_data(args, parser):
         raise CommandError(f"make-data writes local stores; got {args.output}. Write it "
                            "locally and copy it (daskrnmf fit reads URLs).")
     _check_output(args.output, args.overwrite)
+    _make_data_sizes(args)
     run = _Run()
     tmp = run.remove_later(_partial_name(args.output))
     try:
@@ -855,6 +942,7 @@ def _small_problem(args):
         out = {"X": X, "y": y, "column_labels": cols}
     elif args.generator == "segments":
         X, y = datasets.make_ordered_segments(n_features=args.n_features,
+                                              segment_length=args.n_samples // 8,
                                               random_state=args.random_state)
         out = {"X": X, "y": y}
     else:
@@ -895,7 +983,7 @@ def cmd_info(args, parser):
 
 def cmd_choose_k(args, parser):
     from .models import get
-    from .selection import K_PARAMETER, choose_k
+    from .selection import K_PARAMETER, _check_arguments, choose_k
 
     spec = get(args.model)
     if spec.name not in K_PARAMETER:
@@ -912,14 +1000,15 @@ def cmd_choose_k(args, parser):
             raise CommandError("--n-column-clusters is a parameter of RFNMTF.")
         params["n_column_clusters"] = args.n_column_clusters
     protected = _protected(args, (args.input, "input"))
+    if args.output and args.plot and _real(args.output) == _real(args.plot):
+        raise CommandError(f"--output and --plot are the same file ({args.output}); give two.")
     for path, what in ((args.output, "--output"), (args.plot, "--plot")):
         if path:
-            _refuse_overlap(path, protected, what)
-            if os.path.exists(path) and not args.overwrite:
-                raise CommandError(f"{what} {path} exists; pass --overwrite to replace it.")
-            _check_writable(os.path.dirname(os.path.abspath(path)), f"{what} directory")
+            _check_file_target(path, what, args.overwrite, protected)
     z = _open_input(args.input, args.component)
     estimator = spec.cls(**params)
+    _check_arguments(estimator, z, args.ks, n_seeds=args.n_seeds,    # before a cluster starts
+                     random_state=args.random_state)
     with _connect(args):
         tic = time.perf_counter()
         result = choose_k(estimator, z, args.ks, n_seeds=args.n_seeds,
@@ -939,6 +1028,30 @@ def cmd_choose_k(args, parser):
         savefig(fig, args.plot, title=f"choose-k {spec.name}")
         _pyplot().close(fig)
     return 0
+
+
+def _check_file_target(path, what, overwrite, protected):
+    """A file a command writes at its end (choose-k's table and figure), checked before
+    the work: not the input, not a directory, not existing unless ``overwrite``, its
+    directory there and writable, and for a figure a format matplotlib writes."""
+    _refuse_overlap(path, protected, what)
+    if os.path.isdir(path):
+        raise CommandError(f"{what} {path} is a directory; give a file name.")
+    if os.path.lexists(path) and not overwrite:
+        raise CommandError(f"{what} {path} exists; pass --overwrite to replace it.")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise CommandError(f"the directory of {what} {path} does not exist.")
+    _check_writable(parent, f"the directory of {what}")
+    if what == "--plot":
+        from matplotlib.figure import Figure
+
+        kinds = Figure().canvas.get_supported_filetypes()
+        ext = os.path.splitext(path)[1].lower().lstrip(".")
+        if ext not in kinds:
+            found = f"matplotlib cannot write '.{ext}' files" if ext else "no file extension"
+            raise CommandError(f"{what} {path}: {found}; end the name with one of "
+                               f".{', .'.join(sorted(kinds))}.")
 
 
 COMMANDS = {"fit": cmd_fit, "evaluate": cmd_evaluate, "make-data": cmd_make_data, "info": cmd_info,
@@ -987,6 +1100,8 @@ def main(argv=None):
     """Entry point of the ``daskrnmf`` console script; returns the exit status."""
     import warnings
 
+    from .cluster import NoWorkersError
+
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, model = _normalise_model(argv)
     parser = _parser(model)
@@ -1014,7 +1129,7 @@ def main(argv=None):
                 raise
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if not isinstance(exc, (CommandError, ValueError, TypeError, FileNotFoundError,
-                                    FileExistsError)):
+                                    FileExistsError, NoWorkersError)):
                 message = f"{type(exc).__name__}: {message}"
             print(f"daskrnmf: error: {message}", file=sys.stderr)
             return EXIT_FAILURE

@@ -23,6 +23,19 @@ One key, ``cluster``, names the kind; the other keys go to its constructor:
 
 Relative certificate paths in a YAML file are relative to the file's own directory, not
 to the working directory.
+
+A configuration is checked before anything starts: a ``local`` one's keys must be
+arguments of ``LocalCluster`` or of its workers, with ``n_workers`` at least 1; a
+``slurm`` / ``pbs`` one needs dask-jobqueue and the batch system's submit command
+(``sbatch`` / ``qsub``) on the ``PATH``; a scheduler file must hold the scheduler's
+address; TLS files must be readable certificates and a key that matches.
+
+Waiting for workers: :func:`connect` yields a Client only once the scheduler has at
+least one worker, and waits for one at most ``worker_timeout`` seconds (dask config
+``daskrnmf.worker-timeout``, default 600 s; the command's ``--worker-timeout``), then
+raises :class:`NoWorkersError` naming the scheduler.  Work submitted to a scheduler
+without workers would otherwise wait for ever.  Batch jobs of workers may wait in the
+queue longer than that: raise it for them.
 """
 
 from __future__ import annotations
@@ -39,6 +52,14 @@ KINDS = ("local", "slurm", "pbs", "scheduler-file", "address")
 _TLS_KEYS = ("tls_ca_file", "tls_client_cert", "tls_client_key")
 DASK_LOGGERS = ("distributed", "tornado", "asyncio", "bokeh")
 SILENT = logging.CRITICAL + 1
+#: seconds :func:`connect` waits for a first worker (dask config ``daskrnmf.worker-timeout``)
+WORKER_TIMEOUT = 600.0
+#: the command that submits a batch job of workers, per jobqueue kind
+_SUBMIT = {"slurm": "sbatch", "pbs": "qsub"}
+
+
+class NoWorkersError(TimeoutError):
+    """The scheduler had no worker within the worker timeout (see the module's docstring)."""
 
 
 def load_config(path: str | os.PathLike) -> dict:
@@ -78,8 +99,62 @@ def security_from(config: dict) -> Any:
     for key in _TLS_KEYS:
         if not os.path.exists(config[key]):
             raise ValueError(f"{key} {config[key]} does not exist.")
+    _check_tls_files(config["tls_ca_file"], config["tls_client_cert"], config["tls_client_key"])
     return Security(tls_ca_file=config["tls_ca_file"], tls_client_cert=config["tls_client_cert"],
                     tls_client_key=config["tls_client_key"], require_encryption=True)
+
+
+def _check_tls_files(ca_file, cert, key):
+    """Load the TLS files as the connection will, one at a time, so that a bad one is
+    named (the connection's own ssl.SSLError names none, and comes only once the
+    scheduler is reached)."""
+    import ssl
+
+    def load(what, path, action):
+        try:
+            action()
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+            raise ValueError(f"{what} {path} {_TLS_WHAT[what]} ({reason}).") from None
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    load("tls_ca_file", ca_file, lambda: context.load_verify_locations(cafile=ca_file))
+    # a certificate file loads as a (PEM) certificate list; a key file does not
+    load("tls_client_cert", cert,
+         lambda: ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=cert))
+    # an encrypted key: refused (OpenSSL would otherwise prompt for its password on the
+    # terminal of a batch job, a wait without end)
+    load("tls_client_key", key, lambda: context.load_cert_chain(cert, key, password=b""))
+
+
+_TLS_WHAT = {"tls_ca_file": "is not a PEM certificate of a CA",
+             "tls_client_cert": "is not a PEM certificate",
+             "tls_client_key": "is not the private key of tls_client_cert (PEM, unencrypted)"}
+
+
+def _read_scheduler_file(path):
+    """The scheduler's address from a scheduler file (JSON with an ``address``), read
+    again for up to half a second while the scheduler may still be writing it."""
+    import json
+
+    deadline = time.monotonic() + 0.5
+    while True:
+        try:
+            with open(path) as fh:
+                info = json.load(fh)
+            if isinstance(info, dict) and isinstance(info.get("address"), str) \
+                    and info["address"]:
+                return info["address"]
+        except (ValueError, UnicodeDecodeError):
+            pass
+        except OSError as exc:
+            raise ValueError(f"scheduler file {path} cannot be read "
+                             f"({exc.strerror or exc}).") from None
+        if time.monotonic() > deadline:
+            raise ValueError(f"scheduler file {path} is not a Dask scheduler file (JSON with "
+                             "the scheduler's 'address', as 'dask scheduler --scheduler-file' "
+                             "writes).")
+        time.sleep(0.1)
 
 
 def _tls_from_dask_config(address):
@@ -97,6 +172,75 @@ def _tls_from_dask_config(address):
         "'cluster: address' and the keys tls_ca_file, tls_client_cert and tls_client_key "
         "(see cluster_configs/tls.yaml), or set dask config distributed.comm.tls.ca-file, "
         "distributed.comm.tls.client.cert and distributed.comm.tls.client.key.")
+
+
+def _local_keys() -> set:
+    """The keys a ``local`` configuration may hold: ``LocalCluster``'s arguments and its
+    workers' (the rest of LocalCluster's keyword arguments go to every Worker or Nanny,
+    where an unknown one fails only inside the worker process, as "Nanny failed to
+    start")."""
+    import inspect
+
+    from distributed import LocalCluster, Nanny, Worker
+
+    keys = set()
+    for cls in (LocalCluster, Worker, Nanny):
+        keys.update(name for name, p in inspect.signature(cls.__init__).parameters.items()
+                    if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    return keys - {"self", "loop", "asynchronous", "start"}
+
+
+def _positive_count(config, key, where):
+    value = config.get(key)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{where}: '{key}' must be an integer of at least 1; got {value!r}.")
+
+
+def check_config(config: dict, where: str = "cluster configuration") -> None:
+    """Refuse a ``local``, ``slurm`` or ``pbs`` configuration that cannot give workers,
+    before anything starts (a cluster without workers waits for ever).
+
+    Parameters
+    ----------
+    config : dict
+        The configuration, with its ``cluster`` key.
+    where : str
+        What to name in messages (the YAML file's path).
+
+    Raises
+    ------
+    ValueError
+        An unknown key of a ``local`` configuration, ``n_workers``,
+        ``threads_per_worker`` or ``jobs`` below 1, dask-jobqueue missing, or the batch
+        system's submit command (``sbatch``, ``qsub``) not on the ``PATH``.
+    """
+    import shutil
+
+    kind = config.get("cluster")
+    if kind == "local":
+        unknown = sorted(set(config) - _local_keys() - {"cluster"})
+        if unknown:
+            raise ValueError(f"{where}: unknown key {unknown[0]!r} for a 'local' cluster; the "
+                             "keys are distributed.LocalCluster's arguments (n_workers, "
+                             "threads_per_worker, memory_limit, processes, ...) and its "
+                             "workers'.")
+        _positive_count(config, "n_workers", where)
+        _positive_count(config, "threads_per_worker", where)
+    elif kind in _SUBMIT:
+        _positive_count(config, "jobs", where)
+        try:
+            import dask_jobqueue  # noqa: F401
+        except ImportError:
+            raise ValueError(f"a {kind!r} cluster needs dask-jobqueue: pip install "
+                             "'daskrnmf[hpc]'.") from None
+        command = _SUBMIT[kind]
+        if shutil.which(command) is None:
+            raise ValueError(f"{where}: a {kind!r} cluster submits its workers with "
+                             f"'{command}', which is not on the PATH of this machine; run "
+                             "the command where the batch system is (a login node), or "
+                             "start the workers in a batch script and pass --scheduler-file.")
 
 
 def make_cluster(config: dict) -> Any:
@@ -118,8 +262,55 @@ def make_cluster(config: dict) -> Any:
             raise ValueError(f"a {kind!r} cluster needs dask-jobqueue: pip install "
                              "'daskrnmf[hpc]'.") from None
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
-        return cls(**config)
+        failures = []
+        cluster = cls(job_cls=_recording_job_class(cls.job_cls, failures), **config)
+        cluster.daskrnmf_submit_failures = failures      # read by connect's wait for workers
+        return cluster
     raise ValueError(f"make_cluster builds 'local', 'slurm' or 'pbs' clusters; got {kind!r}.")
+
+
+def _recording_job_class(base, failures):
+    """``base`` (a dask-jobqueue Job class) whose submissions that fail are appended to
+    ``failures`` instead of raised.
+
+    dask-jobqueue submits in the background: a refused ``sbatch`` / ``qsub`` only ends
+    in an exception that nobody retrieves (printed with a traceback whenever it is
+    garbage-collected) and a cluster that waits for its workers for ever.  Recorded, the
+    refusal ends :func:`connect` at once with the batch system's message.  The refused
+    job is marked running (there is no job to wait for) and, when the cluster closes,
+    closed without a cancel command (there is no job id to cancel).
+    """
+    from distributed.core import Status
+
+    class Job(base):
+        refused = False
+
+        async def start(self):
+            try:
+                await super().start()
+            except Exception as exc:
+                failures.append(exc)
+                self.refused = True
+                self.status = Status.running    # what SpecCluster asserts after a start
+
+        async def close(self):
+            if not self.refused:
+                return await super().close()
+            self.status = Status.closed         # what SpecCluster asserts after a close
+
+    Job.__name__ = Job.__qualname__ = base.__name__
+    return Job
+
+
+def _refusal(exc):
+    """The batch system's own words from a failed submission (dask-jobqueue's message
+    quotes the command's stderr after a ``stderr:`` line), else the message's first line."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    if "stderr:" in lines:
+        after = [line for line in lines[lines.index("stderr:") + 1:] if line]
+        if after:
+            return after[0]
+    return next((line for line in lines if line), type(exc).__name__)
 
 
 @contextlib.contextmanager
@@ -242,6 +433,49 @@ def dask_log_level(level: int = logging.WARNING) -> Iterator[None]:
         restore_log_levels(changed)
 
 
+class _NoComputeFailed(logging.Filter):
+    """Drops distributed's "Compute Failed" record (``distributed.worker``, ERROR: the
+    failed task, its arguments and a traceback, logged by the worker that ran it).  The
+    exception itself still reaches the client, which reports it."""
+
+    def filter(self, record):
+        return not (record.name == "distributed.worker"
+                    and str(record.msg).startswith("Compute Failed"))
+
+
+_NO_COMPUTE_FAILED = _NoComputeFailed()
+
+
+class _QuietTaskErrorsPlugin:
+    """Worker plugin: :class:`_NoComputeFailed` on the worker's ``distributed.worker``
+    logger (registered with the scheduler, so also on workers started later, as after a
+    lost worker)."""
+
+    name = "daskrnmf-quiet-task-errors"
+
+    def setup(self, worker):
+        logging.getLogger("distributed.worker").addFilter(_NO_COMPUTE_FAILED)
+
+
+@contextlib.contextmanager
+def quiet_task_errors(client: Any = None) -> Iterator[None]:
+    """No "Compute Failed" block from a task that raises, in this process and, for a
+    ``client`` of a cluster started here (whose worker processes write to this process's
+    stderr), on its workers: a command reports the exception in one line instead.
+    Workers of a scheduler that others share are left alone."""
+    log = logging.getLogger("distributed.worker")
+    log.addFilter(_NO_COMPUTE_FAILED)
+    try:
+        if client is not None and getattr(client, "cluster", None) is not None:
+            from distributed.diagnostics.plugin import WorkerPlugin
+
+            plugin = type("QuietTaskErrors", (_QuietTaskErrorsPlugin, WorkerPlugin), {})()
+            client.register_plugin(plugin, name=_QuietTaskErrorsPlugin.name)
+        yield
+    finally:
+        log.removeFilter(_NO_COMPUTE_FAILED)
+
+
 def _silence_worker(client_pid: int) -> None:
     """On a worker process: no more Dask logging (its cluster is about to shut down).
     Workers in the client's own process are left alone (the client restores its levels
@@ -279,14 +513,17 @@ def _quiet_shutdown() -> Iterator[Any]:
 def connect(config: str | os.PathLike | dict | None = None, *,
             scheduler_file: str | os.PathLike | None = None,
             scheduler_address: str | None = None, tls: dict | None = None,
-            timeout: str = "30s") -> Iterator[Any]:
+            timeout: str = "30s", worker_timeout: float | None = None) -> Iterator[Any]:
     """A running ``distributed.Client`` for a configuration (path, dict or None).
 
     Exactly one of ``config``, ``scheduler_file`` and ``scheduler_address`` may be given;
     with none, a LocalCluster sized to the machine.  ``tls``: the ``tls_*`` keys (paths)
     for ``scheduler_address``.  Clusters started here are closed on exit, client first,
     with Dask's logging silenced while they shut down; existing schedulers are only
-    disconnected from.
+    disconnected from.  The configuration is checked before anything starts
+    (:func:`check_config`), and the Client is yielded once the scheduler has a worker:
+    ``worker_timeout`` seconds at most (default: dask config ``daskrnmf.worker-timeout``,
+    else 600), then :class:`NoWorkersError`.
 
     Yields
     ------
@@ -296,6 +533,7 @@ def connect(config: str | os.PathLike | dict | None = None, *,
     if sum(given) > 1:
         raise ValueError("give at most one of a cluster configuration, a scheduler file and a "
                          "scheduler address.")
+    where = "cluster configuration"
     if scheduler_file is not None:
         config = {"cluster": "scheduler-file", "scheduler_file": scheduler_file}
     elif scheduler_address is not None:
@@ -303,12 +541,15 @@ def connect(config: str | os.PathLike | dict | None = None, *,
     elif config is None:
         config = local_default()
     elif not isinstance(config, dict):
+        where = f"cluster configuration {os.fspath(config)}"
         config = load_config(config)
     if tls and scheduler_address is None:
         raise ValueError("TLS certificates go with a scheduler address (tls://HOST:PORT).")
+    wait = _worker_timeout(worker_timeout)
     kind = config.get("cluster")
     if kind not in KINDS:
         raise ValueError(f"'cluster' must be one of {list(KINDS)}; got {kind!r}.")
+    check_config(config, where)
     if kind == "scheduler-file":
         path = config.get("scheduler_file")
         deadline = time.monotonic() + float(config.get("wait", 60))
@@ -316,8 +557,11 @@ def connect(config: str | os.PathLike | dict | None = None, *,
             time.sleep(0.2)   # a batch script starts the scheduler just before the command
         if not path or not os.path.exists(path):
             raise ValueError(f"scheduler file {path} does not exist (is the scheduler running?).")
-        with _quiet_shutdown() as quiet, _client(scheduler_file=path, timeout=timeout) as client:
+        address = _read_scheduler_file(path)
+        with _quiet_shutdown() as quiet, _client(address, timeout=timeout) as client:
             try:
+                _wait_for_workers(client, wait, f"the scheduler at {address} (scheduler file "
+                                                f"{path})")
                 yield client
             finally:
                 quiet()
@@ -331,16 +575,76 @@ def connect(config: str | os.PathLike | dict | None = None, *,
         with _quiet_shutdown() as quiet, \
                 _client(config["address"], security=security, timeout=timeout) as client:
             try:
+                _wait_for_workers(client, wait, f"the scheduler at {config['address']}")
                 yield client
             finally:
                 quiet()
         return
     jobs = int(config.get("jobs", 1))
-    with _quiet_shutdown() as quiet, make_cluster(config) as cluster:
+    try:
+        started = make_cluster(config)
+    except (TypeError, ValueError) as exc:   # a value (or jobqueue key) the cluster refuses
+        text = str(exc).strip().splitlines()
+        raise ValueError(f"{where}: {text[0] if text else type(exc).__name__}") from exc
+    with _quiet_shutdown() as quiet, started as cluster:
         if kind in ("slurm", "pbs"):
             cluster.scale(jobs=jobs)
         with _client(cluster, timeout=timeout) as client:
             try:
+                failures = getattr(cluster, "daskrnmf_submit_failures", [])
+
+                def refused():
+                    if failures:
+                        raise ValueError(f"{where}: the batch system refused the workers' "
+                                         f"job: {_refusal(failures[0])}")
+
+                _wait_for_workers(client, wait, f"the {kind} cluster's scheduler at "
+                                                f"{cluster.scheduler_address}"
+                                  + (f" ({jobs} batch job(s) submitted with "
+                                     f"{_SUBMIT[kind]}: are they still queued?)"
+                                     if kind in _SUBMIT else ""), check=refused)
                 yield client
             finally:
                 quiet(client)     # then the client closes, then the cluster
+
+
+def _worker_timeout(value):
+    """Seconds to wait for a first worker: ``value``, else dask config
+    ``daskrnmf.worker-timeout`` (seconds or a time such as "10 minutes"), else 600."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    source = "worker_timeout"
+    if value is None:
+        value, source = (dask.config.get("daskrnmf.worker-timeout", WORKER_TIMEOUT),
+                         "dask config 'daskrnmf.worker-timeout'")
+    try:
+        seconds = float(parse_timedelta(value, default="seconds"))
+    except (TypeError, ValueError, KeyError):
+        seconds = float("nan")
+    if not seconds > 0:        # NaN too
+        raise ValueError(f"{source} must be a positive number of seconds; got {value!r}.")
+    return seconds
+
+
+def _wait_for_workers(client, seconds, what, check=None):
+    """Return once the scheduler has a running worker; after ``seconds``,
+    :class:`NoWorkersError` naming ``what`` (the scheduler).  ``check()``, called about
+    every second meanwhile, may raise to end the wait sooner (a refused batch job)."""
+    from distributed.exceptions import WorkerStartTimeoutError
+
+    deadline = time.monotonic() + seconds
+    while True:
+        step = max(min(1.0, deadline - time.monotonic()), 0.01)
+        try:
+            client.wait_for_workers(1, timeout=step)
+            return
+        except (WorkerStartTimeoutError, TimeoutError):
+            pass
+        if check is not None:
+            check()
+        if time.monotonic() >= deadline:
+            raise NoWorkersError(
+                f"{what} has no workers after {seconds:g} s; start workers for it, or wait "
+                "longer with --worker-timeout SECONDS (dask config "
+                "'daskrnmf.worker-timeout').")

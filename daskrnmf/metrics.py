@@ -14,17 +14,54 @@ from scipy.optimize import linear_sum_assignment
 from ._typing import Labels
 
 
+def _checked_values(x, name):
+    """``x`` (one chunk of labels, NumPy) if its values are labels: a float label must be
+    finite and integer-valued (a NaN is no class, and 0.5 is a score, not a label)."""
+    x = np.asarray(x).ravel()
+    if x.dtype.kind == "c":
+        raise ValueError(f"{name} holds complex numbers; labels are integers or strings.")
+    if x.dtype.kind == "f" and x.size:
+        if not np.isfinite(x).all():
+            raise ValueError(f"{name} holds NaN or infinity; every sample needs a label.")
+        frac = x[x != np.floor(x)]
+        if frac.size:
+            raise ValueError(f"{name} holds values that are not integers ({frac[0].item()!r}); "
+                             "labels are class or cluster ids.")
+    return x
+
+
+def _distinct(x, name):
+    """``np.unique(x, return_inverse=True)``, with mixed label types (e.g. 1 and "a" in an
+    object array, which cannot be sorted) a ValueError naming ``name``."""
+    try:
+        values, inverse = np.unique(x, return_inverse=True)
+    except TypeError:
+        kinds = sorted({type(v).__name__ for v in x})
+        raise ValueError(f"{name} mixes label types ({' and '.join(kinds)}); give labels of "
+                         "one type.") from None
+    return values, inverse.ravel()
+
+
+def _pairs(a, b, counts=None):
+    """The distinct (a, b) pairs and the sum of their ``counts`` (default: one per row),
+    each side kept in its own dtype (one stacked array would upcast int64 labels to
+    float64 next to float ones and merge 2**53 and 2**53 + 1)."""
+    ua, ia = _distinct(a, "labels_true")
+    ub, ib = _distinct(b, "labels_pred")
+    code = ia.astype(np.int64) * len(ub) + ib
+    uc, inv = np.unique(code, return_inverse=True)
+    total = np.zeros(len(uc), dtype=np.int64)
+    np.add.at(total, inv.ravel(), 1 if counts is None else counts)
+    return ua[uc // max(len(ub), 1)], ub[uc % max(len(ub), 1)], total
+
+
 def _pairs_chunk(a, b):
-    pairs, counts = np.unique(np.stack([np.asarray(a).ravel(), np.asarray(b).ravel()]), axis=1,
-                              return_counts=True)
-    return pairs, counts
+    return _pairs(_checked_values(a, "labels_true"), _checked_values(b, "labels_pred"))
 
 
 def _pairs_combine(parts):
-    pairs = np.concatenate([p[0] for p in parts], axis=1)
-    counts = np.concatenate([p[1] for p in parts])
-    uniq, inv = np.unique(pairs, axis=1, return_inverse=True)
-    return uniq, np.bincount(inv.ravel(), weights=counts).astype(np.int64)
+    return _pairs(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                  np.concatenate([p[2] for p in parts]))
 
 
 def contingency_matrix(labels_true: Labels, labels_pred: Labels) -> np.ndarray:
@@ -50,7 +87,10 @@ def contingency_matrix(labels_true: Labels, labels_pred: Labels) -> np.ndarray:
     Raises
     ------
     ValueError
-        If the labels are not 1-D or differ in length.
+        If the labels are not 1-D, differ in length or are empty, mix label types (1 and
+        "a"), or are floats that are NaN, infinite or not integer-valued (labels are
+        ids, compared exactly in their own dtype: int64 labels are never rounded
+        through a float).
 
     Examples
     --------
@@ -76,19 +116,36 @@ def contingency_matrix(labels_true: Labels, labels_pred: Labels) -> np.ndarray:
         raise ValueError(f"labels must be 1-D; got shapes {np.shape(a)} and {np.shape(b)}.")
     if a.shape[0] != b.shape[0]:
         raise ValueError(f"labels_true and labels_pred differ in length: {a.shape[0]} != {b.shape[0]}.")
+    if a.shape[0] == 0:
+        raise ValueError("labels are empty (0 samples); there is nothing to compare.")
     if isinstance(a, da.Array) or isinstance(b, da.Array):
         a = da.asarray(a)
         b = da.asarray(b).rechunk(a.chunks)
         parts = [dask.delayed(_pairs_chunk)(x, y) for x, y in zip(a.to_delayed().ravel(),
                                                                   b.to_delayed().ravel())]
-        pairs, counts = dask.compute(tree_reduce(parts, _pairs_combine, 8, wrap=dask.delayed))[0]
+        ta, pb, counts = dask.compute(tree_reduce(parts, _pairs_combine, 8,
+                                                  wrap=dask.delayed))[0]
     else:
-        pairs, counts = _pairs_combine([_pairs_chunk(a, b)])
-    _, ti = np.unique(pairs[0], return_inverse=True)
-    _, pi = np.unique(pairs[1], return_inverse=True)
+        ta, pb, counts = _pairs_chunk(_labels(labels_true, "labels_true", a),
+                                      _labels(labels_pred, "labels_pred", b))
+    _, ti = _distinct(ta, "labels_true")
+    _, pi = _distinct(pb, "labels_pred")
     table = np.zeros((ti.max() + 1, pi.max() + 1), dtype=np.int64)
-    np.add.at(table, (ti.ravel(), pi.ravel()), counts)
+    np.add.at(table, (ti, pi), counts)
     return table
+
+
+def _labels(given, name, array):
+    """``array`` (NumPy labels made from ``given``), refused when ``given`` is a sequence
+    that mixes strings and numbers: NumPy would turn 1 into "1" and merge it with "1"."""
+    if isinstance(given, np.ndarray) or array.dtype.kind not in "US":
+        return array
+    kinds = {type(v).__name__ for v in given if not isinstance(v, (str, bytes, np.str_,
+                                                                   np.bytes_))}
+    if kinds:
+        raise ValueError(f"{name} mixes label types (str and {' and '.join(sorted(kinds))}); "
+                         "give labels of one type.")
+    return array
 
 
 def clustering_accuracy(labels_true: Labels, labels_pred: Labels) -> float:

@@ -317,6 +317,23 @@ def _check_param(name, value, constraints):
                          "instead.")
 
 
+def _check_arguments(estimator, X, ks, *, n_seeds=5, random_state=None,
+                     stability_threshold=0.9, tolerance=0.05, verbose=0):
+    """:func:`choose_k`'s checks, on their own (the command makes them before it starts
+    a cluster); returns the checked estimator and ks."""
+    estimator = _check_estimator(estimator)
+    ks = _check_ks(ks)
+    _check_param("n_seeds", n_seeds, [v.Interval(int, 1, None)])
+    _check_param("random_state", random_state, [v.RANDOM_STATE])
+    _check_param("stability_threshold", stability_threshold, [v.Interval(float, 0, 1)])
+    _check_param("tolerance", tolerance, [v.Interval(float, 0, 1, closed="left")])
+    _check_param("verbose", verbose, [v.Interval(int, 0, None)])
+    v.validate_params(estimator, estimator._parameter_constraints)
+    if hasattr(X, "shape") and len(X.shape) == 2 and ks[-1] > X.shape[0]:
+        raise ValueError(f"The largest k ({ks[-1]}) must be <= n_samples={X.shape[0]}.")
+    return estimator, ks
+
+
 def _check_ks(ks):
     bad = ValueError("The 'ks' parameter of choose_k must be a sequence of at least 2 "
                      f"distinct ints >= 2 (e.g. range(2, 13)). Got {ks!r} instead.")
@@ -460,17 +477,11 @@ def choose_k(estimator: Any, X: Data, ks: Any, *, n_seeds: int = 5,
     """
     import logging
 
-    estimator = _check_estimator(estimator)
-    ks = _check_ks(ks)
-    _check_param("n_seeds", n_seeds, [v.Interval(int, 1, None)])
-    _check_param("random_state", random_state, [v.RANDOM_STATE])
-    _check_param("stability_threshold", stability_threshold, [v.Interval(float, 0, 1)])
-    _check_param("tolerance", tolerance, [v.Interval(float, 0, 1, closed="left")])
-    _check_param("verbose", verbose, [v.Interval(int, 0, None)])
+    estimator, ks = _check_arguments(estimator, X, ks, n_seeds=n_seeds,
+                                     random_state=random_state,
+                                     stability_threshold=stability_threshold,
+                                     tolerance=tolerance, verbose=verbose)
     name = type(estimator).__name__
-    v.validate_params(estimator, estimator._parameter_constraints)
-    if hasattr(X, "shape") and len(X.shape) == 2 and ks[-1] > X.shape[0]:
-        raise ValueError(f"The largest k ({ks[-1]}) must be <= n_samples={X.shape[0]}.")
     seed = v.seed_from(random_state) % 2**32
     fit = _fit_stacked if name == "RFNMF" else _fit_separately
     scores = {key: np.full(ks.size, np.nan) for key in SCORES}

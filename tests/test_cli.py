@@ -317,15 +317,17 @@ def test_progress_logs_one_line_per_iteration_in_a_batch_log(workdir):
     assert "data_to_wrap" not in quiet.stderr
 
 
-@pytest.mark.parametrize("generator, arrays", [
-    ("coclusters", {"X": (300, 24), "y": (300,), "column_labels": (24,)}),
-    ("segments", {"X": (160, 24), "y": (160,)}),
-    ("faces", {"X": (400, 1024), "y": (400,), "clean": (400, 1024), "outlier": (400, 1024)}),
+@pytest.mark.parametrize("generator, sizes, arrays", [
+    ("coclusters", ["--n-samples", "300", "--n-features", "24"],
+     {"X": (300, 24), "y": (300,), "column_labels": (24,)}),
+    ("segments", ["--n-samples", "80", "--n-features", "24"], {"X": (80, 24), "y": (80,)}),
+    ("faces", [], {"X": (400, 1024), "y": (400,), "clean": (400, 1024),
+                   "outlier": (400, 1024)}),
 ])
-def test_make_data_writes_each_generator(workdir, generator, arrays):
+def test_make_data_writes_each_generator(workdir, generator, sizes, arrays):
     out = workdir / f"{generator}.zarr"
-    assert run(workdir, "make-data", generator, str(out), "--n-samples", "300",
-               "--n-features", "24", "--chunk-rows", "100", "--rho", "0.2") == 0
+    assert run(workdir, "make-data", generator, str(out), *sizes, "--chunk-rows", "100",
+               "--rho", "0.2") == 0
     g = zarr.open_group(str(out), mode="r")
     assert {name: a.shape for name, a in g.arrays()} == arrays
     assert g.attrs["generator"] == generator

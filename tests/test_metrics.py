@@ -43,3 +43,41 @@ def test_perfect_and_errors():
         purity(t, [1, 2])
     with pytest.raises(ValueError, match="1-D"):
         purity(np.ones((2, 2)), np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_integer_labels_are_compared_exactly(lazy):
+    # issue 40: 2**53 and 2**53 + 1 are two clusters, not one merged through a float upcast
+    # (the true labels stored as floats)
+    t = np.array([0.0, 0.0, 1.0, 1.0])
+    p = np.array([2**53, 2**53, 2**53 + 1, 2**53 + 1])
+    if lazy:
+        t, p = da.from_array(t, chunks=3), da.from_array(p, chunks=3)
+    assert contingency_matrix(t, p).tolist() == [[2, 0], [0, 2]]
+    assert clustering_accuracy(t, p) == 1.0
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("pred, message", [
+    ([0.0, np.nan, 1.0, 1.0], "labels_pred holds NaN or infinity"),
+    ([0.0, 0.5, 1.0, 1.0], r"labels_pred holds values that are not integers \(0.5\)"),
+])
+def test_nan_and_fractional_labels_are_refused(lazy, pred, message):
+    t, p = np.array([0, 0, 1, 1]), np.array(pred)
+    if lazy:
+        t, p = da.from_array(t, chunks=3), da.from_array(p, chunks=3)
+    with pytest.raises(ValueError, match=message):
+        clustering_accuracy(t, p)
+
+
+def test_empty_and_mixed_type_labels_are_refused():
+    with pytest.raises(ValueError, match="labels are empty"):
+        purity([], [])
+    with pytest.raises(ValueError, match="labels are empty"):
+        purity(da.zeros(0, dtype=int, chunks=1), da.zeros(0, dtype=int, chunks=1))
+    with pytest.raises(ValueError, match="labels_true mixes label types"):
+        purity([1, "1", 2], [0, 0, 1])
+    with pytest.raises(ValueError, match="labels_pred mixes label types"):
+        purity([0, 0, 1], np.array([1, "a", 2.5], dtype=object))
+    # strings against integers are two vocabularies, each fine on its own side
+    assert purity(["a", "a", "b"], [7, 7, 3]) == 1.0

@@ -445,3 +445,16 @@ def test_numerically_singular_newton_hessian_is_no_error(seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check_dtype_object("MNMF", MNMF(n_components=2, random_state=seed))
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_mnmf_refuses_classes_of_one_sample(lazy):
+    # issue 40: as many classes as samples is n (n - 1) / 2 binary problems of one sample
+    # a side, each a fit of its own (on Dask input, minutes for 40 samples): refused
+    X = np.abs(np.random.default_rng(0).normal(size=(8, 3)))
+    y = np.array([0, 0, 1, 1, 2, 3, 4, 4])
+    if lazy:
+        X, y = da.from_array(X, chunks=(3, -1)), da.from_array(y, chunks=3)
+    with pytest.raises(ValueError, match=r"at least 2 samples of every class in y; "
+                                         r"2 classes have 1 sample: \[2, 3\]"):
+        MNMF(2, max_iter=1, semi_max_iter=1).fit(X, y)

@@ -388,7 +388,10 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
 
     More than two classes: one-vs-one, one binary problem per pair of classes (on that
     pair's samples), as the paper does on KTH; :meth:`decision_function` turns the pairs'
-    votes and confidences into one score per class, as scikit-learn's SVC does.
+    votes and confidences into one score per class, as scikit-learn's SVC does.  The
+    n_classes (n_classes - 1) / 2 problems are fitted one after the other, each with its
+    own passes over X, so the fit's time grows with the square of the number of classes.
+    Every class needs at least 2 samples.
 
     Parameters
     ----------
@@ -557,10 +560,10 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
             if isinstance(X, np.ndarray):
                 y = y.compute()        # X is in memory: y is small next to it
             else:
+                import dask
                 import dask.array as da
 
-                classes = _checked_classes(da.unique(y).compute())
-                self.classes_ = classes
+                self.classes_ = _checked_classes(*dask.compute(*da.unique(y, return_counts=True)))
                 return y
         y = column_or_1d(y, warn=True)
         check_consistent_length(X, y)
@@ -706,17 +709,38 @@ def _is_dask_array(y):
     return (type(y).__module__ or "").startswith("dask.")
 
 
-def _checked_classes(y):
+def _checked_classes(y, counts=None):
     """The sorted classes of y: a classification target (a continuous y is an error), no
-    NaN, at least two classes."""
+    NaN, at least two classes, at least two samples of each.
+
+    ``counts``: when given, ``y`` is already its sorted distinct values and ``counts``
+    their numbers of samples (a Dask y is never gathered, only these).
+
+    A class of one sample is refused, as scikit-learn's QuadraticDiscriminantAnalysis
+    does: each class is a side of ``n_classes - 1`` binary problems, every one a fit of
+    its own over all of X, so labels that are (nearly) all distinct make a fit of about
+    n_samples**2 / 2 problems that would run for hours on Dask input and learn a margin
+    from single points.
+    """
     y = np.asarray(y)
     if y.dtype.kind in "fc":
         assert_all_finite(y, input_name="y")
     check_classification_targets(y)
-    classes = np.unique(y)
+    if counts is None:
+        classes, counts = np.unique(y, return_counts=True)
+    else:
+        classes, counts = y, np.asarray(counts)
     if len(classes) < 2:
         raise ValueError(f"MNMF needs samples of at least 2 classes in y; got 1 class "
                          f"({classes[0]!r}).")
+    single = classes[counts < 2]
+    if len(single):
+        shown = ", ".join(repr(_plain(c)) for c in single[:10]) + (", ..." if len(single) > 10
+                                                                   else "")
+        raise ValueError(f"MNMF needs at least 2 samples of every class in y; {len(single)} "
+                         f"class{'es have' if len(single) > 1 else ' has'} 1 sample: "
+                         f"[{shown}]. Merge or drop those classes (one binary problem is "
+                         "fitted per pair of classes, over all of X).")
     return classes
 
 
