@@ -885,7 +885,7 @@ def _make_data_sizes(args):
                            f"{'--chunk-rows' if gen == 'blobs' else '--n-samples'} or "
                            "--n-features.")
     total = n * (8 * d + 8)                 # X in float64, y and outlier / column labels
-    free = shutil.disk_usage(_nearest_existing(os.path.dirname(os.path.abspath(args.output))))
+    free = shutil.disk_usage(_stores.nearest_existing(os.path.dirname(os.path.abspath(args.output))))
     if total > free.free:
         raise CommandError(f"make-data {gen}: {n} x {d} float64 is {_bytes(total)}, more than "
                            f"the {_bytes(free.free)} free where {args.output} goes; choose a "
@@ -1000,7 +1000,7 @@ def cmd_choose_k(args, parser):
             raise CommandError("--n-column-clusters is a parameter of RFNMTF.")
         params["n_column_clusters"] = args.n_column_clusters
     protected = _protected(args, (args.input, "input"))
-    if args.output and args.plot and _real(args.output) == _real(args.plot):
+    if args.output and args.plot and _stores.real(args.output) == _stores.real(args.plot):
         raise CommandError(f"--output and --plot are the same file ({args.output}); give two.")
     for path, what in ((args.output, "--output"), (args.plot, "--plot")):
         if path:
