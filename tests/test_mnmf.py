@@ -445,3 +445,36 @@ def test_numerically_singular_newton_hessian_is_no_error(seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check_dtype_object("MNMF", MNMF(n_components=2, random_state=seed))
+
+
+@pytest.fixture(scope="module")
+def sklearn_train_blobs():
+    """scikit-learn's check_classifiers_train data: 3 standardised blobs, shuffled."""
+    from sklearn.datasets import make_blobs
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.utils import shuffle
+
+    X, y = make_blobs(n_samples=300, random_state=0)
+    X, y = shuffle(X, y, random_state=7)
+    return StandardScaler().fit_transform(X), y
+
+
+@pytest.mark.parametrize("seed", [0, 11])
+def test_mnmf_semi_update_does_not_overflow_into_a_zero_classifier(sklearn_train_blobs,
+                                                                    seed):
+    """Ding's H update divided a moderate numerator by a denominator of ~1e-322 (a row of
+    H decayed toward 0): the ratio overflowed, the NaN it made became H = 0, and one pair's
+    classifier ended exactly 0 (training accuracy 0.69; the pair alone 0.935)."""
+    X, y = sklearn_train_blobs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = MNMF(n_components=3, random_state=seed).fit(X, y)
+    assert np.all(np.abs(est.coef_).max(axis=1) > 0)
+    assert np.isfinite(est.components_).all()
+    assert est.score(X, y) > 0.83           # check_classifiers_train's bar
+    # every pair's classifier, on that pair's samples, near the pair fitted alone (0.935)
+    dec = _semi.pair_decisions(X, *est._problems())
+    for p, (a, b) in enumerate(est.pairs_):
+        rows = (y == a) | (y == b)
+        assert np.mean((dec[rows, p] > 0) == (y[rows] == a)) >= 0.9
