@@ -478,3 +478,18 @@ def test_mnmf_semi_update_does_not_overflow_into_a_zero_classifier(sklearn_train
     for p, (a, b) in enumerate(est.pairs_):
         rows = (y == a) | (y == b)
         assert np.mean((dec[rows, p] > 0) == (y[rows] == a)) >= 0.9
+
+
+@pytest.mark.parametrize("first", ["a", 1])
+def test_mnmf_refuses_mixed_string_and_number_labels(small_toy, first):
+    """An object y mixing str and int labels: scikit-learn's message, for NumPy and Dask
+    y, not a TypeError from sorting the labels."""
+    X, _ = small_toy
+    other = 1 if first == "a" else "a"
+    y = np.array([first, other] * (len(X) // 2), dtype=object)
+    est = MNMF(2)
+    with pytest.raises(ValueError, match=r"Mix of label input types \(string and number\)"):
+        est.fit(X, y)
+    with pytest.raises(ValueError, match=r"Mix of label input types \(string and number\)"):
+        est.fit(da.from_array(X, chunks=(13, -1)), da.from_array(y, chunks=7))
+    assert not hasattr(est, "coef_")

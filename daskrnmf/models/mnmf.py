@@ -559,7 +559,16 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
             else:
                 import dask.array as da
 
-                classes = _checked_classes(da.unique(y).compute())
+                if y.dtype == object:
+                    # da.unique sorts, which mixed str / int labels cannot; the blocks'
+                    # distinct labels (unsorted) go to the same checks as NumPy's y
+                    from dask import compute, delayed
+
+                    parts = compute(*[delayed(_semi.distinct_labels, pure=True)(b)
+                                      for b in y.to_delayed().ravel()])
+                    classes = _checked_classes(np.concatenate(parts))
+                else:
+                    classes = _checked_classes(da.unique(y).compute())
                 self.classes_ = classes
                 return y
         y = column_or_1d(y, warn=True)
@@ -708,10 +717,13 @@ def _is_dask_array(y):
 
 def _checked_classes(y):
     """The sorted classes of y: a classification target (a continuous y is an error), no
-    NaN, at least two classes."""
+    NaN, labels all strings or all numbers, at least two classes."""
     y = np.asarray(y)
     if y.dtype.kind in "fc":
         assert_all_finite(y, input_name="y")
+    if y.dtype == object and len({isinstance(label, str) for label in y}) > 1:
+        # scikit-learn's unique_labels message (np.unique below could not sort them)
+        raise ValueError("Mix of label input types (string and number)")
     check_classification_targets(y)
     classes = np.unique(y)
     if len(classes) < 2:
