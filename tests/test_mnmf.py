@@ -262,7 +262,7 @@ def test_mnmf_label_errors(small_toy, y, message):
 def test_mnmf_parameter_and_input_errors(small_toy):
     X, y = small_toy
     with pytest.raises(ValueError, match=r"The 'C' parameter of MNMF must be a float in the "
-                                         r"range \(0(\.0)?, inf\)\. Got -1(\.0)? instead\."):
+                                         r"range \[1e-50, 1e\+50\]\. Got -1(\.0)? instead\."):
         MNMF(2, C=-1.0).fit(X, y)
     bad = X.copy()
     bad[3, 2] = np.nan
@@ -492,4 +492,34 @@ def test_mnmf_refuses_mixed_string_and_number_labels(small_toy, first):
         est.fit(X, y)
     with pytest.raises(ValueError, match=r"Mix of label input types \(string and number\)"):
         est.fit(da.from_array(X, chunks=(13, -1)), da.from_array(y, chunks=7))
+    assert not hasattr(est, "coef_")
+
+
+def test_mnmf_tiny_reconstruction_weight_still_takes_g_steps(small_toy):
+    """At reconstruction_weight <= 1e-13, c = w^T P w fell below a fixed 1e-12 and every
+    G step was skipped as if w were 0: the objective ended 7x that of 1e-12 (5813 against
+    834) and the accuracy at chance (0.52 against 0.93)."""
+    X, y = small_toy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = MNMF(2, reconstruction_weight=1e-12, random_state=0).fit(X, y)
+        tiny = MNMF(2, reconstruction_weight=1e-40, random_state=0).fit(X, y)
+    assert tiny.inner_passes_[0][1:, 0].sum() > 0           # the G steps ran
+    assert tiny.objective_history_[0][-1] == pytest.approx(ref.objective_history_[0][-1],
+                                                           rel=1e-3)
+    assert tiny.score(X, y) == ref.score(X, y)
+
+
+@pytest.mark.parametrize("param", ["C", "reconstruction_weight", "intercept_scaling"])
+@pytest.mark.parametrize("value", [1e-300, 1e300, np.inf])
+def test_mnmf_weights_beyond_float64_are_refused(small_toy, param, value):
+    """Beyond 1e+-50 the products of C, 1 / reconstruction_weight and intercept_scaling^2
+    overflowed (non-finite intercept_ and decision values, a skipped G step, chance
+    accuracy): the constraint refuses them with the range."""
+    X, y = small_toy
+    est = MNMF(2, **{param: value})
+    with pytest.raises(ValueError, match=rf"The '{param}' parameter of MNMF must be a float "
+                                         r"in the range \[1e-50, 1e\+50\]\. Got "):
+        est.fit(X, y)
     assert not hasattr(est, "coef_")
