@@ -67,7 +67,11 @@ RFNMF (both losses, and ``"l2"``)
   returns the per-feature weight sums ``wsum_f``).
 * A feature that no member of a cluster observes keeps the previous centre's value (the
   middle of its range at the start); seeds come from the first pass's row sample with its
-  missing entries set to the feature's sample median.
+  missing entries set to the feature's sample median.  A feature that no sample observes
+  has the value 0 in every centre: it carries no information, and a value shared by all
+  centres does not change which one is nearest (on rows that observe it, ``predict``
+  and ``transform`` add the same |x_j| or x_j^2 to every centre's distance).  A row with
+  no observed entry is at distance 0 of every centre (label 0) and moves no centre.
 * Complete blocks take the unmasked kernels; cost with NaN: the masked distance loop (no
   GEMM, no early abandon) and one more per-block sum for the observed counts.
 
