@@ -48,6 +48,9 @@ features of sample i)
   missing), (18)/(6) with ``[B_j w_j]_j`` for ``B W``.  Pieces without a missing value
   keep the shared k x k B (``Bm`` holds only masked pieces' rows), so complete data costs
   nothing more.  For very large ``d k^2`` the per-feature statistics are the memory cost.
+  ONMFO: a batch with no observed entry (all-NaN rows) leaves W as it is, W starts from
+  the first batch that has one, and an X with none is a ValueError at the end of the
+  stream's first pass (a lazy X is not read before).
 * ``transform`` / ``decompose`` solve the codes from the observed entries only;
   ``inverse_transform(H) = H W`` is defined everywhere: it *fills* the missing entries.
   ``decompose``'s R is 0 at missing entries.  ``reconstruction_err_`` and the
