@@ -527,3 +527,21 @@ def test_onmfo_refuses_an_all_missing_lazy_x(tmp_path):
         est.fit(X)
     assert not hasattr(est, "components_")
     assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
+
+
+@pytest.mark.parametrize("cls, kw", [(NMF, {}), (RobustNMF, dict(solver="cd")),
+                                     (RobustNMF, dict(solver="mu")),
+                                     (ONMFO, dict(solver="cd")), (ONMFO, dict(solver="mu"))])
+def test_feature_no_sample_observes_has_zero_components(cls, kw, data):
+    """The components of a feature no sample observes are 0 for every model and solver
+    (the "cd" solvers left W's random start there, which inverse_transform then
+    'filled' in)."""
+    Xn = data[1].copy()
+    Xn[:, 5] = np.nan
+    with warnings.catch_warnings():
+        _quiet()
+        warnings.simplefilter("error", RuntimeWarning)
+        est = _small(cls, missing="mask", **kw).fit(Xn)
+    assert np.isfinite(est.components_).all()
+    np.testing.assert_array_equal(est.components_[:, 5], 0.0)
+    assert est.components_.max() > 0

@@ -51,6 +51,9 @@ features of sample i)
   ONMFO: a batch with no observed entry (all-NaN rows) leaves W as it is, W starts from
   the first batch that has one, and an X with none is a ValueError at the end of the
   stream's first pass (a lazy X is not read before).
+* A feature that no sample observes has 0 in every component (W's column; the
+  multiplicative updates make it so, the HALS sweeps of ``solver="cd"`` set it):
+  ``inverse_transform`` gives 0 there.
 * ``transform`` / ``decompose`` solve the codes from the observed entries only;
   ``inverse_transform(H) = H W`` is defined everywhere: it *fills* the missing entries.
   ``decompose``'s R is 0 at missing entries.  ``reconstruction_err_`` and the
