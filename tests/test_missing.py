@@ -492,3 +492,56 @@ def test_missing_face_pixels_are_reconstructed(faces, make):
     err_missing = np.mean((X - full)[miss] ** 2)
     err_observed = np.mean((X - full)[~miss] ** 2)
     assert err_missing <= 1.3 * err_observed, (err_missing, err_observed)
+
+
+@pytest.mark.parametrize("solver", ["cd", "mu"])
+def test_onmfo_all_missing_batches_do_not_move_w(data, solver):
+    """A first batch of all-NaN rows made W from its 'mean' 0 (entries ~1e-5) and its zero
+    statistics then set W to 0 ("mu": for good).  Such a batch holds no information: the
+    fit, and partial_fit, equal those without it."""
+    X = data[0] * 3.0
+    Xm = np.vstack([np.full((20, X.shape[1]), np.nan), X[:80]])
+    kw = dict(n_components=3, solver=solver, max_iter=2, tol=0, batch_size=20,
+              max_inner_iter=30, shuffle=False, missing="mask", random_state=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        ref = ONMFO(**kw).fit(X[:80])
+        got = ONMFO(**kw).fit(Xm)
+        np.testing.assert_allclose(got.components_, ref.components_, rtol=1e-12)
+        stream, ref_stream = ONMFO(**kw), ONMFO(**kw)
+        stream.partial_fit(Xm[:20])
+        for s in range(0, 80, 20):
+            stream.partial_fit(X[s:s + 20])
+            ref_stream.partial_fit(X[s:s + 20])
+    np.testing.assert_allclose(stream.components_, ref_stream.components_, rtol=1e-12)
+    assert ref.components_.max() > 0.01
+
+
+def test_onmfo_refuses_an_all_missing_lazy_x(tmp_path):
+    """A Dask/Zarr X with no observed value was fitted (W from nothing); the stream's
+    first pass, which reads X anyway, finds it and the estimator stays unfitted."""
+    X = da.from_array(np.full((30, 4), np.nan), chunks=(10, -1))
+    est = ONMFO(2, missing="mask", checkpoint=tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="X passed to ONMFO has no observed \\(non-NaN\\) "
+                                         "value"):
+        est.fit(X)
+    assert not hasattr(est, "components_")
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
+
+
+@pytest.mark.parametrize("cls, kw", [(NMF, {}), (RobustNMF, dict(solver="cd")),
+                                     (RobustNMF, dict(solver="mu")),
+                                     (ONMFO, dict(solver="cd")), (ONMFO, dict(solver="mu"))])
+def test_feature_no_sample_observes_has_zero_components(cls, kw, data):
+    """The components of a feature no sample observes are 0 for every model and solver
+    (the "cd" solvers left W's random start there, which inverse_transform then
+    'filled' in)."""
+    Xn = data[1].copy()
+    Xn[:, 5] = np.nan
+    with warnings.catch_warnings():
+        _quiet()
+        warnings.simplefilter("error", RuntimeWarning)
+        est = _small(cls, missing="mask", **kw).fit(Xn)
+    assert np.isfinite(est.components_).all()
+    np.testing.assert_array_equal(est.components_[:, 5], 0.0)
+    assert est.components_.max() > 0

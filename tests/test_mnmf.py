@@ -262,7 +262,7 @@ def test_mnmf_label_errors(small_toy, y, message):
 def test_mnmf_parameter_and_input_errors(small_toy):
     X, y = small_toy
     with pytest.raises(ValueError, match=r"The 'C' parameter of MNMF must be a float in the "
-                                         r"range \(0(\.0)?, inf\)\. Got -1(\.0)? instead\."):
+                                         r"range \[1e-50, 1e\+50\]\. Got -1(\.0)? instead\."):
         MNMF(2, C=-1.0).fit(X, y)
     bad = X.copy()
     bad[3, 2] = np.nan
@@ -458,3 +458,81 @@ def test_mnmf_refuses_classes_of_one_sample(lazy):
     with pytest.raises(ValueError, match=r"at least 2 samples of every class in y; "
                                          r"2 classes have 1 sample: \[2, 3\]"):
         MNMF(2, max_iter=1, semi_max_iter=1).fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def sklearn_train_blobs():
+    """scikit-learn's check_classifiers_train data: 3 standardised blobs, shuffled."""
+    from sklearn.datasets import make_blobs
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.utils import shuffle
+
+    X, y = make_blobs(n_samples=300, random_state=0)
+    X, y = shuffle(X, y, random_state=7)
+    return StandardScaler().fit_transform(X), y
+
+
+@pytest.mark.parametrize("seed", [0, 11])
+def test_mnmf_semi_update_does_not_overflow_into_a_zero_classifier(sklearn_train_blobs,
+                                                                    seed):
+    """Ding's H update divided a moderate numerator by a denominator of ~1e-322 (a row of
+    H decayed toward 0): the ratio overflowed, the NaN it made became H = 0, and one pair's
+    classifier ended exactly 0 (training accuracy 0.69; the pair alone 0.935)."""
+    X, y = sklearn_train_blobs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = MNMF(n_components=3, random_state=seed).fit(X, y)
+    assert np.all(np.abs(est.coef_).max(axis=1) > 0)
+    assert np.isfinite(est.components_).all()
+    assert est.score(X, y) > 0.83           # check_classifiers_train's bar
+    # every pair's classifier, on that pair's samples, near the pair fitted alone (0.935)
+    dec = _semi.pair_decisions(X, *est._problems())
+    for p, (a, b) in enumerate(est.pairs_):
+        rows = (y == a) | (y == b)
+        assert np.mean((dec[rows, p] > 0) == (y[rows] == a)) >= 0.9
+
+
+@pytest.mark.parametrize("first", ["a", 1])
+def test_mnmf_refuses_mixed_string_and_number_labels(small_toy, first):
+    """An object y mixing str and int labels: scikit-learn's message, for NumPy and Dask
+    y, not a TypeError from sorting the labels."""
+    X, _ = small_toy
+    other = 1 if first == "a" else "a"
+    y = np.array([first, other] * (len(X) // 2), dtype=object)
+    est = MNMF(2)
+    with pytest.raises(ValueError, match=r"Mix of label input types \(string and number\)"):
+        est.fit(X, y)
+    with pytest.raises(ValueError, match=r"Mix of label input types \(string and number\)"):
+        est.fit(da.from_array(X, chunks=(13, -1)), da.from_array(y, chunks=7))
+    assert not hasattr(est, "coef_")
+
+
+def test_mnmf_tiny_reconstruction_weight_still_takes_g_steps(small_toy):
+    """At reconstruction_weight <= 1e-13, c = w^T P w fell below a fixed 1e-12 and every
+    G step was skipped as if w were 0: the objective ended 7x that of 1e-12 (5813 against
+    834) and the accuracy at chance (0.52 against 0.93)."""
+    X, y = small_toy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = MNMF(2, reconstruction_weight=1e-12, random_state=0).fit(X, y)
+        tiny = MNMF(2, reconstruction_weight=1e-40, random_state=0).fit(X, y)
+    assert tiny.inner_passes_[0][1:, 0].sum() > 0           # the G steps ran
+    assert tiny.objective_history_[0][-1] == pytest.approx(ref.objective_history_[0][-1],
+                                                           rel=1e-3)
+    assert tiny.score(X, y) == ref.score(X, y)
+
+
+@pytest.mark.parametrize("param", ["C", "reconstruction_weight", "intercept_scaling"])
+@pytest.mark.parametrize("value", [1e-300, 1e300, np.inf])
+def test_mnmf_weights_beyond_float64_are_refused(small_toy, param, value):
+    """Beyond 1e+-50 the products of C, 1 / reconstruction_weight and intercept_scaling^2
+    overflowed (non-finite intercept_ and decision values, a skipped G step, chance
+    accuracy): the constraint refuses them with the range."""
+    X, y = small_toy
+    est = MNMF(2, **{param: value})
+    with pytest.raises(ValueError, match=rf"The '{param}' parameter of MNMF must be a float "
+                                         r"in the range \[1e-50, 1e\+50\]\. Got "):
+        est.fit(X, y)
+    assert not hasattr(est, "coef_")

@@ -650,3 +650,29 @@ def test_fused_cd_rows_match_the_vectorised_solve(dtype, k):
         np.testing.assert_array_equal(r_o, r_l[lo:hi])
         np.testing.assert_array_equal(n_o, n_f[lo:hi])
         np.testing.assert_array_equal(loss_o, loss[lo:hi])
+
+
+@pytest.fixture(scope="module")
+def wide_k():
+    """300 x 30 and k above n_features: the warm-started NNLS's passive set had more
+    columns than W W^T's rank (779 NaN codes at k = 50; ONMFO at k = 90 ended in
+    LinAlgError "SVD did not converge" on its NaN W)."""
+    return np.abs(np.random.default_rng(0).normal(size=(300, 30)))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_robust_nmf_with_more_components_than_features_gives_finite_codes(wide_k):
+    est = RobustNMF(50, max_iter=10, random_state=0).fit(wide_k)
+    H, R = est.decompose(wide_k)
+    assert np.isfinite(H).all() and np.isfinite(R).all()
+    assert np.isfinite(est.components_).all()
+    # the codes are a minimum of (3) per sample: no worse than the fit's own objective
+    assert _objective_3(wide_k, H, est.components_, R, 1.0).sum() <= (
+        est.objective_ * (1 + 1e-6))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_onmfo_with_far_more_components_than_features_fits(wide_k):
+    est = ONMFO(90, max_iter=1, random_state=0).fit(wide_k)
+    assert np.isfinite(est.components_).all()
+    assert np.isfinite(est.transform(wide_k)).all()

@@ -181,7 +181,7 @@ def test_bad_input(seq):
     bad[0, 0] = np.inf
     with pytest.raises(ValueError, match="NaN or infinite"):
         RNMF(4).fit(bad)
-    with pytest.raises(ValueError, match=r"The 'alpha' parameter of ORNMF must be a float in the range \[0, inf\)"):
+    with pytest.raises(ValueError, match=r"The 'alpha' parameter of ORNMF must be a float in the range \[0, 1e\+100\]"):
         ORNMF(4, alpha=-1.0).fit(X)
     with pytest.raises(ValueError, match="The 'init' parameter of NMF"):
         NMF(4, init="svd").fit(X)
@@ -223,3 +223,28 @@ def test_fit_transform_of_a_dataframe_warns_nothing(seq):
         warnings.simplefilter("ignore", ConvergenceWarning)   # a UserWarning subclass
         H = NMF(4, max_iter=20, random_state=0).fit_transform(df)
     assert H.shape == (X.shape[0], 4)
+
+
+@pytest.mark.parametrize("alpha", [1e300, np.inf])
+def test_alpha_beyond_float64_is_refused(seq, alpha):
+    """At alpha = 1e300, alpha q_i h_i overflowed in the H update (inf / inf codes) and W's
+    update turned the NaN into W = 0: objective_ then was ||X|| with no error.  The
+    constraint refuses such alpha with the range."""
+    X, _ = seq
+    est = ORNMF(4, alpha=alpha)
+    with pytest.raises(ValueError, match=r"The 'alpha' parameter of ORNMF must be a float in "
+                                         r"the range \[0, 1e\+100\]\. Got "):
+        est.fit(X)
+    assert not hasattr(est, "components_")
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("scale", [1e-30, 1e30])
+def test_largest_alpha_gives_finite_results(seq, scale):
+    X, _ = seq
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        est = ORNMF(4, alpha=1e100, max_iter=20, random_state=0).fit(X * scale)
+        H = est.transform(X * scale)
+    assert np.isfinite(est.objective_) and np.isfinite(H).all()
+    assert np.isfinite(est.components_).all() and est.components_.max() > 0

@@ -600,3 +600,30 @@ def test_l1_out_of_core_final_assignment_is_the_last_pass_when_the_centres_stay(
         short = RFNMF(6, loss="l1", n_init=1, init="random", max_iter=1, tol=0,
                       random_state=0).fit(Xd)
     assert short.n_passes_ == 1 + sum(short.median_rounds_) + 1      # the final pass
+
+
+@pytest.mark.parametrize("loss", ["l1", "l21", "l2"])
+@pytest.mark.parametrize("lazy", [False, True])
+def test_missing_feature_no_sample_observes_gets_zero_centres(loss, lazy):
+    """A feature no sample observes (with an all-NaN row and a feature observed once):
+    its centre value was NaN (the middle of an empty range, inf and -inf) and predict put
+    every complete row in one cluster.  Its centres are now 0 in every cluster, so it
+    does not change which centre is nearest."""
+    rng = np.random.default_rng(0)
+    centres = np.array([[0.0, 0, 0, 0, 0], [5, 5, 5, 5, 5], [0, 5, 0, 5, 0]])
+    y = np.repeat([0, 1, 2], 20)
+    X = centres[y] + rng.normal(scale=0.3, size=(60, 5))
+    Xm = X.copy()
+    Xm[:, 2] = np.nan                     # never observed
+    Xm[1:, 4] = np.nan                    # observed once
+    Xm[7] = np.nan                        # a row with nothing observed
+    Xin = da.from_array(Xm, chunks=(20, 5)) if lazy else Xm
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        est = RFNMF(3, loss=loss, n_init=2, random_state=0, missing="mask").fit(Xin)
+        pred = np.asarray(est.predict(X))
+    assert np.isfinite(est.cluster_centers_).all()
+    np.testing.assert_array_equal(est.cluster_centers_[:, 2], 0.0)
+    assert clustering_accuracy(y, pred) == 1.0
+    keep = np.arange(60) != 7
+    assert clustering_accuracy(y[keep], np.asarray(est.labels_)[keep]) == 1.0

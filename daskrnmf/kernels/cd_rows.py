@@ -97,6 +97,9 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
             if tabled:
                 _nnls_row_table(G, b, hi, nnls_tol, amax, tab, have, z)
             else:
+                # warm from the last round's h (first round: the clipped least squares,
+                # whose support may exceed G's rank when k > d: _nnls_row starts the
+                # dependent columns at 0)
                 s = _nnls_row(G, b, hi, nnls_tol, True, amax, idx, z, F, passive, s)
             rounds[i] += 1
         # the loop left with r of the final h, and the row's objective (3)

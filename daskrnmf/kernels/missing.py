@@ -48,6 +48,12 @@ features of sample i)
   missing), (18)/(6) with ``[B_j w_j]_j`` for ``B W``.  Pieces without a missing value
   keep the shared k x k B (``Bm`` holds only masked pieces' rows), so complete data costs
   nothing more.  For very large ``d k^2`` the per-feature statistics are the memory cost.
+  ONMFO: a batch with no observed entry (all-NaN rows) leaves W as it is, W starts from
+  the first batch that has one, and an X with none is a ValueError at the end of the
+  stream's first pass (a lazy X is not read before).
+* A feature that no sample observes has 0 in every component (W's column; the
+  multiplicative updates make it so, the HALS sweeps of ``solver="cd"`` set it):
+  ``inverse_transform`` gives 0 there.
 * ``transform`` / ``decompose`` solve the codes from the observed entries only;
   ``inverse_transform(H) = H W`` is defined everywhere: it *fills* the missing entries.
   ``decompose``'s R is 0 at missing entries.  ``reconstruction_err_`` and the
@@ -67,7 +73,11 @@ RFNMF (both losses, and ``"l2"``)
   returns the per-feature weight sums ``wsum_f``).
 * A feature that no member of a cluster observes keeps the previous centre's value (the
   middle of its range at the start); seeds come from the first pass's row sample with its
-  missing entries set to the feature's sample median.
+  missing entries set to the feature's sample median.  A feature that no sample observes
+  has the value 0 in every centre: it carries no information, and a value shared by all
+  centres does not change which one is nearest (on rows that observe it, ``predict``
+  and ``transform`` add the same |x_j| or x_j^2 to every centre's distance).  A row with
+  no observed entry is at distance 0 of every centre (label 0) and moves no centre.
 * Complete blocks take the unmasked kernels; cost with NaN: the masked distance loop (no
   GEMM, no early abandon) and one more per-block sum for the observed counts.
 

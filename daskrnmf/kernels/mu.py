@@ -90,9 +90,9 @@ def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None, floor=PAIR_FLOOR, mas
         h_next = np.vstack([H[1:], nxt[None] if nxt is not None else np.zeros((1, H.shape[1]))])
         num += alpha * (q_prev[:, None] * h_prev + q_next[:, None] * h_next)
         den += alpha * (q_prev + q_next)[:, None] * H
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = H * num / den
-    return np.where(den > 0, out, 0.0)
+    # den = 0 only where h_ik = 0 (or W's row k is 0, then num = 0): the entry stays 0;
+    # a NaN is not made 0 (``den != 0`` holds for it)
+    return np.divide(H * num, den, out=np.zeros_like(H), where=den != 0)
 
 
 def residual_norms(X, H, W, mask=None):

@@ -11,10 +11,12 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _chol_append(A, idx, s, L, c):
+def _chol_append(A, idx, s, L, c, dependent_out=False):
     """Append column c to the passive set ``idx[:s]`` and its Cholesky factor L of
     ``A[idx, idx]`` (one new row, O(s^2)); a pivot that roundoff made non-positive is
-    floored (a column dependent on the others gets ~0).  Returns the new size."""
+    floored (a column dependent on the others gets ~0).  ``dependent_out``: a column whose
+    pivot is at or below that floor (dependent on the passive set: more columns than
+    A's rank) is not appended.  Returns the new size."""
     idx[s] = c
     for j in range(s):
         acc = A[c, idx[j]]
@@ -25,6 +27,8 @@ def _chol_append(A, idx, s, L, c):
     for m in range(s):
         acc -= L[s, m] * L[s, m]
     floor = 1e-14 * A[c, c] + 1e-300
+    if dependent_out and not (acc > floor):
+        return s
     L[s, s] = np.sqrt(acc if acc > floor else floor)
     return s + 1
 
@@ -133,11 +137,20 @@ def _nnls_row(A, b, x, tol, warm, amax, idx, z, L, passive, s):
                 passive[c] = False
                 s = _chol_delete(idx, s, L, t)
         for c in range(k):
-            if x[c] > 0.0 and A[c, c] > 0.0:
-                resume = True
-                if not passive[c]:
+            if x[c] > 0.0 and A[c, c] > 0.0 and not passive[c]:
+                # a support wider than A's rank (k > n_features, or a clipped
+                # least-squares start) has columns dependent on the others: their
+                # floored pivots (~1e-7 relative) compound through the factor to inf and
+                # NaN codes.  They start at 0 (the active set lets them in if they help).
+                grown = _chol_append(A, idx, s, L, c, True)
+                if grown == s:
+                    x[c] = 0.0
+                else:
+                    s = grown
                     passive[c] = True
-                    s = _chol_append(A, idx, s, L, c)
+                    resume = True
+            elif x[c] > 0.0 and A[c, c] > 0.0:
+                resume = True
             else:
                 x[c] = 0.0
                 if passive[c]:              # a cached column whose A[c, c] is 0

@@ -216,7 +216,8 @@ def update_components_cd(W, A, B, C, max_iter, tol, Bm=None):
 
     ``Bm`` (d, k, k), missing values: column c of W has the Gram matrix ``B + Bm[c]``
     (the problem separates over W's columns); each row's update is then exact per
-    column (:func:`_update_components_cd_masked`)."""
+    column (:func:`_update_components_cd_masked`), and the column of a feature that no
+    sample observes is 0."""
     if Bm is not None:
         return _update_components_cd_masked(W, A, B, C, Bm, max_iter, tol)
     W = np.array(W, dtype=np.float64)
@@ -273,6 +274,10 @@ def _update_components_cd_masked(W, A, B, C, Bm, max_iter, tol):
                                + np.asarray(B, dtype=np.float64)[None]).transpose(1, 0, 2))
     diag = np.einsum("ccj->cj", Bt.transpose(0, 2, 1)) if k else np.zeros((0, D.shape[1]))
     WT = np.array(np.asarray(W, dtype=np.float64).T, order="C")        # (d, k)
+    # a feature that no sample (with a non-zero code) observes has no Gram matrix: its
+    # column of W would keep its start; it is 0, as the multiplicative updates make it
+    # (nothing to reconstruct there, and inverse_transform does not invent values)
+    WT[~(diag > 0).any(axis=0)] = 0.0
     sweeps = 0
     for sweeps in range(1, max_iter + 1):
         moved = 0.0

@@ -129,7 +129,12 @@ class CentroidFit:
         self.blocks, self.k, self.R = blocks, k, R
         self.missing = missing
         self.metric, self.loss, self.seed, self.median_tol = metric, loss, seed, median_tol
-        self.lo, self.hi = stats["min"], stats["max"]
+        # a feature no sample observes (missing="mask"; its range is (inf, -inf)) cannot
+        # inform the clustering: its range is taken as [0, 0], so its centre value is 0
+        # in every cluster (seeds, fills) and it does not change which centre is nearest
+        unseen = ~(stats["min"] <= stats["max"])
+        self.lo = np.where(unseen, 0.0, stats["min"])
+        self.hi = np.where(unseen, 0.0, stats["max"])
         self.sample = stats.get("sample")
         self.d = self.lo.shape[0]
         # residual floor of the L2,1 weights 1 / ||x - f||: relative to the data's scale

@@ -138,11 +138,13 @@ def solve_batch_piece(block, start, W, spec):
         h, r, rounds, loss = solve_rows(xs, W, spec, mask, **out)
         st = block_statistics(xs, h, r, W, spec.alpha_R, mask, loss=loss)
         st["rounds"] = rounds
+        # observed entries: a batch with none holds no information on W
+        st["observed"] = int(xs.size if mask is None else np.count_nonzero(mask))
         parts.append(st)
     if not parts:
         k, d = W.shape
         return {"A": np.zeros((k, d)), "B": np.zeros((k, k)), "C": np.zeros((k, d)),
-                "loss": 0.0, "n": 0, "rounds": 0}
+                "loss": 0.0, "n": 0, "rounds": 0, "observed": 0}
     return add_statistics(parts)
 
 

@@ -190,8 +190,14 @@ def h_chunk(block, start, st, spec):
         pos, neg = np.maximum(GtG, 0.0), np.maximum(-GtG, 0.0)
         num = np.maximum(XG, 0.0) + H @ neg
         den = H @ pos + np.maximum(-XG, 0.0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            H = np.where(den > 0, H * np.sqrt(num / den), 0.0)
+        # H sqrt(num / den), with den >= H_ik (G^T G)_kk: as num / den, a row of H that
+        # decayed toward 0 (den ~ 1e-320) overflows to inf, whose NaN then ended as H = 0
+        # (a zero classifier in MNMF).  sqrt(num) * (H / sqrt(den)) is the same update
+        # with every factor bounded: H / sqrt(den) <= sqrt(H_ik / (G^T G)_kk).  den = 0
+        # means H_ik = 0 (or g_k = 0, then num = 0 too): the entry stays 0.  A NaN (there
+        # is none for finite X) is not hidden: ``den != 0`` holds for it.
+        root = np.sqrt(den)
+        H = np.sqrt(num) * np.divide(H, root, out=np.zeros_like(H), where=den != 0)
     else:
         H = nnls_codes(GtG, XG)
     new = {"y": st["y"], "H": H}
@@ -228,6 +234,16 @@ def scaled_codes(st, scale, dtype):
 def ones(n):
     """Labels of a semi-NMF: every row in the problem."""
     return np.ones(n)
+
+
+def distinct_labels(y):
+    """The distinct labels of a block of an object-dtype y, unsorted (a mix of str and
+    numbers cannot be sorted; the caller refuses it with a clear message)."""
+    labels = set(np.asarray(y).tolist())
+    out = np.empty(len(labels), dtype=object)
+    for i, label in enumerate(labels):      # element-wise: a tuple label stays one label
+        out[i] = label
+    return out
 
 
 def pair_labels(y, positive, negative):

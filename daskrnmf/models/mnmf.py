@@ -90,7 +90,8 @@ from .._base import BaseModel, FactorizationMixin
 from .._typing import Array, Data, Labels
 from . import _semi
 
-_EPS = 1e-12
+#: range of C, reconstruction_weight and intercept_scaling (see the constraint table)
+_WEIGHT_MIN, _WEIGHT_MAX = 1e-50, 1e50
 #: Newton passes allowed to an SVM step (over the k features kept per row, not over X)
 _SVM_PASSES = 100
 #: smallest smoothing width a warm-started SVM step begins at (the margin is 1): a solve to
@@ -340,7 +341,9 @@ class _MarginFit:
         # the G step minimises lam ||X - H G^T||^2 + 1/2 sum_j w_j^2 ||g_j||^2 + hinge
         G0, P = problem.basis(w * w / (2 * self.weight))
         c = float(w @ P @ w)
-        if c > _EPS:
+        # c = 0 only for w = 0; c is of the order reconstruction_weight / w^2, so no fixed
+        # floor fits (1e-12 skipped every G step at reconstruction_weight <= 1e-13)
+        if c > 0:
             # G = G_0 + v w^T P / c with v the primal solution (module docstring), warm
             # started at the v that keeps the current decision values (its objective is
             # no higher than the current G's)
@@ -398,11 +401,12 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
     n_components : int, default=8
         k, the number of basis vectors (features).
     C : float, default=100.0
-        Weight of the hinge losses.
+        Weight of the hinge losses, in [1e-50, 1e50].
     reconstruction_weight : float, default=0.01
         Weight of the reconstruction error (``lam`` in the paper); the G step's box is
         ``theta = C / reconstruction_weight``, which must be large for the margin to
-        shape G (with both 1, MNMF does no better than semi-NMF + SVM).
+        shape G (with both 1, MNMF does no better than semi-NMF + SVM).  In [1e-50, 1e50]
+        (beyond, the solvers' products overflow float64).
     max_iter : int, default=10
         Outer iterations of Algorithm 1 (0: semi-NMF + SVM).  The paper's toy converges in
         6.
@@ -420,7 +424,8 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
     inner_tol : float, default=1e-3
         Relative duality gap that ends a G step / SVM step.
     intercept_scaling : float, default=1.0
-        The constant feature that carries the intercept (as LinearSVC's).
+        The constant feature that carries the intercept (as LinearSVC's), in
+        [1e-50, 1e50].
     random_state : None, int, RandomState or Generator, default=None
         Seed of the initial H.  Never modified.
     verbose : int, default=0
@@ -496,12 +501,16 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
     _parameter_constraints = {
         **_COMMON,
         "max_iter": [v.Interval(int, 0, None)],
-        "C": [v.Interval(float, 0, None, closed="neither")],
-        "reconstruction_weight": [v.Interval(float, 0, None, closed="neither")],
+        # the G step's Hessian holds C / reconstruction_weight and the SVM step's
+        # intercept_scaling^2 (over a smoothing width down to 1e-9): beyond 1e+-50 these
+        # products overflow float64 (measured: non-finite intercept_ at intercept_scaling
+        # 1e200, overflowing Hessians at C / reconstruction_weight 1e200)
+        "C": [v.Interval(float, _WEIGHT_MIN, _WEIGHT_MAX)],
+        "reconstruction_weight": [v.Interval(float, _WEIGHT_MIN, _WEIGHT_MAX)],
         "semi_max_iter": [v.Interval(int, 1, None)],
         "max_inner_iter": [v.Interval(int, 1, None)],
         "inner_tol": [v.Interval(float, 0, None, closed="neither")],
-        "intercept_scaling": [v.Interval(float, 0, None, closed="neither")],
+        "intercept_scaling": [v.Interval(float, _WEIGHT_MIN, _WEIGHT_MAX)],
     }
     _renamed_params = {"lam": "reconstruction_weight", "inner_max_iter": "max_inner_iter"}
     _fitted_attribute = "coef_"
@@ -563,6 +572,12 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
                 import dask
                 import dask.array as da
 
+                if y.dtype == object:
+                    # da.unique sorts, which mixed str / int labels cannot: the blocks'
+                    # distinct labels (unsorted) are checked first
+                    parts = dask.compute(*[dask.delayed(_semi.distinct_labels, pure=True)(b)
+                                           for b in y.to_delayed().ravel()])
+                    _refuse_mixed_labels(np.concatenate(parts))
                 self.classes_ = _checked_classes(*dask.compute(*da.unique(y, return_counts=True)))
                 return y
         y = column_or_1d(y, warn=True)
@@ -711,7 +726,8 @@ def _is_dask_array(y):
 
 def _checked_classes(y, counts=None):
     """The sorted classes of y: a classification target (a continuous y is an error), no
-    NaN, at least two classes, at least two samples of each.
+    NaN, labels all strings or all numbers, at least two classes, at least two samples of
+    each.
 
     ``counts``: when given, ``y`` is already its sorted distinct values and ``counts``
     their numbers of samples (a Dask y is never gathered, only these).
@@ -725,6 +741,7 @@ def _checked_classes(y, counts=None):
     y = np.asarray(y)
     if y.dtype.kind in "fc":
         assert_all_finite(y, input_name="y")
+    _refuse_mixed_labels(y)
     check_classification_targets(y)
     if counts is None:
         classes, counts = np.unique(y, return_counts=True)
@@ -742,6 +759,13 @@ def _checked_classes(y, counts=None):
                          f"[{shown}]. Merge or drop those classes (one binary problem is "
                          "fitted per pair of classes, over all of X).")
     return classes
+
+
+def _refuse_mixed_labels(y):
+    """scikit-learn's unique_labels message for an object y mixing strings and numbers
+    (np.unique could not sort them)."""
+    if y.dtype == object and len({isinstance(label, str) for label in y}) > 1:
+        raise ValueError("Mix of label input types (string and number)")
 
 
 def _label_blocks(y, blocks):

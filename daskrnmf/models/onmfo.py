@@ -281,7 +281,8 @@ class ONMFO(_OutlierFactorization):
     _renamed_params = {"lam": "alpha_R", "n_passes": "max_iter"}
     # what save/load keeps beyond the public attributes: partial_fit continues after load
     _saved_private = BaseModel._saved_private + ("_W", "_A", "_B", "_C", "_Bm",
-                                                 "_stream_seed", "_stream_passes")
+                                                 "_stream_seed", "_stream_passes",
+                                                 "_n_observed")
 
     _parameter_constraints = {
         **_OutlierFactorization._parameter_constraints,
@@ -405,6 +406,7 @@ class ONMFO(_OutlierFactorization):
             feed.close()
         self._W, self._A, self._B, self._C = run.W, run.A, run.B, run.C
         self._Bm = run.Bm
+        self._n_observed = run.n_observed
         self._stream_seed = seed
         self.components_ = run.W
         self.objective_history_ = np.array(run.history, dtype=np.float64)
@@ -447,6 +449,11 @@ class ONMFO(_OutlierFactorization):
             for b in upcoming(order, nb, self.max_iter, p, j, 1 + self.prefetch):
                 feed.want(b)
             b = int(order(p)[j])
+            if run.n_observed == 0 and run.n_steps > 0:
+                # every batch so far was all missing: W's start came from a 'mean' of
+                # nothing; start it from this batch instead (as from a first batch)
+                run.W = initial_components(seed, self.n_components, run.W.shape[1],
+                                           feed.mean(b))
             rows = (batch_rows(seed, p, units, batches, b)
                     if self.shuffle and self.batch_size is None else None)
             st = feed.solve(b, solve_batch_piece, add_statistics, run.W, spec, rows=rows)
@@ -454,7 +461,9 @@ class ONMFO(_OutlierFactorization):
             run.B += st["B"]
             run.C += st["C"]
             run.add_Bm(st.get("Bm"))
-            run.W = self._update_W(run.W, run.A, run.B, run.C, run.Bm)
+            run.n_observed += st["observed"]
+            if st["observed"]:      # all-missing rows add nothing: W stays as it is
+                run.W = self._update_W(run.W, run.A, run.B, run.C, run.Bm)
             run.inner_rounds += st["rounds"]
             run.inner_n += st["n"]
             run.loss_sum += st["loss"]
@@ -466,6 +475,10 @@ class ONMFO(_OutlierFactorization):
                         "loss": st["loss"] / max(st["n"], 1),
                         "inner_rounds": st["rounds"] / max(st["n"], 1)}
             if run.pos == nb:
+                if run.n_observed == 0:
+                    # found in the pass that reads X anyway (a lazy X is not read before)
+                    raise ValueError(f"X passed to {self._name} has no observed (non-NaN) "
+                                     "value.")
                 run.history.append(run.loss_sum / max(run.pass_n, 1))
                 run.pass_, run.pos = p + 1, 0
                 run.passes_done += 1
@@ -533,7 +546,8 @@ class ONMFO(_OutlierFactorization):
                  "pass_n": run.pass_n, "inner_rounds": int(run.inner_rounds),
                  "inner_n": int(run.inner_n), "converged": bool(run.converged),
                  # the chunks of X read so far, checked when a resumed run reads them
-                 "chunk_sha256": dict(checksums or {})}
+                 "chunk_sha256": dict(checksums or {}),
+                 "n_observed": int(run.n_observed)}
         _checkpoint.save(self.checkpoint, arrays, attrs)
 
     def _restore(self, saved, key, n_batches):
@@ -559,7 +573,9 @@ class ONMFO(_OutlierFactorization):
                        loss_sum=float(attrs["loss_sum"]), pass_n=int(attrs["pass_n"]),
                        inner_rounds=int(attrs.get("inner_rounds", 0)),
                        inner_n=int(attrs.get("inner_n", 0)),
-                       converged=bool(attrs.get("converged", False)))
+                       converged=bool(attrs.get("converged", False)),
+                       # older checkpoints: counted as observed (W updated as before)
+                       n_observed=int(attrs.get("n_observed", 1)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"The checkpoint {where} is damaged: {type(exc).__name__}: "
                              f"{exc}.") from exc
@@ -613,13 +629,19 @@ class ONMFO(_OutlierFactorization):
             else:
                 W, A, B, C = self._W, self._A.copy(), self._B.copy(), self._C.copy()
                 Bm = getattr(self, "_Bm", None)
+                if getattr(self, "_n_observed", 1) == 0:
+                    # the calls so far had only missing values: W starts from this batch
+                    W = initial_components(self._stream_seed, self.n_components,
+                                           X.shape[1], feed.mean(0))
             st = feed.solve(0, solve_batch_piece, add_statistics, W, self._spec())
         finally:
             feed.close()
         A, B, C = A + st["A"], B + st["B"], C + st["C"]
         if "Bm" in st:
             Bm = st["Bm"] if Bm is None else Bm + st["Bm"]
-        self._W = self._update_W(W, A, B, C, Bm)
+        # a batch of all-missing rows adds nothing and leaves W as it is
+        self._W = self._update_W(W, A, B, C, Bm) if st["observed"] else W
+        self._n_observed = (0 if first else getattr(self, "_n_observed", 1)) + st["observed"]
         self._A, self._B, self._C, self._Bm = A, B, C, Bm
         if first:
             self._stream_seed = seed
@@ -640,7 +662,7 @@ class _Run:
 
     def __init__(self, *, W, A, B, C, Bm=None, history=None, pass_=0, pos=0, n_steps=0,
                  n_seen=0, passes_done=0, loss_sum=0.0, pass_n=0, inner_rounds=0, inner_n=0,
-                 converged=False):
+                 converged=False, n_observed=0):
         self.W = np.array(W, dtype=np.float64)
         self.A, self.B, self.C = (np.array(M, dtype=np.float64) for M in (A, B, C))
         # missing="mask": per-feature Gram matrices of the rows with missing values
@@ -650,6 +672,8 @@ class _Run:
         self.passes_done, self.loss_sum, self.pass_n = passes_done, loss_sum, pass_n
         self.inner_rounds, self.inner_n = inner_rounds, inner_n
         self.converged, self.stopped = converged, False
+        # observed (non-NaN) entries solved so far; 0: W is still its placeholder start
+        self.n_observed = n_observed
         self.last = {}
 
     @property

@@ -308,7 +308,7 @@ class ORNMF(NMF):
     n_components : int, default=8
         Rows of W (the number of components).
     alpha : float, default=0.3
-        Weight of the ordered penalty (the paper tunes it in [0.1, 0.7]).
+        Weight of the ordered penalty (the paper tunes it in [0.1, 0.7]); at most 1e100.
     n_clusters : int, default=None
         If given, ``labels_`` is a k-means clustering of H (as in the paper's
         experiments), and ``boundaries_`` holds the ``n_clusters - 1`` strongest jumps.
@@ -365,7 +365,10 @@ class ORNMF(NMF):
     _loss = "l21"
     _parameter_constraints = {
         **NMF._parameter_constraints,
-        "alpha": [v.Interval(float, 0, None)],
+        # alpha multiplies D_2's weights (up to 1 / 1e-10) and the penalty in objective_:
+        # at 1e300 they overflow float64 (NaN codes, W = 0); 1e100 leaves room for any X
+        # the input checks accept
+        "alpha": [v.Interval(float, 0, 1e100)],
         "n_clusters": [v.Interval(int, 1, None), v.Kind((type(None),), "None")],
         "boundary_threshold": [v.Interval(float, 0, 1)],
     }
@@ -527,9 +530,9 @@ class _MUFit:
             den = res["B"] @ W
             if "Bd" in res:     # missing="mask": H^T (M o (H W)) of the masked blocks
                 den += res["Bd"]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                newW = W * res["A"] / den
-            newW = np.where(np.isfinite(newW), newW, 0.0)
+            # den = 0 means W_kj = 0 or H's column k is 0 (then A_kj = 0): the entry
+            # stays 0.  A NaN or inf is not replaced by 0 (a W of zeros is a wrong answer).
+            newW = np.divide(W * res["A"], den, out=np.zeros_like(W), where=den != 0)
             W = self._normalise(newW)
         return W[None], np.array([objective])
 

@@ -66,8 +66,9 @@ class RFNMF(ClusterBase):
         distances over each sample's observed features, rescaled by ``n_features /
         n_observed``; L1 medians and L2,1 weighted means of each feature over the members
         that observe it (a feature no member observes keeps the previous centre's
-        value); seeds from the first pass's sample with its missing entries set to the
-        feature's sample median.  See :mod:`daskrnmf.kernels.missing`.
+        value; one no sample observes is 0 in every centre); seeds from the first pass's
+        sample with its missing entries set to the feature's sample median.  See
+        :mod:`daskrnmf.kernels.missing`.
     random_state : None, int, numpy RandomState or Generator, default=None
         Results depend on it alone, not on the chunking or the number of workers.
     verbose : int, default=0
