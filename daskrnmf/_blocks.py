@@ -330,6 +330,31 @@ def check_block_fits(block_bytes, where):
         "smaller row chunks (X.rechunk({0: rows}) for a Dask array).")
 
 
+def check_stored_chunk_fits(chunk_bytes, budget, where):
+    """A clear MemoryError, before any work, when one stored chunk of a Zarr array
+    (``chunk_bytes`` decoded) does not fit in what a worker thread may hold
+    (``BLOCK_COPIES * budget``, see :func:`worker_block_budget`): any row of a compressed
+    chunk is read by decoding the whole chunk, so blocks smaller than a stored chunk do
+    not help, and the workers would be killed one after the other (KilledWorker)."""
+    room = BLOCK_COPIES * budget
+    if chunk_bytes <= room:
+        return
+    client = active_client()
+    limit = min(w["memory_limit"] for w in _workers(client) if w.get("memory_limit"))
+    baseline = dask.config.get("daskrnmf.worker-baseline-memory", WORKER_BASELINE)
+    pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 0.95
+    threads = max(1, int(min((w.get("nthreads") or 1) for w in _workers(client))))
+    need = (baseline + threads * (chunk_bytes + BLOCK_COPIES * 2**20)) / pause
+    raise MemoryError(
+        f"The stored chunks of {where} are {chunk_bytes / 2**20:.0f} MiB each (decoded), and "
+        f"a worker decodes a whole stored chunk to read any of its rows; the workers' memory "
+        f"limit ({limit / 2**20:.0f} MiB) leaves {room / 2**20:.0f} MiB per thread after "
+        f"their baseline ({baseline / 2**20:.0f} MiB) below the pause threshold "
+        f"({pause:.0%}). Give the workers at least {need / 2**20:.0f} MiB, or rewrite the "
+        "store with smaller row chunks, e.g. dask.array.from_zarr(path).rechunk({0: rows})"
+        ".to_zarr(new_path), with rows * n_features * itemsize of a few tens of MiB.")
+
+
 def _choose_scratch():
     client = active_client()
     if client is None:

@@ -304,7 +304,7 @@ def _zarr_to_dask(z, where):
     task)."""
     import dask
 
-    from ._blocks import check_block_fits, worker_block_budget
+    from ._blocks import check_block_fits, check_stored_chunk_fits, worker_block_budget
     from ._reader import as_dask
 
     if z.ndim != 2:
@@ -317,6 +317,7 @@ def _zarr_to_dask(z, where):
     if budget is not None and budget <= 0:
         check_block_fits(None, where)      # the limit cannot hold a worker's baseline
     if budget is not None and budget > 0:
+        check_stored_chunk_fits(stored * row_bytes, budget, where)
         fit = budget // max(1, z.shape[1] * 8)        # rows whose float64 copy fits
         if rows > fit:
             rows = fit // stored * stored if fit >= stored else max(1, fit)

@@ -66,3 +66,27 @@ def test_budget_is_per_thread():
                       dashboard_address=None) as cluster, Client(cluster):
         two = worker_block_budget()
     assert two == int((2 * 2**30 * 0.8 - WORKER_BASELINE) // (BLOCK_COPIES * 2))
+
+
+def test_a_stored_chunk_larger_than_a_worker_can_decode_is_refused_up_front(tmp_path):
+    """Issue 40: two 700 MiB workers on an array stored in 256 MB chunks ended in
+    KilledWorker (a worker decodes a whole stored chunk to read any row of it). Here the
+    room is made small through the baseline setting instead of a huge array: a 30.5 MiB
+    stored chunk against 20 MiB of room is refused, 3 MiB chunks are read."""
+    import dask
+
+    big = str(tmp_path / "big.zarr")
+    zarr.create_array(big, shape=(40_000, 100), chunks=(40_000, 100), dtype="f8")[:] = 1.0
+    small = str(tmp_path / "small.zarr")
+    zarr.create_array(small, shape=(40_000, 100), chunks=(4_000, 100), dtype="f8")[:] = 1.0
+    with dask.config.set({"daskrnmf.worker-baseline-memory": 540 * 2**20}), \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                         memory_limit="700MiB", dashboard_address=None) as cluster, \
+            Client(cluster):
+        with pytest.raises(MemoryError, match=r"stored chunks of .* are 31 MiB each .*leaves "
+                                              r"20 MiB per thread.*at least \d+ MiB.*smaller "
+                                              r"row chunks"):
+            RFNMF(2).fit(big)
+        X = check_array(small, estimator_name="RFNMF")
+    assert X.chunks[0][0] <= 4_000
+
