@@ -48,7 +48,7 @@ AccountingStorageType=accounting_storage/none
 MpiDefault=none
 ReturnToService=2
 KillWait=10
-NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=$MEM State=UNKNOWN
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$(nproc --all) RealMemory=$MEM State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
 export SLURM_CONF=$DIR/slurm.conf
