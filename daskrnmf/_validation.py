@@ -201,11 +201,13 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
         X = _zarr_to_dask(X, where)
     if isinstance(X, np.ndarray):
         _check_shape_dtype(X, where)
+        X = native_dtype(X)
         n_nan, n_inf = count_nonfinite(X)
         check_missing_count(n_nan, n_inf, where, allow_nan=allow_nan)
         return X
     if isinstance(X, da.Array):
         _check_shape_dtype(X, where)
+        X = native_dtype(X)
         if any(np.isnan(c) for c in X.chunks[0]) or any(np.isnan(c) for c in X.chunks[1]):
             raise ValueError(f"{where} has unknown chunk sizes; call X.compute_chunk_sizes() "
                              "before fitting.")
@@ -216,6 +218,19 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
         return X
     raise TypeError(f"{where} must be {ACCEPTED_INPUT}; got an object of type "
                     f"{type(X).__module__}.{type(X).__qualname__}.")
+
+
+def native_dtype(X):
+    """X (NumPy or Dask, lazily) in a dtype the compiled kernels take: float16 as float64
+    (what scikit-learn's ``check_array`` gives NumPy input, and what integers become),
+    a non-native byte order (``'>f8'``) as the native one.  Numba has no float16 and
+    compiles for native byte order only; other dtypes are returned unchanged."""
+    dt = np.dtype(X.dtype)
+    if dt == np.float16:
+        return X.astype(np.float64)
+    if not dt.isnative:
+        return X.astype(dt.newbyteorder("="))
+    return X
 
 
 def count_nonfinite(X):

@@ -33,7 +33,6 @@ import os
 import time
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
 from .. import _checkpoint
 from .. import _validation as v
@@ -121,8 +120,7 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
         -------
         X_clean : ndarray of shape (n_samples, n_features)
         """
-        check_is_fitted(self, "components_")
-        return H @ self.components_
+        return self._inverse_transform(H)
 
     def _outputs(self, X):
         H, R = self.decompose(X)

@@ -147,7 +147,7 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
 
         Defined at every entry: with ``missing="mask"``, ``inverse_transform(transform(X))``
         fills X's missing entries."""
-        return H @ self.components_
+        return self._inverse_transform(H)
 
     def _outputs(self, X):
         return {"H": self.transform(X)}
