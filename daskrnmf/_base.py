@@ -29,6 +29,7 @@ A model supplies its constraint additions, ``_fit_blocks`` (its initial state an
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import warnings
@@ -284,7 +285,27 @@ class BaseModel(BaseEstimator):
         return self
 
     def _fit(self, X, y=None, **fit_params):
-        """validate → first pass → seed → the model's ``_fit_blocks`` → cast results."""
+        """validate → first pass → seed → the model's ``_fit_blocks`` → cast results
+        (all or nothing: see :meth:`_unchanged_on_error`)."""
+        with self._unchanged_on_error():
+            return self._fit_once(X, y, **fit_params)
+
+    @contextlib.contextmanager
+    def _unchanged_on_error(self):
+        """The estimator's attributes as they were when the body raises: a refused or
+        failed (re)fit — bad values found in the first pass, Ctrl-C — leaves a fitted
+        model as it was, never a new ``n_features_in_`` beside the old
+        ``components_``.  Fits assign new arrays (no attribute is changed in place), so
+        a shallow copy of the attributes is enough."""
+        saved = dict(vars(self))
+        try:
+            yield
+        except BaseException:
+            vars(self).clear()
+            vars(self).update(saved)
+            raise
+
+    def _fit_once(self, X, y=None, **fit_params):
         self._validate_params()
         X = self._validate_data(X, reset=True)
         y = self._validate_target(X, y)

@@ -561,9 +561,19 @@ class ONMFO(_OutlierFactorization):
         -------
         self : ONMFO
         """
+        with self._unchanged_on_error():
+            return self._partial_fit(X)
+
+    def _partial_fit(self, X):
         first = not hasattr(self, "_W")
-        if first:
-            self._validate_params()
+        # every call, as scikit-learn's partial_fit: set_params between calls is checked
+        self._validate_params()
+        if not first and self.n_components != self.n_components_:
+            raise ValueError(f"The 'n_components' parameter of {self._name} was changed "
+                             f"from {self.n_components_} to {self.n_components} after the "
+                             "first partial_fit call; the components and statistics are "
+                             f"of {self.n_components_} components. Fit a fresh estimator "
+                             "(sklearn.base.clone(model)) for another number.")
         X = self._validate_data(X, reset=first, method="partial_fit")
         _, pieces, _ = make_batches(X, X.shape[0])
         feed = Feed(X, pieces)
