@@ -83,6 +83,19 @@ def _table():
                 yield name, method, container
 
 
+def _refused_table():
+    """The cases that apply: negative values only where the model needs non-negative data
+    (inverse_transform's codes: any sign), object arrays not in Zarr (no Zarr dtype)."""
+    for name, method, container in _table():
+        for case in REFUSED:
+            if case == "negative" and not (REGISTRY[name].cls._non_negative
+                                           and method != "inverse_transform"):
+                continue
+            if case == "object" and container == "zarr":
+                continue
+            yield name, method, container, case
+
+
 @pytest.fixture(scope="module")
 def fitted():
     """One fitted model per registered name (fitted on first use)."""
@@ -106,8 +119,10 @@ def store(tmp_path_factory):
 
     def put(A):
         path = str(root / f"a{next(count)}.zarr")
-        z = zarr.create_array(path, shape=A.shape, dtype=A.dtype,
-                              chunks=(10,) + A.shape[1:] if A.shape[0] else A.shape or (1,))
+        with warnings.catch_warnings():     # str arrays: no Zarr V3 specification yet
+            warnings.simplefilter("ignore")
+            z = zarr.create_array(path, shape=A.shape, dtype=A.dtype,
+                                  chunks=(10,) + A.shape[1:] if A.shape[0] else A.shape)
         if A.size:
             z[...] = A
         return zarr.open_array(path, mode="r")
@@ -122,10 +137,7 @@ def _contain(A, container, store):
     if container == "dask":
         return da.from_array(A, chunks=(10,) + A.shape[1:] if A.ndim == 2 else 10)
     if container == "zarr":
-        try:
-            return store(A)
-        except Exception as exc:     # a dtype Zarr cannot store: no such Zarr input exists
-            pytest.skip(f"Zarr cannot store {A.dtype}: {exc}")
+        return store(A)
     return A
 
 
@@ -153,20 +165,15 @@ def _state(model):
     return {key: pickle.dumps(value) for key, value in vars(model).items()}
 
 
-@pytest.mark.parametrize("case", list(REFUSED))
-@pytest.mark.parametrize("name, method, container", list(_table()))
+@pytest.mark.parametrize("name, method, container, case", list(_refused_table()))
 def test_hostile_input_is_refused_and_changes_nothing(name, method, container, case,
                                                       fitted, store):
     model = fitted(name)
     make, message = REFUSED[case]
-    if case == "negative" and not (model._non_negative and method != "inverse_transform"):
-        pytest.skip("negative values are data for this model/method")
     if case == "n_features" and method in ("fit", "fit_transform", "fit_predict"):
         # fit learns the feature count: a refit on fewer features that is refused (here
         # for a NaN) must not leave the new count beside the old components
         make, message = (lambda A: _with(A[:, :-1], np.nan)), "NaN"
-    if case == "1-D" and container == "zarr" and method == "inverse_transform":
-        pytest.skip("covered by numpy and dask")
     data = _contain(make(_base(model, method)), container, store)
     before = _state(model)
     with warnings.catch_warnings():
