@@ -247,3 +247,16 @@ def test_partial_fit_refuses_changed_parameters(name):
         model.set_params(**{bad: -1}).partial_fit(X0)
     model.set_params(**{bad: good})
     assert _state(model) == before
+
+
+@pytest.mark.parametrize("container", ["numpy", "dask"])
+@pytest.mark.parametrize("name, method", [
+    (name, m) for name in REGISTRY for m in _methods(name) if m in ("fit", "partial_fit")])
+def test_refused_first_fit_leaves_no_attribute(name, method, container, store):
+    """A refused first fit leaves the estimator as constructed (no n_features_in_ of data
+    that was refused)."""
+    model = REGISTRY[name].cls(**SMALL[name], random_state=0)
+    before = _state(model)
+    with pytest.raises(ValueError, match="NaN"):
+        _call(model, method, _contain(_with(X0, np.nan), container, store), name)
+    assert _state(model) == before
