@@ -260,3 +260,28 @@ def test_refused_first_fit_leaves_no_attribute(name, method, container, store):
     with pytest.raises(ValueError, match="NaN"):
         _call(model, method, _contain(_with(X0, np.nan), container, store), name)
     assert _state(model) == before
+
+
+def _masking():
+    return [name for name in REGISTRY if REGISTRY[name].cls._supports_missing]
+
+
+@pytest.mark.parametrize("container", ["numpy", "dask"])
+@pytest.mark.parametrize("name", _masking())
+def test_missing_mask_still_refuses_inf_and_huge_values(name, container, store):
+    """With missing="mask" NaN entries are missing values in every method; inf and
+    values above 1e60 are refused as without it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model = REGISTRY[name].cls(**SMALL[name], missing="mask", random_state=0).fit(X0)
+    gappy = _with(X0, np.nan)
+    cases = {"infinit": _with(gappy.T, np.inf).T, "Rescale": _with(gappy.T, 1e300).T}
+    for method in _methods(name):
+        if method in FITS or method == "inverse_transform":
+            continue
+        _call(model, method, _contain(gappy, container, store), name)     # NaN: missing
+        before = _state(model)
+        for message, A in cases.items():
+            with pytest.raises(ValueError, match=message):
+                _call(model, method, _contain(A, container, store), name)
+        assert _state(model) == before
