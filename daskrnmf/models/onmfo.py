@@ -551,6 +551,11 @@ class ONMFO(_OutlierFactorization):
         and updates W.  Repeated calls on the batches of ``fit``'s order give ``fit``'s W
         (with ``reset_statistics`` irrelevant for one pass).
 
+        The parameters are checked at every call; ``n_components`` is fixed by the first
+        call (or ``fit``): a later change is a ValueError, as W and the statistics have
+        that many rows (a fresh estimator, ``sklearn.base.clone(model)``, takes another).
+        A refused call leaves the model as it was.
+
         Parameters
         ----------
         X : array-like of shape (n_batch, n_features), non-negative
