@@ -248,7 +248,9 @@ class SemiNMF(FactorizationMixin, BaseModel):
 
         Parameters
         ----------
-        H : ndarray or dask array of shape (n_samples, n_components)
+        H : array-like, dask array, zarr.Array or Zarr path of shape (n_samples, n_components)
+            Finite codes (as :meth:`transform` gives); NaN, 1-D H or another number of
+            columns is a ValueError.
 
         Returns
         -------

@@ -114,11 +114,14 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
 
         Parameters
         ----------
-        H : array-like of shape (n_samples, n_components)
+        H : array-like, dask array, zarr.Array or Zarr path of shape (n_samples, n_components)
+            Finite codes (as :meth:`transform` gives); NaN, 1-D H or another number of
+            columns is a ValueError.
 
         Returns
         -------
         X_clean : ndarray of shape (n_samples, n_features)
+            Lazy and chunked like H's rows for Dask/Zarr H.
         """
         return self._inverse_transform(H)
 
