@@ -29,6 +29,7 @@ A model supplies its constraint additions, ``_fit_blocks`` (its initial state an
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import warnings
@@ -36,7 +37,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from . import _validation as v
 from ._driver import iterate, warn_if_not_converged
@@ -156,10 +157,12 @@ class BaseModel(BaseEstimator):
                               hint=self._nan_hint())
         if method == "fit" and X.size and n_nan == X.size:
             raise ValueError(f"{where} has no observed (non-NaN) value.")
-        if method == "fit" and X.size:
+        if X.size and n_nan < X.size:
+            # every method, not only fit: predict/transform form the same products, and
+            # 1e300 would give non-finite distances or codes without an error.
             # fmax/fmin skip the NaN entries of missing="mask"
             _check_magnitude(float(np.fmax.reduce(np.abs(X), axis=None)) if n_nan
-                             else float(np.max(np.abs(X))), self._name)
+                             else float(np.max(np.abs(X))), where)
         if self._non_negative:
             if n_nan:
                 low = 0.0 if n_nan == X.size else min(float(np.fmin.reduce(X, axis=None)), 0.0)
@@ -181,7 +184,7 @@ class BaseModel(BaseEstimator):
         if not np.isfinite(stats["min"]).any():     # every entry missing
             raise ValueError(f"{where} has no observed (non-NaN) value.")
         low = float(np.min(stats["min"]))
-        _check_magnitude(max(abs(low), abs(float(np.max(stats["max"])))), self._name)
+        _check_magnitude(max(abs(low), abs(float(np.max(stats["max"])))), where)
         if self._non_negative and low < 0:
             raise ValueError(f"Negative values in data passed to {self._name} (input X, min "
                              f"{low:g}); it factorizes non-negative data only.")
@@ -195,6 +198,37 @@ class BaseModel(BaseEstimator):
         """``predict``/``transform`` input: fitted, validated, feature count matching."""
         check_is_fitted(self, self._fitted_attribute)
         return self._validate_data(X, reset=False, method=method)
+
+    def _inverse_transform(self, H):
+        """``H @ components_`` for codes H of shape (n_samples, n_components_), checked
+        as X is checked (fitted; 2-D, real, finite, below ``MAX_ABS``; the column count
+        matching the fit's), so that no NaN, 1-D or mis-shaped H gives a result
+        without an error.  NumPy in, NumPy out; Dask/Zarr in, lazy out (every block
+        checked before its product)."""
+        check_is_fitted(self, "components_")
+        k = int(self.n_components_)
+        where = f"H passed to {self._name}.inverse_transform"
+        W = self.components_
+        lazy = _is_lazy(H)
+        if lazy:
+            H = v.check_array(H, estimator_name=f"{self._name}.inverse_transform",
+                              input_name="H")
+        else:
+            H = check_array(H, dtype=list(FLOAT_DTYPES), ensure_all_finite=False,
+                            input_name="H", estimator=self)
+        if H.shape[1] != k:
+            raise ValueError(f"{where} has {H.shape[1]} columns, but {self._name} has "
+                             f"n_components_={k}: H must be codes of shape (n_samples, {k}), "
+                             "as transform() gives.")
+        if lazy:
+            dtype = np.result_type(H.dtype, W.dtype, np.float32)
+            return H.map_blocks(checked_apply, np.matmul, (where, False), dtype, W,
+                                chunks=(H.chunks[0], (W.shape[1],)), dtype=dtype,
+                                meta=np.empty((0, 0), dtype))
+        n_nan, n_inf = v.count_nonfinite(H)
+        v.check_finite_count(n_nan + n_inf, where)
+        _check_magnitude(float(np.max(np.abs(H))), where)
+        return H @ W
 
     def _map_rows(self, X, fn, width, dtype, *args, **kwargs):
         """``fn(block, *args, **kwargs)`` on every row block: NumPy in, NumPy out (in
@@ -251,7 +285,27 @@ class BaseModel(BaseEstimator):
         return self
 
     def _fit(self, X, y=None, **fit_params):
-        """validate → first pass → seed → the model's ``_fit_blocks`` → cast results."""
+        """validate → first pass → seed → the model's ``_fit_blocks`` → cast results
+        (all or nothing: see :meth:`_unchanged_on_error`)."""
+        with self._unchanged_on_error():
+            return self._fit_once(X, y, **fit_params)
+
+    @contextlib.contextmanager
+    def _unchanged_on_error(self):
+        """The estimator's attributes as they were when the body raises: a refused or
+        failed (re)fit — bad values found in the first pass, Ctrl-C — leaves a fitted
+        model as it was, never a new ``n_features_in_`` beside the old
+        ``components_``.  Fits assign new arrays (no attribute is changed in place), so
+        a shallow copy of the attributes is enough."""
+        saved = dict(vars(self))
+        try:
+            yield
+        except BaseException:
+            vars(self).clear()
+            vars(self).update(saved)
+            raise
+
+    def _fit_once(self, X, y=None, **fit_params):
         self._validate_params()
         X = self._validate_data(X, reset=True)
         y = self._validate_target(X, y)
@@ -439,12 +493,14 @@ class FactorizationMixin(ClassNamePrefixFeaturesOutMixin, TransformerMixin):
         return float_tags(super().__sklearn_tags__())
 
 
-def _check_magnitude(top, name):
-    """A clear error for data so large that the models' products overflow float64."""
+def _check_magnitude(top, where):
+    """A clear error for data so large that the models' products overflow float64
+    (``where`` names the input, e.g. ``"X passed to NMF.transform"``)."""
     if top > MAX_ABS:
-        raise ValueError(f"X passed to {name} has values up to {top:.3g} in magnitude; above "
+        name = "H" if where.startswith("H ") else "X"    # H: inverse_transform's codes
+        raise ValueError(f"{where} has values up to {top:.3g} in magnitude; above "
                          f"{MAX_ABS:g} the squared distances and products the models form "
-                         "overflow float64. Rescale X (e.g. X / X.max()).")
+                         f"overflow float64. Rescale {name} (e.g. {name} / {name}.max()).")
 
 
 def _is_lazy(X):

@@ -7,6 +7,7 @@ Parameter errors read like scikit-learn's::
 
 import contextlib
 import contextvars
+import math
 import numbers
 import os
 from dataclasses import dataclass
@@ -33,8 +34,14 @@ class Interval:
             return False
         if self.kind is int and not isinstance(value, numbers.Integral):
             return False
-        if np.isnan(value):
+        if _too_large(value, self.kind):
             return False
+        if not isinstance(value, numbers.Integral) and math.isnan(value):
+            return False
+        return self.in_range(value)
+
+    def in_range(self, value):
+        """``left <= value <= right`` (strict where the interval is open)."""
         lo_ok = (self.left is None or value > self.left
                  or (value == self.left and self.closed in ("both", "left")))
         hi_ok = (self.right is None or value < self.right
@@ -48,6 +55,34 @@ class Interval:
         right = "inf" if self.right is None else self.right
         noun = "an int" if self.kind is int else "a float"
         return f"{noun} in the range {lb}{left}, {right}{rb}"
+
+
+#: Integer parameters go into NumPy and Numba as int64: larger ones would overflow there
+#: (or raise deep inside), so the constraint check refuses them.
+INT_LIMIT = 2**63
+
+
+def _too_large(value, kind):
+    """An integer beyond int64 (for an int parameter) or beyond float64 (for a float one:
+    ``tol=10**400`` has no float value)."""
+    if not isinstance(value, numbers.Integral):
+        return False
+    if kind is int:
+        return not -INT_LIMIT <= int(value) < INT_LIMIT
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    return False
+
+
+def _shown(value):
+    """``repr(value)`` for the message, an integer of hundreds of digits abbreviated."""
+    text = repr(value)
+    if isinstance(value, numbers.Integral) and len(text) > 40:
+        digits = len(str(abs(int(value))))
+        return f"{text[:12]}...{text[-4:]} (an integer of {digits} digits)"
+    return text
 
 
 @dataclass(frozen=True)
@@ -75,6 +110,63 @@ class Kind:
 
     def describe(self):
         return self.description
+
+
+@dataclass(frozen=True)
+class ArrayLike:
+    """An array-like as scikit-learn's constraint ``"array-like"`` takes it: an array, a
+    list (of lists), anything with ``__len__``, ``shape`` or ``__array__``, but no str.
+    Its values are checked where its shape is known (:func:`as_init_array`)."""
+
+    description: str
+
+    def accepts(self, value):
+        if isinstance(value, (str, bytes, dict)):
+            return False
+        return hasattr(value, "__len__") or hasattr(value, "shape") or hasattr(value, "__array__")
+
+    def describe(self):
+        return self.description
+
+
+def as_init_array(value, what, shape, shape_name):
+    """A user's initial array (an array-like: list of lists, array) as float64, or a
+    clear error: ``what`` names it (``"The 'init' array of RFNMF"``), ``shape`` is the
+    one required (None: checked by the caller), ``shape_name`` says it in words
+    (``"(n_clusters, n_features)"``).
+
+    Refused as scikit-learn's ``check_array`` refuses them: complex values (a
+    ValueError; casting would drop the imaginary parts with only a ComplexWarning),
+    strings and objects that are not numbers (a TypeError), ragged lists; then NaN/inf
+    and a wrong shape (a ValueError)."""
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError) as exc:    # ragged nested lists
+        raise ValueError(f"{what} must be real numbers of shape {shape_name} = {shape}; "
+                         f"got {type(value).__name__} that is no array ({exc}).") from None
+    if a.dtype.kind == "O":
+        if any(isinstance(x, complex) for x in a.ravel()):
+            a = a.astype(complex)
+        else:
+            try:
+                a = a.astype(np.float64)     # numbers held as objects, as check_array does
+            except (TypeError, ValueError):
+                raise TypeError(f"{what} must be real numbers; got dtype object holding "
+                                f"{type(a.flat[0]).__name__} values.") from None
+    if a.dtype.kind == "c":
+        raise ValueError(f"{what} must be real numbers; got complex values (dtype "
+                         f"{a.dtype}). Pass its real part (numpy.real) if that is meant.")
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{what} must be real numbers; got dtype {a.dtype}. Convert it, "
+                        "e.g. init.astype('float64').")
+    a = a.astype(np.float64)
+    if shape is None:       # the caller checks shape and values with its own message
+        return a
+    if a.shape != tuple(shape) or not np.all(np.isfinite(a)):
+        raise ValueError(f"{what} must be finite with shape {shape_name} = {tuple(shape)}; "
+                         f"got shape {a.shape}" + ("" if a.shape != tuple(shape) else
+                                                   " with NaN or infinite values") + ".")
+    return a
 
 
 @dataclass(frozen=True)
@@ -145,7 +237,13 @@ def validate_params(estimator, constraints):
         if not any(c.accepts(value) for c in options):
             described = [c.describe() for c in options]
             what = described[0] if len(described) == 1 else (", ".join(described[:-1]) + " or " + described[-1])
-            raise ValueError(f"The {key!r} parameter of {name} must be {what}. Got {value!r} instead.")
+            big = [c.kind for c in options if isinstance(c, Interval)
+                   and _too_large(value, c.kind) and c.in_range(value)]
+            if big:     # in the range, but beyond what int64/float64 hold
+                what += (" that fits in 64 bits (below 2**63)" if big[0] is int
+                         else " that a float64 holds (below 1.8e308)")
+            raise ValueError(f"The {key!r} parameter of {name} must be {what}. Got "
+                             f"{_shown(value)} instead.")
 
 
 def seed_from(random_state):
@@ -218,15 +316,13 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
         X = _zarr_to_dask(X, where)
     if isinstance(X, np.ndarray):
         _check_shape_dtype(X, where)
+        X = native_dtype(X)
         n_nan, n_inf = count_nonfinite(X)
         check_missing_count(n_nan, n_inf, where, allow_nan=allow_nan)
         return X
     if isinstance(X, da.Array):
         _check_shape_dtype(X, where)
-        from ._reader import native_dtype
-
-        if native_dtype(X.dtype) != X.dtype:    # float16, big-endian: as NumPy input
-            X = X.astype(native_dtype(X.dtype))
+        X = native_dtype(X)
         if any(np.isnan(c) for c in X.chunks[0]) or any(np.isnan(c) for c in X.chunks[1]):
             raise ValueError(f"{where} has unknown chunk sizes; call X.compute_chunk_sizes() "
                              "before fitting.")
@@ -237,6 +333,17 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
         return X
     raise TypeError(f"{where} must be {ACCEPTED_INPUT}; got an object of type "
                     f"{type(X).__module__}.{type(X).__qualname__}.")
+
+
+def native_dtype(X):
+    """X (NumPy or Dask, lazily) in a dtype the compiled kernels take: float16 as float64
+    (what scikit-learn's ``check_array`` gives NumPy input, and what integers become),
+    a non-native byte order (``'>f8'``) as the native one.  Numba has no float16 and
+    compiles for native byte order only; other dtypes are returned unchanged."""
+    from ._reader import native_dtype as rule    # the one rule, shared with the reader
+
+    dt = rule(X.dtype) if np.dtype(X.dtype).kind == "f" else np.dtype(X.dtype).newbyteorder("=")
+    return X if dt == X.dtype else X.astype(dt)
 
 
 def count_nonfinite(X):

@@ -91,12 +91,13 @@ def check_values(x, where, *, non_negative, rows="", allow_nan=False, hint=""):
     else:
         bad = x.size - int(np.count_nonzero(np.isfinite(x)))
         n_nan = int(np.count_nonzero(np.isnan(x))) if bad and allow_nan else 0
+    name = "H" if where.startswith("H ") else "X"    # H: inverse_transform's codes
     if bad - n_nan:
         if allow_nan:
-            raise ValueError(f"Input X contains infinity: {where} has {bad - n_nan} infinite "
+            raise ValueError(f"Input {name} contains infinity: {where} has {bad - n_nan} infinite "
                              f"value(s){rows}; with missing='mask' NaN entries are missing "
                              "values, but infinite values are not allowed.")
-        raise ValueError(f"Input X contains NaN or infinity: {where} has {bad} NaN or infinite "
+        raise ValueError(f"Input {name} contains NaN or infinity: {where} has {bad} NaN or infinite "
                          f"value(s){rows}; remove or impute them before fitting.{hint}")
     if n_nan == x.size:
         return 0.0
@@ -110,7 +111,7 @@ def check_values(x, where, *, non_negative, rows="", allow_nan=False, hint=""):
     if max(abs(low), abs(top)) > MAX_ABS:
         raise ValueError(f"{where} has values up to {max(abs(low), abs(top)):.3g} in magnitude"
                          f"{rows}; above {MAX_ABS:g} the products the models form overflow "
-                         "float64. Rescale X (e.g. X / X.max()).")
+                         f"float64. Rescale {name} (e.g. {name} / {name}.max()).")
     return max(abs(low), abs(top))
 
 

@@ -83,7 +83,7 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.metrics import accuracy_score
 from sklearn.utils import assert_all_finite
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_consistent_length, check_is_fitted, column_or_1d
+from sklearn.utils.validation import check_consistent_length, column_or_1d
 
 from .. import _validation as v
 from .._base import BaseModel, FactorizationMixin
@@ -249,14 +249,15 @@ class SemiNMF(FactorizationMixin, BaseModel):
 
         Parameters
         ----------
-        H : ndarray or dask array of shape (n_samples, n_components)
+        H : array-like, dask array, zarr.Array or Zarr path of shape (n_samples, n_components)
+            Finite codes (as :meth:`transform` gives); NaN, 1-D H or another number of
+            columns is a ValueError.
 
         Returns
         -------
         X : ndarray or dask array of shape (n_samples, n_features)
         """
-        check_is_fitted(self, "components_")
-        return H @ self.components_
+        return self._inverse_transform(H)
 
     def _outputs(self, X):
         return {"H": self.transform(X)}

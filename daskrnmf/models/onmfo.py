@@ -32,7 +32,6 @@ import logging
 import time
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
 from .. import _checkpoint
 from .. import _validation as v
@@ -114,14 +113,16 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
 
         Parameters
         ----------
-        H : array-like of shape (n_samples, n_components)
+        H : array-like, dask array, zarr.Array or Zarr path of shape (n_samples, n_components)
+            Finite codes (as :meth:`transform` gives); NaN, 1-D H or another number of
+            columns is a ValueError.
 
         Returns
         -------
         X_clean : ndarray of shape (n_samples, n_features)
+            Lazy and chunked like H's rows for Dask/Zarr H.
         """
-        check_is_fitted(self, "components_")
-        return H @ self.components_
+        return self._inverse_transform(H)
 
     def _outputs(self, X):
         H, R = self.decompose(X)
@@ -603,6 +604,11 @@ class ONMFO(_OutlierFactorization):
         and updates W.  Repeated calls on the batches of ``fit``'s order give ``fit``'s W
         (with ``reset_statistics`` irrelevant for one pass).
 
+        The parameters are checked at every call; ``n_components`` is fixed by the first
+        call (or ``fit``): a later change is a ValueError, as W and the statistics have
+        that many rows (a fresh estimator, ``sklearn.base.clone(model)``, takes another).
+        A refused call leaves the model as it was.
+
         Parameters
         ----------
         X : array-like of shape (n_batch, n_features), non-negative
@@ -613,9 +619,19 @@ class ONMFO(_OutlierFactorization):
         -------
         self : ONMFO
         """
+        with self._unchanged_on_error():
+            return self._partial_fit(X)
+
+    def _partial_fit(self, X):
         first = not hasattr(self, "_W")
-        if first:
-            self._validate_params()
+        # every call, as scikit-learn's partial_fit: set_params between calls is checked
+        self._validate_params()
+        if not first and self.n_components != self.n_components_:
+            raise ValueError(f"The 'n_components' parameter of {self._name} was changed "
+                             f"from {self.n_components_} to {self.n_components} after the "
+                             "first partial_fit call; the components and statistics are "
+                             f"of {self.n_components_} components. Fit a fresh estimator "
+                             "(sklearn.base.clone(model)) for another number.")
         X = self._validate_data(X, reset=first, method="partial_fit")
         _, pieces, _ = make_batches(X, X.shape[0])
         feed = Feed(X, pieces)

@@ -146,8 +146,20 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
         """``H W``: the reconstruction, shape (n_samples, n_features).
 
         Defined at every entry: with ``missing="mask"``, ``inverse_transform(transform(X))``
-        fills X's missing entries."""
-        return H @ self.components_
+        fills X's missing entries.
+
+        Parameters
+        ----------
+        H : array-like, dask array, zarr.Array or Zarr path of shape (n_samples, n_components)
+            Finite codes (as :meth:`transform` gives); NaN, 1-D H or another number of
+            columns is a ValueError.
+
+        Returns
+        -------
+        X : ndarray of shape (n_samples, n_features)
+            Lazy and chunked like H's rows for Dask/Zarr H.
+        """
+        return self._inverse_transform(H)
 
     def _outputs(self, X):
         return {"H": self.transform(X)}

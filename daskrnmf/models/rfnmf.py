@@ -126,7 +126,8 @@ class RFNMF(ClusterBase):
         "n_clusters": [v.Interval(int, 1, None)],
         "loss": [v.Options(("l21", "l1", "l2"))],
         "missing": [v.MISSING],
-        "init": [v.Options(("k-medians++", "random")), v.Kind((np.ndarray,), "an array of shape (n_clusters, n_features)")],
+        "init": [v.Options(("k-medians++", "random")),
+                 v.ArrayLike("an array-like of shape (n_clusters, n_features)")],
     }
 
     def __init__(self, n_clusters=8, *, loss="l21", n_init=10, init="k-medians++", max_iter=100,
@@ -184,11 +185,10 @@ class RFNMF(ClusterBase):
         k = self.n_clusters
         if k > n:
             raise ValueError(f"n_clusters={k} must be <= n_samples={n}.")
-        per = self.n_init
-        if isinstance(self.init, np.ndarray):
-            if self.init.shape != (k, d) or not np.all(np.isfinite(self.init)):
-                raise ValueError(f"The 'init' array of {self._name} must be finite with shape "
-                                 f"(n_clusters, n_features) = {(k, d)}; got shape {self.init.shape}.")
+        per, init = self.n_init, self.init
+        if not isinstance(init, str):       # an array-like of centres (list of lists too)
+            init = v.as_init_array(init, f"The 'init' array of {self._name}", (k, d),
+                                   "(n_clusters, n_features)")
             per = 1
 
         def centroid_fit(R):
@@ -196,7 +196,7 @@ class RFNMF(ClusterBase):
                                seed=seed, median_tol=self.median_tol, missing=self._allow_nan)
 
         fit = centroid_fit(per * n_groups)
-        F0 = fit.init_centers(self.init)
+        F0 = fit.init_centers(init)
         if per > 1 and fit.sample is not None and fit.sample.shape[0] < n:
             # X is larger than the seeding sample: the restarts are run to convergence
             # on the sample, in memory, and only the best of each group is run on X

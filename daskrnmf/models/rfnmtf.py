@@ -222,7 +222,10 @@ def _check_init_tuple(init, K, L, d, name):
            f"({d},) with values in [0, {L}))")
     if len(init) != 2:
         raise ValueError(msg + f"; got a tuple of length {len(init)}.")
-    S, c = (np.asarray(a) for a in init)
+    # real numbers (lists too; complex, strings and objects refused), then the shape
+    S = v.as_init_array(init[0], f"The 'init' tuple of {name}: its block values", None,
+                        "(n_row_clusters, n_column_clusters)")
+    c = np.asarray(init[1])
     if S.shape != (K, L) or not np.all(np.isfinite(S)):
         raise ValueError(msg + f"; got block values of shape {S.shape}.")
     if c.shape != (d,) or c.dtype.kind not in "iu" or (d and (c.min() < 0 or c.max() >= L)):
