@@ -51,8 +51,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 import warnings
 from typing import Any
 
@@ -174,24 +172,10 @@ def save(model, path: str | os.PathLike, *, overwrite: bool = False,
     if io.is_url(path):
         return _save_committed(model, path, overwrite, storage_options)
     path = os.path.abspath(io.local_path(path))
-    _stores.refuse_inside_zarr(path, "the model's path")
-    if os.path.lexists(path):
-        if not overwrite:
-            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
-        _stores.check_replaceable(path, "the model's path", how="overwrite=True")
-    parent = os.path.dirname(path)
-    if not os.path.isdir(parent):
+    if not os.path.isdir(os.path.dirname(path)):
         raise FileNotFoundError(f"the directory of {path} does not exist.")
-    tmp = os.path.join(parent, f".{os.path.basename(path)}.saving-{uuid.uuid4().hex[:8]}")
-    try:
-        write_group(model, tmp)
-        if os.path.lexists(path):        # again, just before: it may have changed
-            _stores.check_replaceable(path, "the model's path", how="overwrite=True")
-        _stores.replace_with(tmp, path)
-    finally:
-        if os.path.lexists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    return _stores.write_whole(path, lambda tmp: write_group(model, tmp), "the model's path",
+                               overwrite=overwrite)
 
 
 def _save_committed(model, url, overwrite, storage_options):

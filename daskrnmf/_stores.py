@@ -303,6 +303,34 @@ def partial_name(path) -> str:
     return f"{os.path.abspath(os.fspath(path))}.partial-{uuid.uuid4().hex[:8]}"
 
 
+def check_target(path, what, *, overwrite, how="overwrite=True"):
+    """A local ``path`` to be written: not inside a Zarr store and, when it exists, only
+    with ``overwrite`` and only a store daskrnmf wrote."""
+    refuse_inside_zarr(path, what)
+    if os.path.lexists(path):
+        if not overwrite:
+            raise FileExistsError(f"{path} exists; pass {how} to replace it.")
+        check_replaceable(path, what, how=how)
+
+
+def write_whole(path, write, what, *, overwrite, how="overwrite=True"):
+    """Write a local store whole or not at all: ``path`` checked (:func:`check_target`),
+    ``write(tmp)`` run on a temporary name next to it, the target checked again (it may
+    have changed meanwhile) and the result renamed into place; the temporary is removed
+    whatever happens.  Returns the absolute path."""
+    path = os.path.abspath(os.fspath(path))
+    check_target(path, what, overwrite=overwrite, how=how)
+    tmp = partial_name(path)
+    try:
+        write(tmp)
+        check_target(path, what, overwrite=overwrite, how=how)
+        replace_with(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
 def replace_with(tmp: str, path: str) -> None:
     """Move the finished directory ``tmp`` to ``path``, replacing what is there (which the
     caller has checked with :func:`check_replaceable`): the old one is renamed aside

@@ -54,9 +54,7 @@ import re
 import shutil
 import signal
 import sys
-import tempfile
 import time
-import uuid
 
 import numpy as np
 

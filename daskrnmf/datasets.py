@@ -15,8 +15,6 @@ Real data
 
 from __future__ import annotations
 
-import os
-import shutil
 from importlib import resources
 
 import numpy as np
@@ -441,23 +439,11 @@ def make_zarr_blobs(path: PathLike, n_samples: int = 1_000_000, n_features: int 
     [0, 1, 2]
     >>> tmp.cleanup()
     """
-    path = os.path.abspath(os.fspath(path))
-    _stores.refuse_inside_zarr(path, "make_zarr_blobs' path")
-    if os.path.lexists(path):
-        if not overwrite:
-            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
-        _stores.check_replaceable(path, "make_zarr_blobs' path", how="overwrite=True")
-    tmp = _stores.partial_name(path)
-    try:
-        _write_blobs(tmp, n_samples, n_features, n_clusters, outlier_fraction,
-                     corrupt_fraction, chunk_rows, cluster_std, dtype, random_state)
-        if os.path.lexists(path):        # again, just before: it may have changed
-            _stores.check_replaceable(path, "make_zarr_blobs' path", how="overwrite=True")
-        _stores.replace_with(tmp, path)
-    finally:
-        if os.path.lexists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    return _stores.write_whole(
+        path, lambda tmp: _write_blobs(tmp, n_samples, n_features, n_clusters,
+                                       outlier_fraction, corrupt_fraction, chunk_rows,
+                                       cluster_std, dtype, random_state),
+        "make_zarr_blobs' path", overwrite=overwrite)
 
 
 def _write_blobs(path, n_samples, n_features, n_clusters, outlier_fraction,
