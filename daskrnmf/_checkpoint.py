@@ -52,7 +52,7 @@ import warnings
 
 import numpy as np
 
-from ._stores import input_stores, refuse_overlap, remove_zarr_tree
+from ._stores import input_stores, is_url, refuse_overlap, remove_zarr_tree
 
 MARKER = ".daskrnmf-checkpoint"
 SUBDIR = "daskrnmf-checkpoint"
@@ -67,8 +67,6 @@ def _paths(path):
 
 
 def _is_url(path):
-    from .io import is_url
-
     return is_url(os.fspath(path) if isinstance(path, os.PathLike) else path)
 
 

@@ -185,8 +185,8 @@ def _save_committed(model, url, overwrite, storage_options):
     if io.location_exists(url, storage_options):
         if not overwrite:
             raise FileExistsError(f"{url} exists; pass overwrite=True to replace it.")
-        _stores.check_replaceable(url, "the model's location", how="overwrite=True",
-                                  storage_options=storage_options)
+        io.check_replaceable(url, "the model's location", how="overwrite=True",
+                             storage_options=storage_options)
     io.check_writable(url, storage_options, what="model location")
     version = io.new_version(url)
     try:

@@ -41,6 +41,16 @@ _CHUNK_NAME = re.compile(r"c|\d+([./]\d+)*|c[./]\d+([./]\d+)*")
 
 
 # ---------------------------------------------------------------- paths
+def is_url(path) -> bool:
+    """True for an fsspec URL (``s3://…``, ``memory://…``); ``file://`` is a local path."""
+    return isinstance(path, str) and "://" in path and not path.startswith("file://")
+
+
+def local_path(path) -> str:
+    """A local path as a string, without a ``file://`` prefix."""
+    return os.fspath(path).removeprefix("file://")
+
+
 def real(path) -> str:
     """``path`` absolute, ``~`` expanded, symbolic links resolved."""
     return os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(path))))
@@ -72,8 +82,6 @@ def refuse_overlap(path, protected, what, *, around=True):
     contain one.  ``protected``: ``(resolved root or URL key, role)`` pairs.  Paths are
     compared resolved, symbolic links followed; URLs by their path.  A ValueError
     otherwise."""
-    from .io import is_url
-
     if is_url(path):
         target = url_key(path)
         for store, role in protected:
@@ -133,8 +141,6 @@ def input_stores(X) -> list[tuple[str, str]]:
 def refuse_inside_zarr(path, what):
     """``path`` (to be created or replaced) must not lie inside an existing Zarr hierarchy
     (its directory a group or an array of somebody's store)."""
-    from .io import is_url
-
     if is_url(path):
         return
     parent = os.path.dirname(real(path))
@@ -229,20 +235,11 @@ def _is_array(directory):
         return False
 
 
-def check_replaceable(path, what="output", *, how="--overwrite", storage_options=None):
-    """Raise unless ``path`` is absent or a store daskrnmf wrote (see the module's rule):
-    the error says why and that daskrnmf leaves it alone."""
-    from . import io
-
-    if io.is_url(path):
-        if io.location_exists(path, storage_options) \
-                and io.read_pointer(path, storage_options) is None:
-            raise FileExistsError(
-                f"{what} {path} holds objects daskrnmf did not write (no "
-                f"{io.POINTER}); {how} replaces only daskrnmf's own results: choose another "
-                "location or remove them yourself.")
-        return
-    path = os.path.abspath(io.local_path(path))
+def check_replaceable(path, what="output", *, how="--overwrite"):
+    """Raise unless the local ``path`` is absent or a store daskrnmf wrote (see the
+    module's rule): the error says why and that daskrnmf leaves it alone.  An object
+    store location: :func:`daskrnmf.io.check_replaceable`."""
+    path = os.path.abspath(local_path(path))
     if not os.path.lexists(path):
         return
     refusal = f"; {how} replaces only a store daskrnmf wrote: choose another path " \

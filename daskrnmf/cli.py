@@ -496,7 +496,7 @@ def _check_output(path, overwrite, protected=(), storage_options=None):
         if io.location_exists(path, storage_options):
             if not overwrite:
                 raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
-            _stores.check_replaceable(path, "output", storage_options=storage_options)
+            io.check_replaceable(path, "output", storage_options=storage_options)
         io.check_writable(path, storage_options, "output")
         return
     if os.path.lexists(path):

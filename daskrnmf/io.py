@@ -39,6 +39,7 @@ import uuid
 
 import zarr
 
+from ._stores import is_url, local_path  # noqa: F401  (public here)
 from ._typing import PathLike
 
 POINTER = "daskrnmf-commit.json"
@@ -47,14 +48,7 @@ _VERSION_PREFIX = "v-"
 
 
 # ---------------------------------------------------------------- URLs
-def is_url(path) -> bool:
-    """True for an fsspec URL (``s3://…``, ``memory://…``); ``file://`` is a local path."""
-    return isinstance(path, str) and "://" in path and not path.startswith("file://")
-
-
-def local_path(path: PathLike) -> str:
-    """A local path as a string, without a ``file://`` prefix."""
-    return os.fspath(path).removeprefix("file://")
+# is_url, local_path: daskrnmf._stores (the layer below), re-exported here
 
 
 def filesystem(url: str, storage_options: dict | None = None):
@@ -190,6 +184,17 @@ def check_writable(url: str, storage_options: dict | None = None, what: str = "o
         fs.rm_file(probe)
 
 
+def check_replaceable(url: str, what: str = "output", *, how: str = "--overwrite",
+                      storage_options: dict | None = None) -> None:
+    """The object-store side of :func:`daskrnmf._stores.check_replaceable`: a location
+    that holds objects but no commit pointer is not daskrnmf's to replace."""
+    if location_exists(url, storage_options) and read_pointer(url, storage_options) is None:
+        raise FileExistsError(
+            f"{what} {url} holds objects daskrnmf did not write (no {POINTER}); {how} "
+            "replaces only daskrnmf's own results: choose another location or remove them "
+            "yourself.")
+
+
 def _is_version(name):
     """A name :func:`new_version` makes (``v-`` and 32 hex digits): only those are ever
     removed as old or abandoned versions, never a user's ``v-data``."""
@@ -206,7 +211,7 @@ def commit(url: str, version: str, storage_options: dict | None = None, *,
     """Make the complete result at ``version`` (from :func:`new_version`) the one at the
     location ``url``: one PUT of the pointer, then the previous version and prefixes left
     by interrupted writes are deleted (only names :func:`new_version` makes: other objects
-    at ``url`` are never touched; :func:`daskrnmf._stores.check_replaceable` refuses a
+    at ``url`` are never touched; :func:`check_replaceable` refuses a
     location that holds them and no pointer)."""
     name = version.rstrip("/").rsplit("/", 1)[1]
     fs, path = filesystem(url, storage_options)
