@@ -198,3 +198,17 @@ def test_components_unfold_as_a_numpy_reshape_by_default():
         plotting.plot_components(img.reshape(1, -1), (4, 3), order="K")
     plt.close("all")
 
+
+def test_save_does_not_warn_about_a_progress_bar_but_about_a_users_callback(blobs, tmp_path):
+    import warnings
+
+    import daskrnmf
+
+    m = NMF(2, max_iter=2, callback=ProgressBar(stream=io.StringIO())).fit(blobs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")               # a warning fails the test
+        m.save(tmp_path / "bar.zarr")
+    assert daskrnmf.load(tmp_path / "bar.zarr").callback is None
+    m.set_params(callback=lambda info: False)
+    with pytest.warns(UserWarning, match="parameter 'callback' not saved"):
+        m.save(tmp_path / "user.zarr")
