@@ -52,6 +52,7 @@ import json
 import logging
 import os
 import re
+import select
 import shutil
 import signal
 import sys
@@ -1160,6 +1161,26 @@ class _Signals:
         return False
 
 
+def _stdout_gone():
+    """Whether stdout is a pipe whose reader has exited (``daskrnmf info X | head``); if
+    so, stdout goes to devnull from now on, so that the interpreter's final flush does
+    not report the broken pipe again (the handling Python's documentation of the signal
+    module recommends, "Note on SIGPIPE": restoring SIGPIPE's default instead would kill
+    a fit without its cleanup)."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        gone = any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):    # no fd (captured), no poll (Windows)
+        return False
+    if gone:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return gone
+
+
 def _quiet_dask():
     from .cluster import SILENT, raise_log_levels
 
@@ -1195,6 +1216,8 @@ def main(argv=None):
                   f"({name}); partial output and scratch removed", file=sys.stderr)
             return EXIT_SIGNAL[signum]
         except Exception as exc:
+            if isinstance(exc, BrokenPipeError) and _stdout_gone():
+                return 0         # 'daskrnmf info X | head': the reader has what it wanted
             if args.debug:
                 raise
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

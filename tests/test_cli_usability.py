@@ -1,7 +1,11 @@
 """The ``daskrnmf`` command as a newcomer meets it: option spellings, help texts, a pipe
 closed early, output names (issue 41).  No cluster is started."""
 
+import subprocess
+import sys
+
 import pytest
+import zarr
 
 from daskrnmf import cli
 
@@ -49,4 +53,18 @@ def test_help_gives_each_default_once_and_every_command_a_description(capsys):
     assert sorted(sub.choices) == sorted(cli.COMMANDS)
     for name, parser in sub.choices.items():
         assert parser.description and len(parser.description) > 40, name
+
+
+def test_info_into_a_pipe_closed_early_exits_0_quietly(tmp_path):
+    """``daskrnmf info STORE | head -1``: more output than the pipe holds, the reader
+    gone after one line."""
+    group = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
+    group.attrs.update({f"key{i:04d}": "x" * 100 for i in range(1500)})     # ~170 kB of lines
+    proc = subprocess.Popen([sys.executable, "-m", "daskrnmf", "info", str(tmp_path / "s.zarr")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"group ")
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 0
+    assert proc.stderr.read().decode() == ""
+    proc.stderr.close()
 
