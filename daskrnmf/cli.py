@@ -869,16 +869,21 @@ def _float_dtype(X):
 
 def _fit_outputs(model, X):
     """The model's per-sample outputs for X (``model._outputs``, floats in X's float
-    dtype) and its small fitted arrays (NumPy attributes ending in ``_``)."""
+    dtype) and its small fitted arrays (NumPy attributes ending in ``_``, except one
+    that is an output under another name)."""
     dtype = _float_dtype(X)
     arrays = {}
     for name, value in model._outputs(X).items():
         if np.dtype(value.dtype).kind == "f" and value.dtype != dtype:
             value = value.astype(dtype)
         arrays[name] = value
+    # a fitted array that is an output under another name (RFNMTF's row_labels_ is its
+    # labels_) is written once, under the output's name
+    outputs = [getattr(model, name + "_", None) for name in arrays]
     for key, value in vars(model).items():
         if key.endswith("_") and not key.startswith("_") and isinstance(value, np.ndarray) \
-                and value.dtype.kind in "biuf" and key.rstrip("_") not in arrays:
+                and value.dtype.kind in "biuf" and key.rstrip("_") not in arrays \
+                and not any(value is out for out in outputs):
             arrays[key.rstrip("_")] = value
     return arrays
 

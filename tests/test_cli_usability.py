@@ -4,10 +4,11 @@ closed early, output names (issue 41).  No cluster is started."""
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import zarr
 
-from daskrnmf import cli
+from daskrnmf import RFNMTF, cli
 
 
 def _params(argv):
@@ -68,3 +69,13 @@ def test_info_into_a_pipe_closed_early_exits_0_quietly(tmp_path):
     assert proc.stderr.read().decode() == ""
     proc.stderr.close()
 
+
+def test_rfnmtf_writes_its_row_labels_once_as_labels():
+    from daskrnmf.datasets import make_coclusters
+
+    X = make_coclusters(60, 8, random_state=0)[0]
+    model = RFNMTF(3, 2, n_init=1, max_iter=5, random_state=0).fit(X)
+    arrays = cli._fit_outputs(model, X)
+    assert "labels" in arrays and "row_labels" not in arrays
+    np.testing.assert_array_equal(np.asarray(arrays["labels"]), model.row_labels_)
+    assert "column_labels" in arrays and "block_medians" in arrays
