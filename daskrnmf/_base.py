@@ -385,7 +385,8 @@ class BaseModel(BaseEstimator):
         half-model and an earlier one intact (see :mod:`daskrnmf.io`).  It holds JSON
         attributes and numeric Zarr arrays only — no pickle: :func:`daskrnmf.load` runs
         no code from the file.  A ``callback`` (code) is not saved; the loaded model has
-        ``callback=None``.
+        ``callback=None`` (a UserWarning says so, except for a
+        :class:`~daskrnmf.ProgressBar`, which only displays progress).
 
         Parameters
         ----------

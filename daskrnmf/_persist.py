@@ -272,12 +272,23 @@ def _json_params(model):
         else:
             dropped[key] = type(value).__name__
     for key, kind in dropped.items():
+        if key == "callback" and _display_only(model.get_params(deep=False)[key]):
+            continue        # recorded in dropped_params; nothing a user would miss
         note = ("a callback is code, which the file does not hold; the loaded model has "
                 "callback=None" if key == "callback" else
                 f"a {kind} cannot be saved as JSON; the loaded model has the default")
         warnings.warn(f"{type(model).__name__}.save: parameter {key!r} not saved ({note}).",
                       UserWarning, stacklevel=4)
     return params, dropped
+
+
+def _display_only(callback) -> bool:
+    """Whether ``callback`` only shows progress (daskrnmf's own ProgressBar): a loaded
+    model without it computes and stops exactly as with it, so its not being saved is
+    not worth a warning at every save, unlike a user's callback, which may stop a fit."""
+    from .progress import ProgressBar
+
+    return isinstance(callback, ProgressBar)
 
 
 # ---------------------------------------------------------------- load

@@ -46,11 +46,13 @@ starts and before anything is written.
 
 import argparse
 import contextlib
+import difflib
 import inspect
 import json
 import logging
 import os
 import re
+import select
 import shutil
 import signal
 import sys
@@ -354,11 +356,64 @@ def _renamed(old, new):
     return Renamed
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser (every subcommand's too) that takes an option in any letter case
+    when only one option matches (``--alpha-r`` for ONMFO's ``--alpha-R``) and names the
+    option meant when one is not recognised (``--n_clusters``: did you mean
+    ``--n-clusters``?).  Python's argparse suggests only from 3.14 (``suggest_on_error``)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        namespace, extras = super().parse_known_args(self._any_case(args), namespace)
+        unknown = [a.partition("=")[0] for a in extras if a.startswith("--")]
+        meant = [m for m in map(self._meant, unknown) if m]
+        if meant:
+            self.error(f"unrecognized arguments: {' '.join(extras)}; did you mean "
+                       f"{' or '.join(dict.fromkeys(meant))}?")
+        return namespace, extras
+
+    def _options(self):
+        return [o for o, action in self._option_string_actions.items()
+                if o.startswith("--") and action.help is not argparse.SUPPRESS]
+
+    def _any_case(self, args):
+        lower = {}
+        for option in self._option_string_actions:
+            lower.setdefault(option.lower(), []).append(option)
+        out = list(args)
+        for i, arg in enumerate(args):
+            if arg == "--":                  # the rest are positional arguments
+                break
+            name, eq, value = arg.partition("=")
+            if name.startswith("--") and name not in self._option_string_actions \
+                    and len(lower.get(name.lower(), ())) == 1:
+                out[i] = lower[name.lower()][0] + eq + value
+        return out
+
+    def _meant(self, option):
+        """The option closest to ``option`` (underscores as dashes, any case), or None."""
+        def norm(o):
+            return o.lower().replace("_", "-")
+        options = {norm(o): o for o in self._options()}
+        close = difflib.get_close_matches(norm(option), options, n=1, cutoff=0.8)
+        return options[close[0]] if close else None
+
+
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default unless it has none (None) or its help says it already
+    (no "(default: the model's) (default: None)")."""
+
+    def _get_help_string(self, action):
+        if action.default is None or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _parser(model=None):
     """The argument parser; ``model``: the registered model whose options to build."""
     from .models import REGISTRY
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="daskrnmf", description="Robust NMF and clustering out of core on Dask and Zarr.",
         epilog="Exit status: 0 done, 1 failed (one line on stderr), 2 wrong command line, "
                "130 interrupted (SIGINT), 143 terminated (SIGTERM). Model parameters are "
@@ -376,7 +431,12 @@ def _parser(model=None):
     for spec in REGISTRY.values():
         _add_model_parser(fit_sub, spec, with_options=spec.name == model)
 
-    ev = sub.add_parser("evaluate", help="ACC, NMI and purity of labels against true ones")
+    ev = sub.add_parser("evaluate", help="ACC, NMI and purity of labels against true ones",
+                        description="Score predicted labels against true ones (two 1-D Zarr "
+                                    "arrays of the same length): clustering accuracy (ACC, "
+                                    "best one-to-one matching of the labels), normalized "
+                                    "mutual information (NMI) and purity, as a Markdown "
+                                    "table or --json.")
     ev.add_argument("pred", help="Zarr array of predicted labels (e.g. out.zarr/labels)")
     ev.add_argument("true", help="Zarr array of true labels")
     ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -384,7 +444,13 @@ def _parser(model=None):
     _where(ev)
 
     mk = sub.add_parser("make-data", help="write a generated problem to a Zarr store",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                        formatter_class=_DefaultsFormatter,
+                        description="Write a generated clustering or factorization problem "
+                                    "(X, the true labels y, and what the generator adds: "
+                                    "outlier flags, column labels, clean images) to a new "
+                                    "Zarr store, to try the models and 'daskrnmf evaluate'. "
+                                    "blobs is generated chunk by chunk on the workers (any "
+                                    "size); the others are small and made in memory.")
     mk.add_argument("generator", choices=("blobs", "coclusters", "segments", "faces"),
                     help="blobs: clusters with outliers, out of core; coclusters, segments "
                          "(ordered samples), faces (ORL faces with block outliers): small")
@@ -407,12 +473,17 @@ def _parser(model=None):
     mk.add_argument("--overwrite", action="store_true", help="replace an existing output")
     _where(mk)
 
-    info = sub.add_parser("info", help="what is in a Zarr store")
-    info.add_argument("store")
+    info = sub.add_parser("info", help="what is in a Zarr store",
+                          description="List what a Zarr store holds: an array's shape, "
+                                      "dtype and chunks, or a group's arrays, subgroups "
+                                      "(a fitted model: 'a fitted MODEL (daskrnmf.load)') "
+                                      "and attributes. Reads metadata only; starts no "
+                                      "cluster.")
+    info.add_argument("store", help="Zarr store or array (a local path)")
 
     ck = sub.add_parser("choose-k", help="fit a clustering model over a range of k and "
                                          "recommend one (daskrnmf.choose_k)",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                        formatter_class=_DefaultsFormatter,
                         description="Fit RFNMF or RFNMTF for every k of --ks with --n-seeds "
                                     "seeds; print per k the objective, the stability across "
                                     "seeds (mean ARI) and a simplified silhouette, and the "
@@ -796,16 +867,21 @@ def _float_dtype(X):
 
 def _fit_outputs(model, X):
     """The model's per-sample outputs for X (``model._outputs``, floats in X's float
-    dtype) and its small fitted arrays (NumPy attributes ending in ``_``)."""
+    dtype) and its small fitted arrays (NumPy attributes ending in ``_``, except one
+    that is an output under another name)."""
     dtype = _float_dtype(X)
     arrays = {}
     for name, value in model._outputs(X).items():
         if np.dtype(value.dtype).kind == "f" and value.dtype != dtype:
             value = value.astype(dtype)
         arrays[name] = value
+    # a fitted array that is an output under another name (RFNMTF's row_labels_ is its
+    # labels_) is written once, under the output's name
+    outputs = [getattr(model, name + "_", None) for name in arrays]
     for key, value in vars(model).items():
         if key.endswith("_") and not key.startswith("_") and isinstance(value, np.ndarray) \
-                and value.dtype.kind in "biuf" and key.rstrip("_") not in arrays:
+                and value.dtype.kind in "biuf" and key.rstrip("_") not in arrays \
+                and not any(value is out for out in outputs):
             arrays[key.rstrip("_")] = value
     return arrays
 
@@ -1088,6 +1164,26 @@ class _Signals:
         return False
 
 
+def _stdout_gone():
+    """Whether stdout is a pipe whose reader has exited (``daskrnmf info X | head``); if
+    so, stdout goes to devnull from now on, so that the interpreter's final flush does
+    not report the broken pipe again (the handling Python's documentation of the signal
+    module recommends, "Note on SIGPIPE": restoring SIGPIPE's default instead would kill
+    a fit without its cleanup)."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        gone = any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):    # no fd (captured), no poll (Windows)
+        return False
+    if gone:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return gone
+
+
 def _quiet_dask():
     from .cluster import SILENT, raise_log_levels
 
@@ -1123,6 +1219,8 @@ def main(argv=None):
                   f"({name}); partial output and scratch removed", file=sys.stderr)
             return EXIT_SIGNAL[signum]
         except Exception as exc:
+            if isinstance(exc, BrokenPipeError) and _stdout_gone():
+                return 0         # 'daskrnmf info X | head': the reader has what it wanted
             if args.debug:
                 raise
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import zlib
 from typing import Any
@@ -42,6 +43,14 @@ def _integer_ticks(axis) -> None:
 
 ITERATION_AXES = ("iteration", "objective")
 STREAM_AXES = ("pass over X", "mean objective per sample")
+LOSS_NAMES = {"l21": "L2,1", "l1": "L1", "l2": "squared L2"}
+
+
+def _loss(model: Any) -> str | None:
+    """The ``loss`` parameter of an estimator that has one (RFNMF), else None."""
+    get_params = getattr(model, "get_params", None)
+    loss = get_params(deep=False).get("loss") if callable(get_params) else None
+    return loss if isinstance(loss, str) else None
 
 
 def history_axes(model: Any) -> tuple[str, str]:
@@ -49,14 +58,48 @@ def history_axes(model: Any) -> tuple[str, str]:
 
     A class may say so itself (``_history_axes``); a streaming model (one with
     ``n_samples_seen_``, ONMFO) records one value per pass over X, the mean per-sample
-    objective of its batches; every other model the total objective per iteration.
+    objective of its batches; every other model the total objective per iteration.  A
+    model with a ``loss`` parameter (RFNMF) measures that loss, named in the y label
+    (``"objective (L1 loss)"``): objectives of different losses are different
+    quantities, which never share an axis.
     """
     if isinstance(model, (np.ndarray, list, tuple)):
         return ITERATION_AXES
     axes = getattr(type(model), "_history_axes", None)
-    if axes:
-        return tuple(axes)
-    return STREAM_AXES if hasattr(model, "n_samples_seen_") else ITERATION_AXES
+    xlabel, ylabel = tuple(axes) if axes else (
+        STREAM_AXES if hasattr(model, "n_samples_seen_") else ITERATION_AXES)
+    loss = _loss(model)
+    if loss is not None:
+        ylabel = f"{ylabel} ({LOSS_NAMES.get(loss, loss)} loss)"
+    return xlabel, ylabel
+
+
+def _default_label(model: Any, i: int) -> str:
+    """Legend entry of an unlabelled argument: ``"run i"`` for a history, the class
+    name for an estimator, with its loss when it has one (``"RFNMF (l1)"``)."""
+    if isinstance(model, np.ndarray):
+        return f"run {i}"
+    loss = _loss(model)
+    return type(model).__name__ + (f" ({loss})" if loss is not None else "")
+
+
+def _use_log(values: list[np.ndarray]) -> bool:
+    """A log axis only for positive values spanning more than a decade: over a narrower
+    range it has one or two major ticks and minor labels that differ in the fifth
+    digit ("4.6278x10^7" beside "4.627x10^7")."""
+    v = np.concatenate([h[np.isfinite(h)] for h in values]) if values else np.array([])
+    return bool(v.size) and float(v.min()) > 0 and float(v.max()) > 10 * float(v.min())
+
+
+def _plain_ticks(axis) -> None:
+    """Tick labels as the values themselves, without an offset ("+4.6278e7" above the
+    axis and ticks like 0.0002 that only make sense with it), in scientific notation
+    with a common factor only beyond [1e-3, 1e5)."""
+    from matplotlib.ticker import ScalarFormatter
+
+    fmt = ScalarFormatter(useOffset=False, useMathText=True)
+    fmt.set_powerlimits((-3, 5))
+    axis.set_major_formatter(fmt)
 
 
 def _histories(model, name):
@@ -69,13 +112,14 @@ def _histories(model, name):
 
 
 def plot_objective(*models: Any, labels: list[str] | None = None, ax: Any = None,
-                   log: bool = True):
+                   log: bool | str = "auto"):
     """Plot the objective against the iteration for one or more fitted models.
 
     Models whose histories measure the same quantity share a panel, one line each, so
     that models or settings can be compared; histories of different quantities go to
     separate panels (ONMFO's mean per-sample objective per pass next to, not on the
-    axis of, RobustNMF's total objective per iteration).
+    axis of, RobustNMF's total objective per iteration; RFNMF's L2,1 objective next to
+    its L1 objective).
 
     Parameters
     ----------
@@ -83,13 +127,17 @@ def plot_objective(*models: Any, labels: list[str] | None = None, ax: Any = None
         Each either has an ``objective_history_`` attribute (any fitted daskrnmf
         model), or is itself the history, one objective value per iteration.
     labels : list of str, default=None
-        Legend entry of every model; None uses the class name of an estimator and
-        ``"run i"`` for the i-th argument when it is an ndarray.
+        Legend entry of every model; None uses the class name of an estimator, with
+        its loss when it has one (``"RFNMF (l1)"``), and ``"run i"`` for the i-th
+        argument when it is an ndarray.
     ax : matplotlib.axes.Axes or sequence of Axes, default=None
         Axes to draw on, one per quantity (see :func:`history_axes`); None draws on a
         new figure with one panel per quantity.
-    log : bool, default=True
-        Whether the objective axes are logarithmic.
+    log : bool or "auto", default="auto"
+        Whether the objective axes are logarithmic; ``"auto"``: a panel is
+        logarithmic when its values are positive and span more than a decade (a fit's
+        objective usually falls by a fraction of a percent after its first
+        iterations, which a log axis shows with unreadable ticks), linear otherwise.
 
     Returns
     -------
@@ -99,7 +147,8 @@ def plot_objective(*models: Any, labels: list[str] | None = None, ax: Any = None
     Raises
     ------
     ValueError
-        If ``ax`` does not give one axes per quantity.
+        If ``ax`` does not give one axes per quantity, or ``log`` is not True, False
+        or ``"auto"``.
 
     Examples
     --------
@@ -110,18 +159,20 @@ def plot_objective(*models: Any, labels: list[str] | None = None, ax: Any = None
     ...                      labels=["alpha=0.1", "alpha=0.5"])
     >>> [line.get_label() for line in fig.axes[0].lines]
     ['alpha=0.1', 'alpha=0.5']
-    >>> fig.axes[0].get_xlabel(), fig.axes[0].get_yscale()
-    ('iteration', 'log')
+    >>> fig.axes[0].get_xlabel(), fig.axes[0].get_yscale()     # 2.5 to 10: linear
+    ('iteration', 'linear')
     >>> plt.close(fig)
 
-    With fitted models, ``plot_objective(model_a, model_b)`` labels the lines by class;
-    ``plot_objective(onmfo, robust_nmf)`` draws two panels.
+    With fitted models, ``plot_objective(model_a, model_b)`` labels the lines by class
+    (and loss); ``plot_objective(onmfo, robust_nmf)`` and ``plot_objective(rfnmf_l21,
+    rfnmf_l1)`` draw two panels.
     """
     plt = _pyplot()
+    if log not in (True, False, "auto"):
+        raise ValueError(f"log must be True, False or 'auto'; got {log!r}.")
     groups: dict[tuple[str, str], list] = {}
     for i, m in enumerate(models):
-        name = labels[i] if labels else (f"run {i}" if isinstance(m, np.ndarray)
-                                         else type(m).__name__)
+        name = labels[i] if labels else _default_label(m, i)
         groups.setdefault(history_axes(m), []).extend(_histories(m, name))
     if not groups:
         raise ValueError("plot_objective needs at least one model or history.")
@@ -142,8 +193,10 @@ def plot_objective(*models: Any, labels: list[str] | None = None, ax: Any = None
         a.set_xlabel(xlabel)
         a.set_ylabel(ylabel)
         _integer_ticks(a.xaxis)
-        if log:
+        if log is True or (log == "auto" and _use_log([h for h, _ in lines])):
             a.set_yscale("log")
+        else:
+            _plain_ticks(a.yaxis)
         a.grid(alpha=0.3)
         a.legend()
     if created:
@@ -152,7 +205,7 @@ def plot_objective(*models: Any, labels: list[str] | None = None, ax: Any = None
 
 
 def plot_components(components: Any, image_shape: tuple[int, int], *, n_cols: int | None = None,
-                    order: str = "F", ax: Any = None, title: str | None = None):
+                    order: str = "C", ax: Any = None, title: str | None = None):
     """Show components (the rows of ``components_``) as a grid of grey images.
 
     Each component is scaled by its own maximum; tiles are separated by a one-pixel
@@ -167,10 +220,13 @@ def plot_components(components: Any, image_shape: tuple[int, int], *, n_cols: in
     n_cols : int, default=None
         Number of images per row of the grid; None makes the grid about square
         (``ceil(sqrt(n_components))`` columns).
-    order : {"F", "C"}, default="F"
-        How a row unfolds into an image: column-major (``"F"``, as the bundled faces of
-        :func:`daskrnmf.datasets.load_orl` and :func:`~daskrnmf.datasets.load_yale`) or
-        row-major (``"C"``, as :func:`~daskrnmf.datasets.load_digits`).
+    order : {"C", "F"}, default="C"
+        How a row unfolds into an image: row-major (``"C"``, NumPy's
+        ``images.reshape(n_images, -1)``, scikit-learn's face data sets and
+        :func:`~daskrnmf.datasets.load_digits`) or column-major (``"F"``, the bundled
+        faces of :func:`daskrnmf.datasets.load_orl` and
+        :func:`~daskrnmf.datasets.load_yale`: pass ``order="F"`` for them, or they are
+        drawn transposed).
     ax : matplotlib.axes.Axes, default=None
         Axes to draw on; None draws on a new figure.
     title : str, default=None
@@ -184,7 +240,8 @@ def plot_components(components: Any, image_shape: tuple[int, int], *, n_cols: in
     Raises
     ------
     ValueError
-        If ``image_shape`` does not hold ``n_features`` pixels.
+        If ``image_shape`` does not hold ``n_features`` pixels, or ``order`` is not
+        ``"C"`` or ``"F"``.
 
     References
     ----------
@@ -205,6 +262,8 @@ def plot_components(components: Any, image_shape: tuple[int, int], *, n_cols: in
     """
     plt = _pyplot()
     W = np.asarray(getattr(components, "components_", components), dtype=float)
+    if order not in ("C", "F"):
+        raise ValueError(f"order must be 'C' (row-major) or 'F' (column-major); got {order!r}.")
     h, w = image_shape
     if h * w != W.shape[1]:
         raise ValueError(f"image_shape {image_shape} holds {h * w} pixels; the components "
@@ -315,7 +374,8 @@ def plot_ordered_codes(H: Any, *, boundaries: Any = None, jumps: Any = None, ax:
 # ---------------------------------------------------------------- saving, with metadata
 def describe_axes(fig) -> list[dict]:
     """What every axes of ``fig`` shows: labels, title, scales, limits, the ticks within
-    the limits, and each line's label and x range (the PNG metadata of :func:`savefig`)."""
+    the limits (the y ticks also as their labels and the axis's offset or factor text,
+    as drawn), and each line's label and x range (the PNG metadata of :func:`savefig`)."""
     out = []
     for a in fig.axes:
         if not a.axison:
@@ -324,6 +384,9 @@ def describe_axes(fig) -> list[dict]:
         xlim, ylim = (float(v) for v in a.get_xlim()), (float(v) for v in a.get_ylim())
         xlim, ylim = sorted(xlim), sorted(ylim)
         ticks = [float(t) for t in a.get_xticks() if xlim[0] <= t <= xlim[1]]
+        yticks = [float(t) for t in a.get_yticks() if ylim[0] <= t <= ylim[1]]
+        yformat = a.yaxis.get_major_formatter()
+        ytexts = [_plain_text(t) for t in yformat.format_ticks(yticks)]
         lines = []
         for line in a.lines:
             x = np.asarray(line.get_xdata(), dtype=float)
@@ -332,8 +395,17 @@ def describe_axes(fig) -> list[dict]:
                               "n": int(x.size)})
         out.append({"title": a.get_title(), "xlabel": a.get_xlabel(), "ylabel": a.get_ylabel(),
                     "xscale": a.get_xscale(), "yscale": a.get_yscale(), "xlim": xlim,
-                    "ylim": ylim, "xticks": ticks, "lines": lines})
+                    "ylim": ylim, "xticks": ticks, "yticks": yticks,
+                    "yticklabels": ytexts, "yoffset": _plain_text(yformat.get_offset()),
+                    "lines": lines})
     return out
+
+
+def _plain_text(label: str) -> str:
+    """A tick label without matplotlib's mathtext markup: ``"$\\mathdefault{10^{5}}$"``
+    -> ``"10^{5}"``, ``"$\\times..."`` -> ``"x..."``."""
+    text = re.sub(r"\\mathdefault\{((?:[^{}]|\{[^{}]*\})*)\}", r"\1", str(label))
+    return text.replace("\\times", "x").replace("$", "").strip()
 
 
 def savefig(fig, path: str | os.PathLike, *, title: str | None = None, **kwargs: Any) -> str:

@@ -41,9 +41,10 @@ def main(argv=None):
     online = ONMFO(k, batch_size=10, random_state=0).fit(noisy)
     batch = RobustNMF(k, max_iter=200, random_state=0).fit(noisy)
     fig, axes = plt.subplots(1, 2, figsize=(8, 4.3))
-    plotting.plot_components(online, (32, 32), ax=axes[0],
+    # the bundled faces are stored column-major: order="F" draws them upright
+    plotting.plot_components(online, (32, 32), order="F", ax=axes[0],
                              title=f"ONMFO ({online.n_passes_} passes)")
-    plotting.plot_components(batch, (32, 32), ax=axes[1],
+    plotting.plot_components(batch, (32, 32), order="F", ax=axes[1],
                              title=f"RobustNMF ({batch.n_iter_} iterations)")
     fig.tight_layout()
     plotting.savefig(fig, os.path.join(args.out, "onmfo_bases.png"),

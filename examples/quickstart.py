@@ -53,9 +53,13 @@ def run(args, workdir):
     from daskrnmf.metrics import clustering_accuracy, normalized_mutual_info
 
     store = os.path.join(workdir, "quickstart.zarr")
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
+    # ":0": the dashboard on a free port.  dashboard_address=None drops the dashboard
+    # but not the scheduler's HTTP server, which then takes port 8787 and warns "Port
+    # 8787 is already in use" when another Dask cluster has it
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
-        print(f"cluster: {len(client.scheduler_info()['workers'])} workers; data: {store}")
+        print(f"cluster: {len(client.scheduler_info()['workers'])} workers, dashboard "
+              f"{client.dashboard_link}; data: {store}")
         make_zarr_blobs(store, n_samples=args.n_samples, n_features=args.n_features,
                         n_clusters=args.n_clusters, outlier_fraction=0.05, chunk_rows=20_000,
                         random_state=0, overwrite=True)

@@ -150,8 +150,11 @@ def test_the_scripts_name_their_environment_variable():
 def test_quickstart_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypatch, capsys):
     """The quickstart writes its store to a temporary directory and removes it, also when
     it fails (here: on purpose, after the data is written)."""
+    import contextlib
     import runpy
+    import socket
     import tempfile
+    import warnings
 
     import distributed
 
@@ -163,7 +166,15 @@ def test_quickstart_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypa
 
     monkeypatch.setattr(distributed, "LocalCluster", InProcess)
     main = runpy.run_path(os.path.join(EXAMPLES, "quickstart.py"), run_name="quickstart")["main"]
-    main(["--n-samples", "3000", "--n-features", "4", "--n-clusters", "3"])
+    # with Dask's default port taken (here, or already by another cluster), no warning
+    # that it is ("Port 8787 is already in use", which pyproject.toml filters otherwise)
+    with socket.socket() as held, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with contextlib.suppress(OSError):
+            held.bind(("", 8787))
+            held.listen()
+        main(["--n-samples", "3000", "--n-features", "4", "--n-clusters", "3"])
+    assert not [w for w in caught if "already in use" in str(w.message)]
     assert "| RFNMF loss=l1" in capsys.readouterr().out
     assert not [p for p in os.listdir(tmp_path) if p.startswith("daskrnmf")]
 

@@ -63,7 +63,7 @@ def test_plots(tmp_path):
                                  random_state=0)
     m = ORNMF(4, n_clusters=4, max_iter=30, random_state=0).fit(X)
     n = NMF(4, max_iter=30, random_state=0).fit(X)
-    fig = plotting.plot_objective(m, n)
+    fig = plotting.plot_objective(m, n, log=True)
     assert len(fig.axes[0].lines) == 2 and fig.axes[0].get_yscale() == "log"
     fig = plotting.plot_components(m, (5, 6), n_cols=2)
     img = fig.axes[0].images[0].get_array()
@@ -133,3 +133,82 @@ def test_png_text_chunks_are_read_with_the_standard_library(tmp_path):
     (tmp_path / "y.png").write_bytes(b"GIF89a")
     with pytest.raises(ValueError, match="not a PNG"):
         read_png_metadata(tmp_path / "y.png")
+
+
+def _saved_axes(fig, path):
+    from daskrnmf import plotting
+
+    plotting.savefig(fig, path, dpi=50)
+    return json.loads(plotting.read_png_metadata(path)["Description"])
+
+
+def test_objective_axis_is_linear_with_distinct_labels_over_a_narrow_range(tmp_path):
+    """An objective that falls by 0.02 % (the usual tail of a fit) on a linear axis whose
+    tick labels differ; a log axis only for a range beyond a decade."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from daskrnmf import plotting
+
+    narrow = np.array([4.62870e7, 4.62800e7, 4.62785e7, 4.62780e7])
+    (a,) = _saved_axes(plotting.plot_objective(narrow), tmp_path / "narrow.png")
+    assert a["yscale"] == "linear"
+    assert len(a["yticklabels"]) >= 3 and len(set(a["yticklabels"])) == len(a["yticklabels"])
+    assert "+" not in a["yoffset"]          # a factor (x10^7) at most, never an offset
+    (a,) = _saved_axes(plotting.plot_objective(np.array([1e4, 1e2, 20.0])), tmp_path / "w.png")
+    assert a["yscale"] == "log"
+    with pytest.raises(ValueError, match="log must be True, False or 'auto'"):
+        plotting.plot_objective(narrow, log="yes")
+    plt.close("all")
+
+
+def test_objectives_of_different_losses_get_their_own_panel_and_legend(blobs, tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from daskrnmf import plotting
+
+    l21, l1 = (RFNMF(3, loss=loss, n_init=1, max_iter=3, random_state=0).fit(blobs)
+               for loss in ("l21", "l1"))
+    axes = _saved_axes(plotting.plot_objective(l21, l1), tmp_path / "losses.png")
+    assert [(a["ylabel"], [line["label"] for line in a["lines"]]) for a in axes] == [
+        ("objective (L2,1 loss)", ["RFNMF (l21)"]), ("objective (L1 loss)", ["RFNMF (l1)"])]
+    plt.close("all")
+
+
+def test_components_unfold_as_a_numpy_reshape_by_default():
+    """An image flattened by NumPy (row-major) is drawn upright; order="F" for the
+    bundled column-major faces."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from daskrnmf import plotting
+
+    img = np.zeros((4, 3))
+    img[0] = 1.0                                    # a bright top row
+    shown = plotting.plot_components(img.reshape(1, -1), (4, 3)).axes[0].images[0].get_array()
+    np.testing.assert_array_equal(shown[1:5, 1:4], img)
+    shown = plotting.plot_components(img.reshape(1, -1, order="F"), (4, 3),
+                                     order="F").axes[0].images[0].get_array()
+    np.testing.assert_array_equal(shown[1:5, 1:4], img)
+    with pytest.raises(ValueError, match="order must be 'C'"):
+        plotting.plot_components(img.reshape(1, -1), (4, 3), order="K")
+    plt.close("all")
+
+
+def test_save_does_not_warn_about_a_progress_bar_but_about_a_users_callback(blobs, tmp_path):
+    import warnings
+
+    import daskrnmf
+
+    m = NMF(2, max_iter=2, callback=ProgressBar(stream=io.StringIO())).fit(blobs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")               # a warning fails the test
+        m.save(tmp_path / "bar.zarr")
+    assert daskrnmf.load(tmp_path / "bar.zarr").callback is None
+    m.set_params(callback=lambda info: False)
+    with pytest.warns(UserWarning, match="parameter 'callback' not saved"):
+        m.save(tmp_path / "user.zarr")
