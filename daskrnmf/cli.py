@@ -494,6 +494,9 @@ def _parser(model=None):
     ck.add_argument("--ks", required=True, type=_k_range,
                     help="the k to try: a range 3-12, a list 3,5,8, or both (2-4,8)")
     ck.add_argument("--n-seeds", type=_positive_int, default=5, help="seeds per k")
+    ck.add_argument("--max-samples", type=_positive_int, default=20_000,
+                    help="the fits use a uniform sample of this many rows of a larger "
+                         "input, which is read twice in all")
     ck.add_argument("--random-state", type=int, default=0, help="seed")
     ck.add_argument("--loss", choices=("l21", "l1", "l2"), help="RFNMF's loss "
                                                                 "(default: the model's)")
@@ -1082,15 +1085,16 @@ def cmd_choose_k(args, parser):
     z = _open_input(args.input, args.component)
     estimator = spec.cls(**params)
     _check_arguments(estimator, z, args.ks, n_seeds=args.n_seeds,    # before a cluster starts
-                     random_state=args.random_state)
+                     random_state=args.random_state, max_samples=args.max_samples)
     with _connect(args):
         tic = time.perf_counter()
         result = choose_k(estimator, z, args.ks, n_seeds=args.n_seeds,
-                          random_state=args.random_state)
+                          random_state=args.random_state, max_samples=args.max_samples)
         seconds = time.perf_counter() - tic
     table = result.to_markdown()
     print(table)
-    print(f"recommended k = {result.k} ({spec.name}, {args.n_seeds} seeds, {seconds:.1f} s)")
+    print(f"recommended k = {result.k} ({spec.name}, {args.n_seeds} seeds, {seconds:.1f} s, "
+          f"{result.n_passes} passes over the input)")
     if args.output:
         with open(args.output, "w") as fh:
             fh.write(f"# choose-k: {spec.name} on {args.input}\n\n{table}\n\n"

@@ -3,8 +3,10 @@
 A model is fitted for every k of a range with several seeds; per k are reported the
 objective, the stability of the solutions across seeds and a simplified silhouette, and a
 k is recommended.  Everything of size n_samples stays on the workers: the stability and
-the silhouette are computed in one pass over X per k whose per-block summaries (k x k
-contingency tables, a histogram of the per-sample silhouettes) are summed up a tree.
+the silhouette are computed in a pass over X whose per-block summaries (k x k contingency
+tables, a histogram of the per-sample silhouettes) are summed up a tree.  Data larger
+than ``max_samples`` rows is fitted on a uniform sample drawn in the first pass and
+scored, every k at once, in a second: two passes over X in all.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ class ChooseKResult:
         Rand index over the pairs of seeds; NaN with one seed), ``stability_min`` (the
         lowest pair), ``silhouette`` (the simplified silhouette: mean over the
         clusters of their median, averaged over the seeds), ``silhouette_mean`` (its
-        mean over the samples, idem), ``n_passes`` (passes over X, fits and scoring), ``seconds``.
+        mean over the samples, idem), ``n_passes`` (passes over the data fitted, X or the
+        sample, fits and scoring), ``seconds``.
     model : str
         The estimator's class name.
     k_parameter : str
@@ -55,6 +58,11 @@ class ChooseKResult:
         The rule's parameters (see :func:`choose_k`).
     stable : ndarray of bool (len(ks),)
         The k that passed the rule's stability test.
+    n_passes : int
+        Passes over X in all: the fits' and the scoring's when X was fitted itself; 2 when
+        a sample was (the pass that draws it, the pass that scores every k on X).
+    n_fitted : int
+        Rows the fits used: n_samples, or the sample's size (``max_samples``).
     """
 
     k: int
@@ -66,6 +74,8 @@ class ChooseKResult:
     stability_threshold: float
     tolerance: float = 0.05
     stable: np.ndarray = field(default=None)
+    n_passes: int = 0
+    n_fitted: int = 0
 
     def to_markdown(self) -> str:
         """The scores as a Markdown table, the recommended k marked."""
@@ -223,17 +233,39 @@ def score_centers(blocks, F, metric, n_bins=N_BINS, squared=False):
     F = np.ascontiguousarray(F, dtype=np.float64)
     res = blocks.map_reduce(scoring_chunk, scoring_combine, args=(F, metric, n_bins, squared),
                             name="choose_k scores")
+    return _summary(res)
+
+
+def _summary(res):
     n = int(res["n"])
     return {"ari": np.array([adjusted_rand_from_table(t) for t in res["tables"]]),
             "silhouette": np.array([cluster_median_silhouette(h) for h in res["hist"]]),
             "silhouette_mean": res["sums"] / max(n, 1), "objective": res["objective"]}
 
 
+def scoring_many_chunk(block, start, Fs, metric, n_bins, squared=False):
+    """:func:`scoring_chunk` for the centres of every k (a list of (S, k, d) arrays)."""
+    return [scoring_chunk(block, start, F, metric, n_bins, squared) for F in Fs]
+
+
+def scoring_many_combine(parts):
+    return [scoring_combine([p[i] for p in parts]) for i in range(len(parts[0]))]
+
+
+def score_all_centers(blocks, Fs, metric, n_bins=N_BINS, squared=False):
+    """One pass over X for every k at once: :func:`score_centers` of each ``Fs[i]``."""
+    Fs = [np.ascontiguousarray(F, dtype=np.float64) for F in Fs]
+    res = blocks.map_reduce(scoring_many_chunk, scoring_many_combine,
+                            args=(Fs, metric, n_bins, squared), name="choose_k scores, every k")
+    return [_summary(r) for r in res]
+
+
 # ---------------------------------------------------------------- the fits
 def _fit_stacked(estimator, X, k, n_seeds, seed):
     """RFNMF: the seeds' restarts stacked in one fit (one pass serves all of them); the
     best restart of every group of ``n_init`` is a seed's solution.  Returns the seeds'
-    centres (S, k, d), objectives (S,), the metric, the scores and the passes."""
+    objectives (S,), their scores on X, the passes over X, their centres (S, k, d), the
+    metric and whether the loss squares distances."""
     from .models.rfnmf import RFNMF
 
     out = {}
@@ -256,16 +288,19 @@ def _fit_stacked(estimator, X, k, n_seeds, seed):
                        for g in range(n_seeds)]]
             out["scores"] = score_centers(blocks, F, self._metric, squared=squared)
             out["objective"] = out["scores"]["objective"]
+            out["centres"], out["metric"], out["squared"] = F, self._metric, squared
 
     params = estimator.get_params(deep=False)
     params.update(n_clusters=k, random_state=seed)
     model = _Stacked(**params)
     model.fit(X)
-    return out["objective"], out["scores"], model.n_passes_
+    return (out["objective"], out["scores"], model.n_passes_, out["centres"], out["metric"],
+            out["squared"])
 
 
 def _fit_separately(estimator, X, k, n_seeds, seed):
-    """Any supported model: one fit per seed, then one scoring pass over X."""
+    """Any supported model: one fit per seed, then one scoring pass over X.  Returns as
+    :func:`_fit_stacked`."""
     from sklearn.base import clone
 
     from ._blocks import RowBlocks
@@ -283,8 +318,9 @@ def _fit_separately(estimator, X, k, n_seeds, seed):
         if Xv is None:
             Xv = model._validate_data(X, reset=False, method="predict")
     blocks = RowBlocks(Xv)
-    scores = score_centers(blocks, np.stack(F), metric)
-    return np.array(objective), scores, passes + blocks.n_passes
+    F = np.stack(F)
+    scores = score_centers(blocks, F, metric)
+    return np.array(objective), scores, passes + blocks.n_passes, F, metric, False
 
 
 # ---------------------------------------------------------------- the rule
@@ -318,7 +354,7 @@ def _check_param(name, value, constraints):
 
 
 def _check_arguments(estimator, X, ks, *, n_seeds=5, random_state=None,
-                     stability_threshold=0.9, tolerance=0.05, verbose=0):
+                     stability_threshold=0.9, tolerance=0.05, verbose=0, max_samples=20_000):
     """:func:`choose_k`'s checks, on their own (the command makes them before it starts
     a cluster); returns the checked estimator and ks."""
     estimator = _check_estimator(estimator)
@@ -328,6 +364,9 @@ def _check_arguments(estimator, X, ks, *, n_seeds=5, random_state=None,
     _check_param("stability_threshold", stability_threshold, [v.Interval(float, 0, 1)])
     _check_param("tolerance", tolerance, [v.Interval(float, 0, 1, closed="left")])
     _check_param("verbose", verbose, [v.Interval(int, 0, None)])
+    _check_param("max_samples", max_samples, [v.Interval(int, 2, None)])
+    if ks[-1] > max_samples:
+        raise ValueError(f"The largest k ({ks[-1]}) must be <= max_samples={max_samples}.")
     v.validate_params(estimator, estimator._parameter_constraints)
     if hasattr(X, "shape") and len(X.shape) == 2 and ks[-1] > X.shape[0]:
         raise ValueError(f"The largest k ({ks[-1]}) must be <= n_samples={X.shape[0]}.")
@@ -373,7 +412,8 @@ def _check_estimator(estimator):
 # ---------------------------------------------------------------- choose_k
 def choose_k(estimator: Any, X: Data, ks: Any, *, n_seeds: int = 5,
              random_state: Any = None, stability_threshold: float = 0.9,
-             tolerance: float = 0.05, verbose: int = 0) -> ChooseKResult:
+             tolerance: float = 0.05, max_samples: int = 20_000,
+             verbose: int = 0) -> ChooseKResult:
     """Fit a clustering model for every k of ``ks`` with several seeds and recommend k.
 
     For every k the model is fitted with ``n_seeds`` seeds; each seed's solution is the
@@ -400,6 +440,14 @@ def choose_k(estimator: Any, X: Data, ks: Any, *, n_seeds: int = 5,
 
     Nothing of size n_samples comes to the client: the labels of the seeds are made and
     compared where X's blocks are.
+
+    **Data larger than ``max_samples`` rows** (and any Dask or Zarr X) is read twice in
+    all, whatever the number of k and seeds: the first pass checks X and draws a uniform
+    sample of ``max_samples`` rows (depending on X alone, not on its chunking); every fit
+    runs on that sample, in memory; then one more pass scores the solutions of every k and
+    seed over all of X at once — the stability, the silhouette and the objective reported
+    and used by the rule are X's.  A NumPy X of at most ``max_samples`` rows is fitted
+    itself, as before.
 
     **The rule.** The k whose stability is at least ``stability_threshold`` are the
     stable ones (with ``n_seeds=1`` every k is); among them, those whose silhouette is
@@ -435,6 +483,10 @@ def choose_k(estimator: Any, X: Data, ks: Any, *, n_seeds: int = 5,
     tolerance : float in [0, 1), default=0.05
         How far below the best silhouette (relative) a stable k may be to count as near
         the top.  0 recommends the stable k with the best silhouette.
+    max_samples : int, default=20_000
+        The most rows the fits use: a larger (or lazy) X is fitted on a uniform sample of
+        this many rows and scored on all of X (two passes over X in all).  20 000 rows
+        leave about 2 000 per cluster at k = 10.
     verbose : int, default=0
         >= 1 logs one line per k on the ``daskrnmf`` logger.
 
@@ -480,29 +532,68 @@ def choose_k(estimator: Any, X: Data, ks: Any, *, n_seeds: int = 5,
     estimator, ks = _check_arguments(estimator, X, ks, n_seeds=n_seeds,
                                      random_state=random_state,
                                      stability_threshold=stability_threshold,
-                                     tolerance=tolerance, verbose=verbose)
+                                     tolerance=tolerance, verbose=verbose,
+                                     max_samples=max_samples)
     name = type(estimator).__name__
     seed = v.seed_from(random_state) % 2**32
     fit = _fit_stacked if name == "RFNMF" else _fit_separately
     scores = {key: np.full(ks.size, np.nan) for key in SCORES}
     logger = logging.getLogger("daskrnmf")
+    data, blocks = _data_to_fit(estimator, X, max_samples)
+    centres = []
     for i, k in enumerate(ks):
         tic = time.perf_counter()
-        objective, sc, passes = fit(estimator, X, int(k), n_seeds, seed)
-        scores["objective"][i] = float(np.min(objective))
-        if sc["ari"].size:
-            scores["stability"][i] = float(np.mean(sc["ari"]))
-            scores["stability_min"][i] = float(np.min(sc["ari"]))
-        scores["silhouette"][i] = float(np.mean(sc["silhouette"]))
-        scores["silhouette_mean"][i] = float(np.mean(sc["silhouette_mean"]))
+        objective, sc, passes, F, metric, squared = fit(estimator, data, int(k), n_seeds, seed)
+        centres.append(F)
+        _record(scores, i, sc, objective)
         scores["n_passes"][i] = passes
         scores["seconds"][i] = time.perf_counter() - tic
         if verbose:
             logger.info("choose_k %s k=%d: objective %.6g, stability %.3f, silhouette %.3f "
-                        "(%.1f s)", name, k, scores["objective"][i], scores["stability"][i],
-                        scores["silhouette"][i], scores["seconds"][i])
+                        "(%.1f s%s)", name, k, scores["objective"][i], scores["stability"][i],
+                        scores["silhouette"][i], scores["seconds"][i],
+                        "" if blocks is None else ", on the sample")
+    n_passes = int(np.sum(scores["n_passes"]))
+    if blocks is not None:
+        # X itself: every k's solutions scored over all of X in one pass (the sample's
+        # scores above only chose them)
+        tic = time.perf_counter()
+        for i, sc in enumerate(score_all_centers(blocks, centres, metric, squared=squared)):
+            _record(scores, i, sc, sc["objective"])
+        n_passes = blocks.n_passes
+        scores["seconds"] += (time.perf_counter() - tic) / ks.size
+        if verbose:
+            logger.info("choose_k %s: every k scored on X (%d passes over X in all)", name,
+                        n_passes)
     k, stable = recommend(ks, scores["stability"], scores["silhouette"], stability_threshold,
                           tolerance)
     return ChooseKResult(k=k, ks=ks, scores=scores, model=name, k_parameter=K_PARAMETER[name],
                          n_seeds=n_seeds, stability_threshold=stability_threshold,
-                         tolerance=tolerance, stable=stable)
+                         tolerance=tolerance, stable=stable, n_passes=n_passes,
+                         n_fitted=int(data.shape[0]))
+
+
+def _record(scores, i, sc, objective):
+    scores["objective"][i] = float(np.min(objective))
+    if sc["ari"].size:
+        scores["stability"][i] = float(np.mean(sc["ari"]))
+        scores["stability_min"][i] = float(np.min(sc["ari"]))
+    scores["silhouette"][i] = float(np.mean(sc["silhouette"]))
+    scores["silhouette_mean"][i] = float(np.mean(sc["silhouette_mean"]))
+
+
+def _data_to_fit(estimator, X, max_samples):
+    """What :func:`choose_k` fits: ``(data, blocks)``.  X itself (``blocks`` None) when it
+    is a NumPy array of at most ``max_samples`` rows; otherwise a uniform sample of at
+    most ``max_samples`` rows in memory, drawn in the first pass over X (which also checks
+    its values; the sample depends on X alone, not on its chunking), and X's row
+    ``blocks`` for the scoring pass."""
+    from .reductions import checked_blocks
+
+    name = type(estimator).__name__
+    Xv = estimator._validate_data(X, reset=True)
+    if isinstance(Xv, np.ndarray) and Xv.shape[0] <= max_samples:
+        return Xv, None
+    blocks, stats = checked_blocks(Xv, f"X passed to choose_k({name})",
+                                   sample_size=min(max_samples, Xv.shape[0]))
+    return stats["sample"], blocks

@@ -101,6 +101,49 @@ def test_dask_and_zarr_input_give_the_numpy_result(tmp_path):
         np.testing.assert_allclose(got.scores[key], ref.scores[key], rtol=1e-9)
 
 
+def test_data_larger_than_max_samples_is_read_twice_whatever_the_ks(tmp_path):
+    """Issue 38: choose_k read X 178-323 times (a fit per k, then a scoring pass). Larger
+    than ``max_samples`` rows (or lazy), X is read twice: the first pass draws a uniform
+    sample (chunk-independent) that every fit uses, the second scores every k on X. The
+    planted k is still recommended, and the result is the same for NumPy input and two
+    chunkings; its scores are X's (equal to scoring the chosen centres on X directly)."""
+    X, _ = planted(5, 3000, outliers=0.05, seed=105)
+    kw = dict(n_seeds=3, random_state=0, max_samples=1000)
+    results = []
+    for data in (X, da.from_array(X, chunks=(700, 16)), da.from_array(X, chunks=(1100, 16))):
+        res = choose_k(RFNMF(loss="l1", n_init=3), data, range(2, 9), **kw)
+        assert (res.k, res.n_passes, res.n_fitted) == (5, 2, 1000)
+        results.append(res)
+    for other in results[1:]:
+        for key in ("stability", "silhouette"):          # from integer tables: exact
+            np.testing.assert_array_equal(other.scores[key], results[0].scores[key])
+        for key in ("objective", "silhouette_mean"):      # float sums: to rounding
+            np.testing.assert_allclose(other.scores[key], results[0].scores[key], rtol=1e-12)
+    # a pass over X counted per block map-reduce: two, whatever the number of k and seeds
+    blocks_seen = []
+    original = RowBlocks.map_reduce
+
+    def counting(self, *args, **kwargs):
+        blocks_seen.append(self.shape[0])       # the sample has 1000 rows, X 3000
+        return original(self, *args, **kwargs)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(RowBlocks, "map_reduce", counting):
+        res = choose_k(RFNMF(loss="l1", n_init=3), da.from_array(X, chunks=(700, 16)),
+                       range(2, 12), n_seeds=5, random_state=0, max_samples=1000)
+    assert res.n_passes == 2 and blocks_seen.count(X.shape[0]) == 2
+
+
+def test_max_samples_is_checked():
+    X, _ = planted(3, 100, seed=1)
+    with pytest.raises(ValueError, match="The 'max_samples' parameter of choose_k must be an int "
+                                         r"in the range \[2, inf\)"):
+        choose_k(RFNMF(), X, [2, 3], max_samples=1)
+    with pytest.raises(ValueError, match=r"largest k \(6\) must be <= max_samples=5"):
+        choose_k(RFNMF(), X, [2, 6], max_samples=5)
+
+
 def test_rule():
     ks = [2, 3, 4, 5]
     # the best silhouette at 3, but 4 is near the top and stable: 4 (nearby groups kept)
