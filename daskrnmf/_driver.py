@@ -49,12 +49,14 @@ logger = logging.getLogger("daskrnmf")
 
 def say(message, *args):
     """One progress line (``verbose``, ``ProgressBar(log=True)``): an INFO record of the
-    ``daskrnmf`` logger when logging is configured for it (a handler on it or an
-    ancestor: the user's ``logging.basicConfig``, the CLI's ``--progress``, pytest), else
-    printed to stderr, as scikit-learn's ``verbose`` prints: a plain script or a batch
-    job's log shows the lines without configuring logging, and once it does, each line
-    goes through that configuration only (not twice)."""
-    if logger.hasHandlers():
+    ``daskrnmf`` logger when logging is configured to show it (a handler on the logger or
+    an ancestor, and INFO enabled: the user's ``logging.basicConfig(level=logging.INFO)``,
+    the CLI's ``--progress``), else printed to stderr, as scikit-learn's ``verbose``
+    prints: a plain script or a batch job's log shows the lines without configuring
+    logging, and once logging takes them, each line goes through it only (not twice).
+    A line asked for (``verbose``, ``log=True``) is never dropped by a level set for
+    other loggers' sake."""
+    if logger.hasHandlers() and logger.isEnabledFor(logging.INFO):
         logger.info(message, *args)
         return
     stream = sys.stderr
