@@ -40,7 +40,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from . import _validation as v
-from ._driver import iterate, warn_if_not_converged
+from ._driver import Progress, iterate, warn_if_not_converged
 from ._reader import release_after
 from ._typing import Data, Labels, PathLike
 from .kernels.blocks import MAX_ABS, checked_apply
@@ -179,8 +179,10 @@ class BaseModel(BaseEstimator):
         from .reductions import checked_blocks
 
         where = f"X passed to {self._name}"
+        progress = getattr(self, "_progress", None)
         blocks, stats = checked_blocks(X, where, sample_size=self._sample_size(X),
-                                       allow_nan=self._allow_nan, hint=self._nan_hint())
+                                       allow_nan=self._allow_nan, hint=self._nan_hint(),
+                                       on_pass=progress.passed if progress else None)
         if not np.isfinite(stats["min"]).any():     # every entry missing
             raise ValueError(f"{where} has no observed (non-NaN) value.")
         low = float(np.min(stats["min"]))
@@ -286,9 +288,23 @@ class BaseModel(BaseEstimator):
 
     def _fit(self, X, y=None, **fit_params):
         """validate → first pass → seed → the model's ``_fit_blocks`` → cast results
-        (all or nothing: see :meth:`_unchanged_on_error`)."""
-        with self._unchanged_on_error():
-            return self._fit_once(X, y, **fit_params)
+        (all or nothing: see :meth:`_unchanged_on_error`) → the final progress event."""
+        with self._unchanged_on_error(), self._reporting() as progress:
+            out = self._fit_once(X, y, **fit_params)
+            progress.final(self)        # the last line: the fitted attributes as stored
+            return out
+
+    @contextlib.contextmanager
+    def _reporting(self):
+        """The fit's :class:`~daskrnmf._driver.Progress` (its clock, pass and final
+        events) as ``self._progress`` while the fit runs only: a fitted model keeps no
+        reference to it."""
+        self._progress = Progress(self._name, getattr(self, "callback", None),
+                                  getattr(self, "verbose", 0))
+        try:
+            yield self._progress
+        finally:
+            vars(self).pop("_progress", None)
 
     @contextlib.contextmanager
     def _unchanged_on_error(self):
@@ -349,7 +365,8 @@ class BaseModel(BaseEstimator):
                              callback=None if quiet else self.callback,
                              verbose=0 if quiet else self.verbose, name=name,
                              passes=(lambda: blocks.n_passes) if blocks is not None else None,
-                             rule=rule, **driver)
+                             rule=rule, progress=None if quiet else getattr(self, "_progress",
+                                                                            None), **driver)
         return state, log
 
     def _set_iterations(self, log, restart=0, *, max_iter=None, name=None, warn=True):

@@ -81,9 +81,12 @@ class RowBlocks:
         Rows per block for NumPy input (Dask input keeps its own chunks).
     split_every : int, default=8
         Fan-in of the reduction tree.
+    on_pass : callable, optional
+        ``on_pass(n_passes, name, seconds)`` as each pass over X ends (a fit's
+        :class:`daskrnmf._driver.Progress`): the passes a progress display shows.
     """
 
-    def __init__(self, X, *, block_rows=None, split_every=8):
+    def __init__(self, X, *, block_rows=None, split_every=8, on_pass=None):
         self.shape = X.shape
         self.split_every = split_every
         self.is_dask = not isinstance(X, np.ndarray)
@@ -108,6 +111,7 @@ class RowBlocks:
         self.starts = tuple(int(s) for s in np.cumsum((0,) + self.sizes[:-1]))
         self.n_passes = 0
         self.n_state_passes = 0
+        self.on_pass = on_pass
         self._scratch = False   # False: not decided yet; None: state stays in memory
 
     @property
@@ -146,8 +150,11 @@ class RowBlocks:
             out = self._map_reduce_dask(chunk, combine, finalize, args, state, keep_state)
         else:
             out = self._map_reduce_numpy(chunk, combine, finalize, args, state, keep_state)
+        seconds = time.perf_counter() - tic
         logger.debug("pass %d (%s) over %d blocks in %.3f s", self.n_passes, name,
-                     self.n_blocks, time.perf_counter() - tic)
+                     self.n_blocks, seconds)
+        if self.on_pass is not None:
+            self.on_pass(self.n_passes, name, seconds)
         return out
 
     def _map_reduce_numpy(self, chunk, combine, finalize, args, state, keep_state):

@@ -9,15 +9,34 @@ checkpoints from ``after_step``.
 
 The callback receives one dict for every model::
 
-    {"model": str, "iteration": int, "max_iter": int, "objective": ndarray (n_restarts,),
-     "best": int, "active": ndarray of bool, "n_passes": int or None, **extra}
+    {"model": str, "event": "iteration", "iteration": int, "max_iter": int,
+     "objective": ndarray (n_restarts,), "best": int, "active": ndarray of bool,
+     "n_passes": int or None, "elapsed": float, **extra}
 
 ``objective`` holds NaN for restarts that already stopped; ``best`` is the restart with
-the lowest objective so far (the one a progress display should follow); ``extra`` is
-what the step reported about itself (``step_info``), e.g. ONMFO's pass and batch.
+the lowest objective so far (the one a progress display should follow); ``elapsed`` the
+seconds since the fit started (its first pass over X included); ``extra`` is what the
+step reported about itself (``step_info``), e.g. ONMFO's pass and batch.
+
+A callback with a true attribute ``progress_events`` (:class:`daskrnmf.ProgressBar`)
+also receives, through :class:`Progress`, the fit's other events (its return value is
+ignored for them):
+
+* ``{"model", "event": "pass", "n_passes": int, "pass_name": str, "seconds": float,
+  "elapsed": float}`` when a pass over X ends outside an iteration: the first pass
+  (feature statistics), seeding and initialisation passes, the final pass(es);
+* ``{"model", "event": "final", "final": True, "n_iter", "objective", "n_passes",
+  "elapsed", ...}`` once the fitted attributes are set: ``n_iter`` is ``n_iter_`` as
+  stored, ``objective`` ``objective_`` (None where the model has none),
+  ``reconstruction_err`` its ``reconstruction_err_`` where it has one, ``n_passes``
+  ``n_passes_``; a stream adds what its last line needs (ONMFO: ``converged``,
+  ``stopped``, ``n_batches``, ``iteration`` and ``max_iter`` in batches).
+
+``verbose >= 1`` writes the same events as lines (:func:`say`).
 """
 
 import logging
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -26,6 +45,133 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 logger = logging.getLogger("daskrnmf")
+
+
+def say(message, *args):
+    """One progress line (``verbose``, ``ProgressBar(log=True)``): an INFO record of the
+    ``daskrnmf`` logger when logging is configured to show it (a handler on the logger or
+    an ancestor, and INFO enabled: the user's ``logging.basicConfig(level=logging.INFO)``,
+    the CLI's ``--progress``), else printed to stderr, as scikit-learn's ``verbose``
+    prints: a plain script or a batch job's log shows the lines without configuring
+    logging, and once logging takes them, each line goes through it only (not twice).
+    A line asked for (``verbose``, ``log=True``) is never dropped by a level set for
+    other loggers' sake."""
+    if logger.hasHandlers() and logger.isEnabledFor(logging.INFO):
+        logger.info(message, *args)
+        return
+    stream = sys.stderr
+    if stream is not None:
+        stream.write((message % args if args else message) + "\n")
+        stream.flush()
+
+
+class Progress:
+    """What one fit reports besides its iterations: the passes over X made outside an
+    iteration (first pass, seeding, initialisation, final pass) and the final line, to
+    ``verbose`` and to a callback that asks for them (``progress_events``); the clock of
+    the whole fit (``elapsed`` in every event).
+
+    Parameters
+    ----------
+    name : str
+        The model's name, at the start of every line.
+    callback : callable, optional
+        The model's callback; receives the events when ``callback.progress_events``.
+    verbose : int, default=0
+    """
+
+    def __init__(self, name, callback=None, verbose=0):
+        self.name = name
+        self.callback = callback
+        self.verbose = verbose
+        self.t0 = time.perf_counter()
+        self.in_step = False        # the driver's step: its passes show in its line
+        self.notes = {}
+
+    @property
+    def events(self):
+        """The callback receives pass and final events."""
+        return bool(getattr(self.callback, "progress_events", False))
+
+    def elapsed(self):
+        """Seconds since the fit started."""
+        return time.perf_counter() - self.t0
+
+    def passed(self, n_passes, what, seconds):
+        """A pass over X ended (:meth:`daskrnmf._blocks.RowBlocks.map_reduce`)."""
+        if self.in_step or not (self.verbose or self.events):
+            return
+        info = {"model": self.name, "event": "pass", "n_passes": int(n_passes),
+                "pass_name": what, "seconds": seconds, "elapsed": self.elapsed()}
+        if self.verbose:
+            say("%s %s: %.3f s, %.1f s into the fit", self.name, pass_label(info), seconds,
+                info["elapsed"])
+        if self.events:
+            self.callback(info)
+
+    def note(self, **values):
+        """Values the final event carries besides the fitted attributes (a stream's
+        convergence, its batches)."""
+        self.notes.update(values)
+
+    def final(self, model):
+        """The fit is over and ``model``'s fitted attributes are set: the last line."""
+        if not (self.verbose or self.events):
+            return
+        n_iter = getattr(model, "n_iter_", None)
+        info = {"model": self.name, "event": "final", "final": True,
+                "n_iter": n_iter.tolist() if isinstance(n_iter, np.ndarray) else n_iter,
+                "objective": getattr(model, "objective_", None),
+                "n_passes": getattr(model, "n_passes_", None), "elapsed": self.elapsed()}
+        if hasattr(model, "reconstruction_err_"):
+            info["reconstruction_err"] = model.reconstruction_err_
+        info.update(self.notes)
+        if self.verbose:
+            say("%s fitted: %s", self.name, final_summary(info))
+        if self.events:
+            self.callback(info)
+
+
+def pass_label(info):
+    """``pass 3 (Gram matrix)`` for a pass event."""
+    name = info.get("pass_name")
+    return f"pass {info['n_passes']}" + (f" ({name})" if name and name != "pass" else "")
+
+
+def final_summary(info):
+    """``5 iterations, objective 12.5, 7 passes over X, 3.4 s`` for a final event: the
+    fitted attributes as stored (``n_iter_`` per problem where it is an array)."""
+    n_iter = info.get("n_iter")
+    parts = []
+    if "n_batches" in info:     # a stream (ONMFO): n_iter_ counts the passes started
+        if info.get("converged"):
+            parts.append(f"converged after pass {n_iter}")
+        elif info.get("stopped"):
+            parts.append(f"stopped at batch {info['iteration']}/{info['max_iter']} "
+                         f"(pass {n_iter})")
+        else:
+            parts.append(f"ended after pass {n_iter} of "
+                         f"{info['max_iter'] // max(info['n_batches'], 1)}")
+        if info.get("objective") is not None:
+            parts.append(f"objective {float(info['objective']):.4g} per sample (last pass)")
+        if info.get("n_passes") is not None:
+            parts.append(f"{int(info['n_passes'])} passes")
+        if info.get("n_samples_seen") is not None:
+            parts.append(f"{int(info['n_samples_seen']):,} samples")
+        parts.append(f"{info['elapsed']:.1f} s")
+        return ", ".join(parts)
+    if isinstance(n_iter, (list, tuple)):
+        parts.append("iterations " + "/".join(str(int(i)) for i in n_iter))
+    elif n_iter is not None:
+        parts.append(f"{int(n_iter)} iterations")
+    if info.get("objective") is not None:
+        parts.append(f"objective {float(info['objective']):.6g}")
+    elif info.get("reconstruction_err") is not None:
+        parts.append(f"reconstruction error {float(info['reconstruction_err']):.6g}")
+    if info.get("n_passes") is not None:
+        parts.append(f"{int(info['n_passes'])} passes over X")
+    parts.append(f"{info['elapsed']:.1f} s")
+    return ", ".join(parts)
 
 
 @dataclass
@@ -46,7 +192,7 @@ class IterationLog:
 
 def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
             name="model", passes=None, rule="decrease", start=0, after_step=None,
-            step_info=None, converged=None):
+            step_info=None, converged=None, progress=None):
     """Run ``step`` until every restart has converged or ``max_iter`` is reached.
 
     Restart ``r`` converges at iteration ``t`` when its objective no longer decreases by
@@ -69,7 +215,7 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         ``iteration``, ``objective`` (per restart, NaN for inactive), ``active`` and
         ``n_passes``; returning True stops the fit.
     verbose : int
-        >= 1 logs one INFO line per iteration on the ``daskrnmf`` logger.
+        >= 1 writes one line per iteration (:func:`say`).
     passes : callable, optional
         Returns the number of passes over X so far (for logs and the callback).
     rule : {"decrease", "change", "none"}
@@ -82,6 +228,9 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     converged : callable, optional
         ``converged(state) -> bool`` after each step, for ``rule="none"``: a stream that
         decides itself when it has converged (ONMFO, at the end of a pass).
+    progress : Progress, optional
+        The fit's :class:`Progress`: its clock (``elapsed``), and the passes made inside
+        a step are left to the iteration's line.
 
     Returns
     -------
@@ -92,9 +241,16 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     active = np.ones(n_restarts, dtype=bool)
     prev = np.full(n_restarts, np.inf)
     best_so_far = np.full(n_restarts, np.inf)
+    t0 = progress.t0 if progress is not None else time.perf_counter()
     for it in range(start + 1, max_iter + 1):
         tic = time.perf_counter()
-        state, objective = step(state, active.copy())
+        if progress is not None:
+            progress.in_step = True
+        try:
+            state, objective = step(state, active.copy())
+        finally:
+            if progress is not None:
+                progress.in_step = False
         full = np.full(n_restarts, np.nan)
         full[active] = objective
         log.history.append(full)
@@ -109,17 +265,18 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         prev = np.where(active, full, prev)
         best_so_far = np.where(active, np.fmin(best_so_far, full), best_so_far)
         best = int(np.argmin(best_so_far)) if np.isfinite(best_so_far).any() else 0
-        info = {"model": name, "iteration": it, "max_iter": max_iter, "objective": full,
-                "best": best, "active": active.copy(),
-                "n_passes": passes() if passes else None}
+        info = {"model": name, "event": "iteration", "iteration": it, "max_iter": max_iter,
+                "objective": full, "best": best, "active": active.copy(),
+                "n_passes": passes() if passes else None,
+                "elapsed": time.perf_counter() - t0}
         if step_info is not None:
             info.update(step_info(state))
         active &= ~newly
         if verbose:
-            logger.info("%s iteration %d: objective %.6g (restart %d), %d of %d restarts "
-                        "active, %s passes, %.3f s", name, it, full[best] if np.isfinite(
-                            full[best]) else np.nanmin(full), best, active.sum(), n_restarts,
-                        info["n_passes"], time.perf_counter() - tic)
+            say("%s iteration %d: objective %.6g (restart %d), %d of %d restarts active, "
+                "%s passes, %.3f s, %.1f s into the fit", name, it, full[best] if np.isfinite(
+                    full[best]) else np.nanmin(full), best, active.sum(), n_restarts,
+                info["n_passes"], time.perf_counter() - tic, info["elapsed"])
         stop = bool(callback is not None and callback(info))
         log.stopped_by_callback = stop
         if after_step is not None:

@@ -325,8 +325,9 @@ def _add_model_parser(fit_sub, spec, with_options):
                                      "(default: dask config 'daskrnmf.scratch-directory', "
                                      "else the output's directory); removed at the end")
     p.add_argument("--progress", action="store_true",
-                   help="log one line per iteration (per batch for streaming models), also "
-                        "when not on a terminal")
+                   help="log one line per pass over X outside an iteration (from the first), "
+                        "per iteration (per batch for streaming models) and a last one with "
+                        "what the model stores, also when not on a terminal")
     _where(p)
     params = []
     if with_options:

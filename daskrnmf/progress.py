@@ -3,18 +3,20 @@
     RFNMF(10, callback=ProgressBar()).fit("big.zarr/X")
     ONMFO(49, callback=ProgressBar(desc="faces")).fit(X)
 
-On a terminal or in a notebook it redraws one line in place (iterations, with the
-objective and the passes over X, for batch models; batches of the stream, with the pass,
-for ONMFO).  In a non-interactive batch log it stays quiet unless ``log=True``, in which
-case it writes one INFO line per step through the ``daskrnmf`` logger (the CLI's
-``--progress``).
+On a terminal or in a notebook it redraws one line in place: each pass over X made
+outside an iteration (the first pass, seeding, initialisation, the final pass), then
+iterations with the objective and the passes over X for batch models, batches of the
+stream with the pass for ONMFO, and a last line with what the model stores (``n_iter_``,
+``objective_``, ``n_passes_``) and the whole fit's time.  In a non-interactive batch log
+it stays quiet unless ``log=True``, in which case it writes the same lines, one per
+event: through the ``daskrnmf`` logger when logging is configured (the CLI's
+``--progress``), else to stderr (:func:`daskrnmf._driver.say`).
 """
 
-import logging
 import sys
 import time
 
-logger = logging.getLogger("daskrnmf")
+from ._driver import final_summary, pass_label, say
 
 
 def _in_notebook():
@@ -41,16 +43,23 @@ class ProgressBar:
     desc : str, optional
         Label in front of the line (default: nothing).
     log : bool, default=False
-        Also (or, when not interactive, only) log one INFO line per step.
+        Also (or, when not interactive, only) write one line per event: through the
+        ``daskrnmf`` logger (INFO) when logging is configured, else to stderr.
     stream : file, default=sys.stderr
     every : int, default=1
-        Show every ``every``-th step (and the last one seen).
+        Show every ``every``-th iteration, and of the passes over X made outside an
+        iteration the first and every ``every``-th (the last line is always shown).
 
     Attributes
     ----------
     steps : int
-        Steps seen so far; ``last`` the most recent ``info`` dict.
+        Iterations seen so far; ``last`` the most recent iteration's ``info`` dict.
+    final : dict or None
+        The fit's final event (:mod:`daskrnmf._driver`), once the fit is over.
     """
+
+    #: the driver also sends the pass and final events (see :mod:`daskrnmf._driver`)
+    progress_events = True
 
     def __init__(self, desc=None, *, log=False, stream=None, every=1):
         self.desc = desc
@@ -59,6 +68,7 @@ class ProgressBar:
         self.every = max(1, int(every))
         self.steps = 0
         self.last = None
+        self.final = None
         self._t0 = None
         self._width = 0
         self._known = None
@@ -67,15 +77,26 @@ class ProgressBar:
     def describe(self, info):
         """One line for the driver's ``info`` dict (:mod:`daskrnmf._driver`).
 
-        Streams (an ``info`` with ``n_batches``, ONMFO) show batches done of ``max_iter``
-        (all passes), the pass and the batch's loss; batch models show the iteration and
-        the objective of the restart the driver calls ``best`` (naming it when there are
-        several restarts).
+        A pass event shows the pass; the final event what the model stores (a stream's
+        bar full when it converged before its planned passes).  Streams (an ``info``
+        with ``n_batches``, ONMFO) show batches done of ``max_iter`` (all the planned
+        passes), the pass and the batch's loss; batch models show the iteration and the
+        objective of the restart the driver calls ``best`` (naming it when there are
+        several restarts).  The time is ``elapsed``, since the fit started.
         """
         import numpy as np
 
-        elapsed = time.perf_counter() - self._t0
+        elapsed = info["elapsed"] if "elapsed" in info else time.perf_counter() - self._t0
         head = f"{self.desc}: " if self.desc else ""
+        event = info.get("event", "iteration")
+        if event == "pass":
+            return f"{head}{pass_label(info)}, {elapsed:.1f} s"
+        if event == "final":
+            if "n_batches" in info:
+                # converged before max_iter passes: the planned batches are not needed
+                done = info["max_iter"] if info.get("converged") else info["iteration"]
+                return f"{head}{_bar(done, info['max_iter'])}{final_summary(info)}"
+            return f"{head}fitted: {final_summary(info)}"
         total = info.get("max_iter")
         if "n_batches" in info:      # a stream: one iteration per batch
             done = f"{info['iteration']}/{total}" if total else f"{info['iteration']}"
@@ -98,11 +119,20 @@ class ProgressBar:
     def __call__(self, info):
         if self._t0 is None:
             self._t0 = time.perf_counter()
-        self.steps += 1
-        self.last = info
-        self._track(info)
-        if self.steps % self.every:
-            return False
+        event = info.get("event", "iteration")
+        if event == "final":
+            self.final = info
+        elif event == "pass":
+            # passes outside iterations (an inner loop's, e.g. MNMF's semi-NMF start, may
+            # be many): the first, then every ``every``-th
+            if (info["n_passes"] - 1) % self.every:
+                return False
+        elif event == "iteration":
+            self.steps += 1
+            self.last = info
+            self._track(info)
+            if self.steps % self.every:
+                return False
         line = self.describe(info)
         if _interactive(self.stream):
             pad = " " * max(0, self._width - len(line))
@@ -110,7 +140,7 @@ class ProgressBar:
             self.stream.flush()
             self._width = len(line)
         if self.log:
-            logger.info(line)
+            say(line)
         return False
 
     def _track(self, info):

@@ -109,16 +109,17 @@ def feature_stats(blocks, sample_size=0, missing=False):
     return _order_sample(stats)
 
 
-def checked_blocks(X, where, sample_size=0, allow_nan=False, hint=""):
+def checked_blocks(X, where, sample_size=0, allow_nan=False, hint="", on_pass=None):
     """Row blocks of a validated X and its feature stats (with a row sample of
     ``sample_size`` rows, see :func:`feature_stats`); NaN/inf in X is a ValueError naming
     ``where`` (the first pass of every fit) — with ``allow_nan`` (``missing="mask"``) only
     inf is, and the stats count each feature's observed entries.  ``hint`` ends the NaN
-    error's message."""
+    error's message; ``on_pass`` reports every pass over X, this first one included
+    (:class:`~daskrnmf._blocks.RowBlocks`)."""
     from . import _validation as v
     from ._blocks import RowBlocks
 
-    blocks = RowBlocks(X)
+    blocks = RowBlocks(X, on_pass=on_pass)
     stats = feature_stats(blocks, sample_size, missing=allow_nan)
     n_nan = stats.get("nan", 0)
     v.check_missing_count(n_nan, stats["nonfinite"] - n_nan, where, allow_nan=allow_nan,

@@ -455,15 +455,15 @@ def test_progress_on_a_local_cluster_shows_the_models_lines_only(workdir):
     lines = proc.stderr.splitlines()
     assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
     assert not [l for l in lines if "distributed." in l or "jupyter-server-proxy" in l], lines
-    progress = [l for l in lines if "daskrnmf INFO RFNMF: iteration" in l]
+    progress = [l.split("daskrnmf INFO RFNMF: ", 1)[1] for l in lines
+                if "daskrnmf INFO RFNMF: " in l]
     assert progress and len(progress) == len(lines), lines
+    # every pass from the first, then the iterations, then what the model stores
+    assert progress[0].startswith("pass 1 (feature stats"), progress
     scalars = zarr.open_group(str(out), mode="r").attrs["scalars"]
-    last = progress[-1].split("RFNMF: ", 1)[1]
-    assert last.startswith(f"iteration {scalars['n_iter_']}, objective "), (last, scalars)
-    # the line's objective is J(F_{t-1}, G_t) of the kept restart; objective_ is at its
-    # final centres, lower by at most the tolerance of the stopping rule
-    shown = float(last.split("objective ", 1)[1].split()[0])
-    assert shown == pytest.approx(scalars["objective_"], rel=1e-4), (last, scalars)
+    assert progress[-1].startswith(f"fitted: {scalars['n_iter_']} iterations, objective "
+                                   f"{scalars['objective_']:.6g}, {scalars['n_passes_']} "
+                                   "passes over X, "), (progress[-1], scalars)
 
 
 def test_the_output_store_loads_as_the_fitted_model(workdir):

@@ -27,11 +27,16 @@ def test_bar_redraws_one_line_on_a_terminal_and_counts_batch_iterations(blobs):
     m = RFNMF(3, n_init=2, random_state=0, callback=bar).fit(blobs)
     bar.close()
     text = out.getvalue()
-    # one redraw per driver step; the kept restart may stop before the others
-    assert text.count("\r") == bar.steps >= m.n_iter_ and text.endswith("\n")
+    # one redraw per driver step (the kept restart may stop before the others), one per
+    # pass outside the iterations, and the last line
+    redraws = text.split("\r")[1:]
+    iterations = [r for r in redraws if r.startswith("fit: iteration ")]
+    assert len(iterations) == bar.steps >= m.n_iter_ and text.endswith("\n")
     assert f"fit: iteration {m.n_iter_}, objective " in text
     best = np.nanmin(m.objective_history_[-1:])
-    assert f"objective {best:.6g}" in text.split("\r")[-1]
+    assert f"objective {best:.6g}" in iterations[-1]
+    assert redraws[-1].startswith(f"fit: fitted: {m.n_iter_} iterations, objective "
+                                  f"{m.objective_:.6g}, {m.n_passes_} passes over X")
 
 
 def test_bar_counts_onmfo_batches_against_their_total(blobs):
@@ -51,7 +56,8 @@ def test_bar_is_quiet_in_batch_logs_unless_asked(blobs, caplog):
     with caplog.at_level(logging.INFO, logger="daskrnmf"):
         NMF(2, max_iter=4, callback=ProgressBar("nmf", stream=out, log=True)).fit(blobs)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("nmf: ")]
-    assert len(lines) == 4 and out.getvalue() == ""
+    assert len([line for line in lines if line.startswith("nmf: iteration ")]) == 4
+    assert lines[-1].startswith("nmf: fitted: 4 iterations") and out.getvalue() == ""
 
 
 def test_plots(tmp_path):

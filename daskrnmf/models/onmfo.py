@@ -28,7 +28,6 @@ A, B, C start again at each pass (``reset_statistics``, measured to help).
 """
 
 import hashlib
-import logging
 import time
 
 import numpy as np
@@ -36,13 +35,12 @@ import numpy as np
 from .. import _checkpoint
 from .. import _validation as v
 from .._base import BaseModel, FactorizationMixin
+from .._driver import say
 from .._stream import Feed, batch_order, batch_rows, make_batches, upcoming
 from ..kernels.outliers import update_components, update_components_cd
 from ._outliers import (W_SWEEPS, SolveSpec, add_statistics, batch_chunk, batch_chunk_cd,
                         batch_init_chunk, batch_init_chunk_cd, codes_block, count,
                         initial_components, solve_batch_piece, update_W)
-
-logger = logging.getLogger("daskrnmf")
 
 
 class _OutlierFactorization(FactorizationMixin, BaseModel):
@@ -219,7 +217,8 @@ class ONMFO(_OutlierFactorization):
     random_state : int, RandomState instance, Generator or None, default=None
         Seeds W's start and the batch orders.
     verbose : int, default=0
-        >= 1 logs one line per batch and one per pass (``daskrnmf`` logger, INFO).
+        >= 1 writes one line per batch, one per pass and a last one (``daskrnmf`` logger,
+        INFO, when logging is configured; else stderr).
     callback : callable or None, default=None
         ``callback(info) -> bool`` after each batch with the driver's dict (``iteration``
         = batches done, ``max_iter`` = ``max_iter * n_batches``, ``objective``) and
@@ -419,6 +418,15 @@ class ONMFO(_OutlierFactorization):
             warn_if_not_converged(self._name, False, self.max_iter, stacklevel=5)
         self.n_steps_ = run.n_steps
         self._stream_passes = run.passes_done
+        self.n_passes_ = run.passes_done      # set here: the fit's final event shows it
+        progress = getattr(self, "_progress", None)
+        if progress is not None:
+            # the last line: the bar full when the stream converged before max_iter passes
+            progress.note(converged=bool(run.converged), stopped=bool(run.stopped),
+                          n_batches=len(batches), iteration=int(run.n_steps),
+                          max_iter=int(self.max_iter) * len(batches),
+                          n_samples_seen=int(run.n_seen),
+                          objective=float(run.history[-1]) if run.history else None)
         self.n_samples_seen_ = run.n_seen
         self.n_components_ = k
         return self
@@ -487,9 +495,11 @@ class ONMFO(_OutlierFactorization):
                 run.converged = bool(self.tol > 0 and len(h) >= 3
                                      and min(h[-2:]) > (1 - self.tol) * min(h[:-2]))
                 if self.verbose:
-                    logger.info("%s pass %d: objective %.6g per sample, %d batches, %.3f s",
-                                self._name, p + 1, run.history[-1], nb,
-                                time.perf_counter() - getattr(run, "tic_pass", time.perf_counter()))
+                    progress = getattr(self, "_progress", None)
+                    say("%s pass %d: objective %.6g per sample, %d batches, %.3f s%s",
+                        self._name, p + 1, run.history[-1], nb,
+                        time.perf_counter() - getattr(run, "tic_pass", time.perf_counter()),
+                        f", {progress.elapsed():.1f} s into the fit" if progress else "")
             return run, np.array([run.last["loss"]])
 
         def after_step(run, iteration, stopping):
@@ -757,7 +767,8 @@ class RobustNMF(_OutlierFactorization):
     random_state : int, RandomState instance, Generator or None, default=None
         Seeds W's start.
     verbose : int, default=0
-        >= 1 logs one line per iteration (``daskrnmf`` logger, INFO).
+        >= 1 writes one line per pass over X outside an iteration, one per iteration and
+        a last one (``daskrnmf`` logger, INFO, when logging is configured; else stderr).
     callback : callable or None, default=None
         ``callback(info) -> bool`` after each iteration with the driver's dict
         (:mod:`daskrnmf._driver`); True stops the fit.
