@@ -1,6 +1,7 @@
 """Behaviour a scikit-learn user expects from its own estimators (issue 41): NMF's default
-initialisation falls back to random when NNDSVD cannot apply, and the clusterers have a
-``score`` (KMeans': ``-inertia``) so that ``GridSearchCV`` needs no ``scoring=``.
+initialisation falls back to random when NNDSVD cannot apply, the clusterers have a
+``score`` (KMeans': ``-inertia``) so that ``GridSearchCV`` needs no ``scoring=``, and a
+ConvergenceWarning says when fewer distinct clusters than asked for were found.
 
 scikit-learn's common checks at generic parameters are in tests/test_common.py.
 """
@@ -99,3 +100,40 @@ def test_score_checks_its_input_as_predict_does(X):
 def test_grid_search_without_scoring_uses_score(est, grid, X):
     search = GridSearchCV(est, grid, cv=2).fit(X)
     assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+
+
+# ---------------------------------------------------------------- fewer distinct clusters
+DUPLICATES = np.array([[0.0, 0.0, 1.0], [4.0, 4.0, 1.0]]).repeat(6, axis=0)   # 2 points
+
+
+@pytest.mark.parametrize("loss", ["l21", "l1", "l2"])
+def test_rfnmf_warns_about_fewer_distinct_clusters(loss):
+    with pytest.warns(ConvergenceWarning, match=r"Number of distinct clusters \(2\) found "
+                                                r"smaller than n_clusters \(3\)\. Possibly "
+                                                r"due to duplicate points in X\."):
+        m = RFNMF(3, loss=loss, n_init=2, random_state=0).fit(DUPLICATES)
+    assert np.unique(m.labels_).size == 2
+
+
+def test_rfnmtf_warns_about_fewer_distinct_row_and_column_clusters(X):
+    with pytest.warns(ConvergenceWarning, match=r"Number of distinct row clusters \(2\) found "
+                                                r"smaller than n_row_clusters \(3\)\. Possibly "
+                                                r"due to duplicate rows in X\."):
+        RFNMTF(3, 2, n_init=2, random_state=0).fit(DUPLICATES)
+    # more column clusters than features (a ValueError before): each feature gets a
+    # cluster of its own, the others stay empty
+    for init in ("k-medians++", "random"):
+        with pytest.warns(ConvergenceWarning, match=r"Number of distinct column clusters "
+                                                    r"\(3\) found smaller than "
+                                                    r"n_column_clusters \(4\)"):
+            m = RFNMTF(2, 4, init=init, n_init=2, random_state=0).fit(X[:, :3])
+        assert np.unique(m.column_labels_).size == 3 and m.block_medians_.shape == (2, 4)
+        assert np.all(np.isfinite(m.block_medians_))
+        assert m.score(X[:, :3]) == pytest.approx(-m.objective_, rel=1e-12)
+
+
+def test_no_warning_when_every_cluster_is_found(X):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        RFNMF(3, n_init=1, random_state=0).fit(X)
+        RFNMTF(3, 2, n_init=1, random_state=0).fit(X)

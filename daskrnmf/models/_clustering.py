@@ -135,6 +135,18 @@ class ClusterBase(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixi
     # the objective sums squared distances (RFNMF's loss="l2", k-means)
     _squared_loss = False
 
+    def _warn_fewer_clusters(self, labels, n_clusters, what="clusters", parameter="n_clusters",
+                             reason="Possibly due to duplicate points in X."):
+        """scikit-learn's ConvergenceWarning (KMeans') when the fit's ``labels`` use fewer
+        than ``n_clusters`` distinct clusters (X has fewer distinct points than that, or
+        the restarts could not separate them): the fitted model has empty clusters."""
+        found = int(np.unique(labels).size)
+        if found < n_clusters:
+            # user code -> fit -> _fit -> _fit_once -> _fit_blocks -> here
+            warnings.warn(f"Number of distinct {what} ({found}) found smaller than "
+                          f"{parameter} ({n_clusters}). {reason}", ConvergenceWarning,
+                          stacklevel=6)
+
     def _outputs(self, X):
         return {"labels": self.predict(X)}
 

@@ -222,3 +222,4 @@ class RFNMF(ClusterBase):
         self.median_rounds_ = fit.median_rounds
         # the model owns its labels: computed in the final pass, never a graph over X
         self.labels_ = blocks.gather(labels, restart_column, best)
+        self._warn_fewer_clusters(self.labels_, self.n_clusters)
