@@ -191,7 +191,7 @@ def test_nndsvda_with_more_components_than_features_is_a_clear_error():
     X = np.abs(np.random.default_rng(0).normal(size=(50, 3)))
     with pytest.raises(ValueError, match=r"init='nndsvda' needs n_components <= min\(n_samples, "
                                          r"n_features\) = 3; got n_components=4"):
-        NMF(4).fit(X)
+        NMF(4, init="nndsvda").fit(X)
     assert NMF(4, init="random", max_iter=5, tol=0).fit(X).components_.shape == (4, 3)
 
 
@@ -248,3 +248,14 @@ def test_largest_alpha_gives_finite_results(seq, scale):
         H = est.transform(X * scale)
     assert np.isfinite(est.objective_) and np.isfinite(H).all()
     assert np.isfinite(est.components_).all() and est.components_.max() > 0
+
+
+def test_one_sample_fits_in_memory_and_out_of_core():
+    """One sample has no jump: the Dask path gave dask's "overlapping depth 1 is larger
+    than your array 0" (NMF's default init reaches it now: random for k > min(n, d))."""
+    X = np.array([[1.0, 2.0, 3.0, 4.0]])
+    for data in (X, da.from_array(X)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            m = ORNMF(2, max_iter=3, random_state=0).fit(data)
+        assert m.jumps_.shape == (0,) and m.boundaries_.shape == (0,)

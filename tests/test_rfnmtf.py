@@ -191,7 +191,6 @@ def test_predict_transform_and_api(small):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"n_column_clusters": 41}, "n_column_clusters=41 must be <= n_features=40"),
     ({"n_row_clusters": 301}, "n_row_clusters=301 must be <= n_samples=300"),
     ({"max_iter": -3}, r"The 'max_iter' parameter of RFNMTF must be an int in the range \[1, inf\). Got -3"),
     ({"init": "kmeans"}, "The 'init' parameter of RFNMTF must be"),

@@ -99,6 +99,54 @@ class ClusterBase(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixi
         return self._map_rows(X, transform_block, centers.shape[0], self._output_dtype(X),
                               centers, metric)
 
+    def score(self, X: Data, y: None = None) -> float:
+        """Opposite of the model's objective for X under the fitted prototypes.
+
+        Every sample goes to its nearest prototype (as :meth:`predict`), and the score is
+        minus the sum of its losses there: ``-sum_i ||x_i - f_{g_i}||_2`` (RFNMF,
+        ``loss="l21"``), ``-sum_i ||x_i - f_{g_i}||_1`` (RFNMF, ``loss="l1"``; RFNMTF,
+        whose prototypes are ``block_medians_[:, column_labels_]``, i.e. ``-||X - F S
+        G^T||_1`` after the row step) or ``-sum_i ||x_i - f_{g_i}||_2^2`` (``loss="l2"``:
+        scikit-learn's ``KMeans.score``, ``-inertia``).  On the training data it equals
+        ``-objective_``.  Larger is better, so :class:`~sklearn.model_selection.GridSearchCV`
+        and :func:`~sklearn.model_selection.cross_val_score` use it when given no
+        ``scoring``.  With ``missing="mask"`` a sample's distance is over its observed
+        features, rescaled by ``n_features / n_observed``, as in the fit.
+
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array or Zarr path of shape (n_samples, n_features)
+            Checked as :meth:`predict` checks it; Dask/Zarr X is scored in one pass on
+            the workers (each block checked as it is read), and only the sum comes back.
+        y : None
+            Ignored (scikit-learn's signature).
+
+        Returns
+        -------
+        score : float
+        """
+        X = self._checked_input(X, "score")
+        centers, metric = self._prototypes()
+        losses = self._map_rows(X, score_block, None, np.float64, centers, metric,
+                                self._squared_loss)
+        total = losses.sum()
+        return -float(total if isinstance(losses, np.ndarray) else total.compute())
+
+    # the objective sums squared distances (RFNMF's loss="l2", k-means)
+    _squared_loss = False
+
+    def _warn_fewer_clusters(self, labels, n_clusters, what="clusters", parameter="n_clusters",
+                             reason="Possibly due to duplicate points in X."):
+        """scikit-learn's ConvergenceWarning (KMeans') when the fit's ``labels`` use fewer
+        than ``n_clusters`` distinct clusters (X has fewer distinct points than that, or
+        the restarts could not separate them): the fitted model has empty clusters."""
+        found = int(np.unique(labels).size)
+        if found < n_clusters:
+            # user code -> fit -> _fit -> _fit_once -> _fit_blocks -> here
+            warnings.warn(f"Number of distinct {what} ({found}) found smaller than "
+                          f"{parameter} ({n_clusters}). {reason}", ConvergenceWarning,
+                          stacklevel=6)
+
     def _outputs(self, X):
         return {"labels": self.predict(X)}
 
@@ -114,6 +162,13 @@ def restart_column(labels, r):
 def predict_block(block, centers, metric):
     """Nearest-centre labels of one block's rows."""
     return nearest(block, centers[None], metric)[0][:, 0]
+
+
+def score_block(block, centers, metric, squared):
+    """Each row's loss at its nearest centre (:meth:`ClusterBase.score`): the distance,
+    squared for a squared loss."""
+    dist = nearest(block, centers[None], metric)[1][:, 0]
+    return dist * dist if squared else dist
 
 
 def transform_block(block, centers, metric):

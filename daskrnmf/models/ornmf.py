@@ -70,7 +70,7 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
     _parameter_constraints = {
         **BaseModel._parameter_constraints,
         "n_components": [v.Interval(int, 1, None)],
-        "init": [v.Options(("random", "nndsvda"))],
+        "init": [v.Options(("random", "nndsvda")), v.Kind((type(None),), "None")],
         "max_iter": [v.Interval(int, 1, None)],
         "tol": [v.Interval(float, 0, None)],
         "missing": [v.MISSING],
@@ -97,14 +97,10 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
 
 
     def _fit_blocks(self, X, blocks, stats, seed, y):
-        n, d = X.shape
-        if self.init == "nndsvda" and self.n_components > min(n, d):
-            raise ValueError(f"init='nndsvda' needs n_components <= min(n_samples, n_features) "
-                             f"= {min(n, d)}; got n_components={self.n_components}. Use "
-                             "init='random' or fewer components.")
+        init = self._resolved_init(*X.shape)
         fit = _MUFit(blocks, stats, k=self.n_components, loss=self._loss, alpha=self._alpha(),
                      missing=self._allow_nan)
-        W, log = self._run(fit.step, fit.init(self.init, seed)[None], blocks=blocks)
+        W, log = self._run(fit.step, fit.init(init, seed)[None], blocks=blocks)
         W = W[0]
         err = fit.final(W)
         self._set_iterations(log)
@@ -117,6 +113,19 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
 
     def _after_fit(self, fit, H, seed):
         pass
+
+    def _resolved_init(self, n, d):
+        """``init`` for X of shape (n, d): None is scikit-learn's rule (``_initialize_nmf``),
+        NNDSVD-a where it applies (k <= min(n, d): it takes k singular vectors), else
+        random; an explicit "nndsvda" that cannot apply is an error, as there."""
+        k = self.n_components
+        if self.init is None:
+            return "nndsvda" if k <= min(n, d) else "random"
+        if self.init == "nndsvda" and k > min(n, d):
+            raise ValueError(f"init='nndsvda' needs n_components <= min(n_samples, n_features) "
+                             f"= {min(n, d)}; got n_components={k}. Use init=None (scikit-learn's "
+                             "default: random here), init='random' or fewer components.")
+        return self.init
 
     def transform(self, X: Data) -> Array:
         """Codes H of samples X for the fitted components (W fixed).
@@ -186,10 +195,13 @@ class NMF(_FactorizationBase):
     ----------
     n_components : int, default=8
         Rows of W (the number of components).
-    init : {"nndsvda", "random"}, default="nndsvda"
+    init : {"nndsvda", "random"} or None, default=None
         scikit-learn's choices: NNDSVD with zeros filled by the mean of X (from the top
         singular vectors of X, computed out of core from the tree-reduced d x d Gram
-        matrix), or uniform random factors scaled by sqrt(mean(X) / n_components).
+        matrix; it needs ``n_components <= min(n_samples, n_features)``), or uniform
+        random factors scaled by sqrt(mean(X) / n_components).  None (scikit-learn's
+        default): "nndsvda" when ``n_components <= min(n_samples, n_features)``, else
+        "random".
     max_iter : int, default=200
         Multiplicative-update iterations at most (one pass over X each).
     tol : float, default=1e-4
@@ -239,7 +251,7 @@ class NMF(_FactorizationBase):
 
     _loss = "fro"
 
-    def __init__(self, n_components=8, *, init="nndsvda", max_iter=200, tol=1e-4,
+    def __init__(self, n_components=8, *, init=None, max_iter=200, tol=1e-4,
                  missing="raise", random_state=None, verbose=0, callback=None):
         self.n_components = n_components
         self.init = init
@@ -261,8 +273,9 @@ class RNMF(NMF):
     ----------
     n_components : int, default=8
         Rows of W (the number of components).
-    init : {"nndsvda", "random"}, default="nndsvda"
-        As :class:`NMF`.
+    init : {"nndsvda", "random"} or None, default=None
+        As :class:`NMF`: None is "nndsvda" when ``n_components <= min(n_samples,
+        n_features)``, else "random".
     max_iter : int, default=200
         Multiplicative-update iterations at most (one pass over X each).
     tol : float, default=1e-4
@@ -327,8 +340,9 @@ class ORNMF(NMF):
     boundary_threshold : float, default=0.5
         Without ``n_clusters``: a jump ``||h_{i+1} - h_i||`` that is a local maximum and at
         least this fraction of the largest jump is a boundary (at most 1024 are kept).
-    init : {"nndsvda", "random"}, default="nndsvda"
-        As :class:`NMF`.
+    init : {"nndsvda", "random"} or None, default=None
+        As :class:`NMF`: None is "nndsvda" when ``n_components <= min(n_samples,
+        n_features)``, else "random".
     max_iter : int, default=200
         Multiplicative-update iterations at most (one pass over X each).
     tol : float, default=1e-4
@@ -386,7 +400,7 @@ class ORNMF(NMF):
     }
 
     def __init__(self, n_components=8, *, alpha=0.3, n_clusters=None, boundary_threshold=0.5,
-                 init="nndsvda", max_iter=200, tol=1e-4, missing="raise", random_state=None,
+                 init=None, max_iter=200, tol=1e-4, missing="raise", random_state=None,
                  verbose=0, callback=None):
         super().__init__(n_components, init=init, max_iter=max_iter, tol=tol, missing=missing,
                          random_state=random_state, verbose=verbose, callback=callback)
@@ -586,7 +600,10 @@ class _MUFit:
         """``||h_{i+1} - h_i||`` (n_samples - 1,) as NumPy (the model keeps it), and its
         ``m`` largest local maxima, strongest first: ``{"score", "idx"}`` (idx i: the jump
         after sample i); for Dask input one computation over H's blocks gives both."""
-        if not self.blocks.is_dask:
+        if self.blocks.is_dask and self.blocks.shape[0] < 2:
+            # one sample (no jump): map_overlap cannot take the empty jumps; H is one row
+            H = np.asarray(H.compute())
+        if isinstance(H, np.ndarray):
             J = np.sqrt(((H[1:] - H[:-1]) ** 2).sum(axis=1))
             return J, {**_top_block(_peak_scores(J), 0, m), "max": J.max(initial=0.0)}
         import dask

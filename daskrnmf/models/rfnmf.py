@@ -152,6 +152,10 @@ class RFNMF(ClusterBase):
     def _prototypes(self):
         return self.cluster_centers_, self._metric
 
+    @property
+    def _squared_loss(self):
+        return self.loss == "l2"
+
     def _sample_size(self, X):
         if isinstance(self.init, str) and self.init == "k-medians++":
             return seed_sample_size(X.shape[0], X.shape[1], self.n_clusters)
@@ -218,3 +222,4 @@ class RFNMF(ClusterBase):
         self.median_rounds_ = fit.median_rounds
         # the model owns its labels: computed in the final pass, never a graph over X
         self.labels_ = blocks.gather(labels, restart_column, best)
+        self._warn_fewer_clusters(self.labels_, self.n_clusters)

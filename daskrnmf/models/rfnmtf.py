@@ -57,7 +57,9 @@ class RFNMTF(ClusterBase):
     n_row_clusters : int, default=8
         Clusters of the samples (rows of X).
     n_column_clusters : int, default=8
-        Clusters of the features (columns of X); at most ``n_features``.
+        Clusters of the features (columns of X).  More than ``n_features`` leaves the
+        extra ones empty (each feature can have one of its own) with a
+        ConvergenceWarning, as fewer distinct rows than ``n_row_clusters`` do.
     n_init : int, default=10
         Restarts, evaluated together (one pass over X serves them all); the restart with
         the lowest objective is kept.  With ``init="k-medians++"`` the restarts are
@@ -184,8 +186,9 @@ class RFNMTF(ClusterBase):
         K, L = self.n_row_clusters, self.n_column_clusters
         if K > n:
             raise ValueError(f"n_row_clusters={K} must be <= n_samples={n}.")
-        if L > d:
-            raise ValueError(f"n_column_clusters={L} must be <= n_features={d}.")
+        # L > d is allowed (as NMF's n_components > n_features): every feature can have a
+        # column cluster of its own, the others stay empty, and the fit warns as for
+        # fewer distinct columns than clusters (_warn_fewer_clusters)
         n_init, init = self.n_init, self.init
         if isinstance(init, tuple):
             init = _check_init_tuple(init, K, L, d, self._name)
@@ -204,6 +207,13 @@ class RFNMTF(ClusterBase):
         self.median_rounds_ = fit.median_rounds
         # the model owns its labels: computed in the final pass, never a graph over X
         self.row_labels_ = blocks.gather(labels, restart_column, best)
+        self._warn_fewer_clusters(self.row_labels_, K, "row clusters", "n_row_clusters",
+                                  "Possibly due to duplicate rows in X.")
+        self._warn_fewer_clusters(self.column_labels_, L, "column clusters",
+                                  "n_column_clusters",
+                                  "Possibly due to duplicate columns in X." if L <= d else
+                                  f"X has {d} features: at most {d} column clusters can be "
+                                  "non-empty.")
 
     @property
     def labels_(self):
@@ -386,6 +396,7 @@ class _CoFit:
 
         _on_cores(block_values, range(fitted.size))
         columns_fitted = columns[fitted]
+        S = _zero_empty_columns(S, columns_fitted, self.L)
         blocks = RowBlocks(St)
         sub = _CoFit(blocks, feature_stats(blocks), K=self.K, L=self.L, R=fitted.size,
                      seed=self.seed, median_tol=0.0)
@@ -469,7 +480,8 @@ class _CoFit:
         if worst is None and not res["counts"].all():     # X in memory, a cluster empty
             worst = self.blocks.map_reduce(worst_chunk, merge_worst_fit, args=(P, self.K),
                                            name="worst-fit rows")
-        newS = _reseed_empty_rows(newS, res["counts"], worst, newC)
+        newS = _zero_empty_columns(_reseed_empty_rows(newS, res["counts"], worst, newC),
+                                   newC, self.L)
         state = {"S": state["S"].copy(), "columns": state["columns"].copy()}
         state["S"][active], state["columns"][active] = newS, newC
         return state, objective
@@ -741,6 +753,8 @@ def _reseed_empty_columns(C, costs, L):
         for l in np.flatnonzero(np.bincount(C[r], minlength=L) == 0):
             sizes = np.bincount(C[r], minlength=L)
             movable = sizes[C[r]] > 1
+            if not movable.any():   # every feature alone (L > n_features): the rest stay empty
+                break
             j = int(np.argmax(np.where(movable, own, -np.inf)))
             C[r, j] = l
             own[j] = -np.inf
@@ -758,5 +772,22 @@ def _reseed_empty_rows(S, counts, worst, C):
         for slot, k in enumerate(np.flatnonzero(counts[r] == 0)):
             row = worst["rows"][r, slot]
             for l in range(S.shape[2]):
-                S[r, k, l] = np.median(row[C[r] == l])
+                members = row[C[r] == l]
+                if members.size:        # an empty column cluster: _zero_empty_columns
+                    S[r, k, l] = np.median(members)
+    return S
+
+
+def _zero_empty_columns(S, C, L):
+    """S with 0 in the blocks of column clusters no feature is in (only with
+    n_column_clusters > n_features), the value the out-of-core S step's search gives them
+    (an empty range), instead of the NaN of an empty median: the column costs of the
+    next step then stay finite, and a feature moves there only if 0 fits it better."""
+    R = C.shape[0]
+    used = np.zeros((R, L), dtype=bool)
+    used[np.repeat(np.arange(R), C.shape[1]), C.ravel()] = True
+    if used.all():
+        return S
+    S = S.copy()
+    S[~used[:, None, :].repeat(S.shape[1], axis=1)] = 0.0
     return S
