@@ -49,6 +49,7 @@ import re
 import os
 import uuid
 
+import numpy as np
 import zarr
 
 from ._typing import PathLike
@@ -446,3 +447,46 @@ def _missing_bucket(url, storage_options):
         return None
     return None
 
+
+# ---------------------------------------------------------------- daskrnmf convert
+#: Bytes of a stored chunk that ``daskrnmf convert`` aims at: a fit reads X in blocks of
+#: whole stored chunks of about this size (:data:`daskrnmf._validation.BLOCK_BYTES`), and
+#: a worker decodes a whole stored chunk to read any row of it, so chunks of 16-64 MiB
+#: keep both the number of tasks per pass and a worker thread's memory small.
+CHUNK_BYTES = 32 * 2**20
+_CHUNK_RANGE = (16 * 2**20, 64 * 2**20)
+
+
+def chunk_advice(shape, dtype, chunk_rows=None):
+    """``(rows, why)``: rows per stored chunk for a Zarr copy of an array of ``shape``
+    and ``dtype`` (``chunk_rows``: the user's choice, checked), and why, in words."""
+    n, d = int(shape[0]), int(shape[1])
+    row_bytes = max(1, d * np.dtype(dtype).itemsize)
+    if chunk_rows is None:
+        rows = max(1, min(n, CHUNK_BYTES // row_bytes))
+        why = ("all rows in one chunk (the array is smaller than the 32 MiB aimed at)"
+               if rows == n else
+               "chunks of about 32 MiB: a fit reads X in blocks of whole chunks of about "
+               "that size, and a worker decodes a whole chunk to read any of its rows")
+    else:
+        rows = max(1, min(n, int(chunk_rows)))
+        size = rows * row_bytes
+        why = "--chunk-rows"
+        if size > _CHUNK_RANGE[1]:
+            why += (f"; chunks above 64 MiB need that much memory per worker thread for each "
+                    f"read (about {CHUNK_BYTES // row_bytes} rows make 32 MiB)")
+        elif size < _CHUNK_RANGE[0] and rows < n:
+            why += (f"; chunks below 16 MiB make many small tasks and files per pass (about "
+                    f"{CHUNK_BYTES // row_bytes} rows make 32 MiB)")
+    return rows, why
+
+
+def row_blocks(node, rows: int):
+    """What :func:`open_input` gave (a ``zarr.Array`` or a file's reader) as a Dask array
+    of blocks of ``rows`` rows, each read by a worker task (what ``daskrnmf convert``
+    writes, one stored chunk per block)."""
+    from . import _files, _reader
+
+    if isinstance(node, _files.FileRows):
+        return _files.as_dask(node, rows)
+    return _reader.as_dask(node, rows)

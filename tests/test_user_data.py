@@ -163,3 +163,50 @@ def test_open_array_of_a_npy_file_points_to_the_ways_in(files):
     with pytest.raises(ValueError, match="is a .npy file, not a Zarr array.*daskrnmf convert"):
         open_array(str(files / "x.npy"))
 
+
+# ---------------------------------------------------------------- daskrnmf convert
+@pytest.fixture(scope="module")
+def address():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=None) as c:
+        yield c.scheduler_address
+
+
+@pytest.mark.parametrize("source, extra", [
+    ("x.npy", []), ("x.h5", ["--component", "grp/Y"]), ("s.zarr/X", ["--chunk-rows", "128"]),
+])
+def test_convert_writes_a_zarr_array(files, X, tmp_path, address, capsys, source, extra):
+    out = tmp_path / "out.zarr"
+    assert cli.main(["convert", str(files / source), str(out), *extra,
+                     "--scheduler-address", address]) == 0
+    g = zarr.open_group(str(out), mode="r")
+    z = g["X"]
+    expected = X.astype(np.float32) if "grp/Y" in extra else X
+    np.testing.assert_array_equal(z[...], expected)
+    assert z.dtype == expected.dtype
+    said = capsys.readouterr().out
+    # the chunk advice: all 600 rows (< 32 MiB) in one chunk unless --chunk-rows says
+    rows = 128 if "--chunk-rows" in extra else 600
+    assert f": {rows} rows per chunk" in said and z.chunks == (rows, 5)
+    assert dict(g.attrs).get("written_by") == "daskrnmf"
+    # nothing partial is left beside it
+    assert sorted(os.listdir(tmp_path)) == ["out.zarr"]
+
+
+def test_convert_refuses_to_overwrite_without_the_flag(files, tmp_path, address, capsys):
+    out = tmp_path / "out.zarr"
+    argv = ["convert", str(files / "x.npy"), str(out), "--scheduler-address", address]
+    assert cli.main(argv) == 0
+    assert cli.main(argv) == 1
+    assert "exists; pass --overwrite" in capsys.readouterr().err
+    assert cli.main(argv + ["--overwrite"]) == 0
+    # never somebody else's directory, nor inside a Zarr store
+    (tmp_path / "mine").mkdir()
+    assert cli.main(["convert", str(files / "x.npy"), str(tmp_path / "mine"), "--overwrite",
+                     "--scheduler-address", address]) == 1
+    assert "daskrnmf did not write" in capsys.readouterr().err
+    assert cli.main(["convert", str(files / "x.npy"), str(out / "inner"),
+                     "--scheduler-address", address]) == 1
+    assert "inside the Zarr store" in capsys.readouterr().err
