@@ -210,3 +210,17 @@ def test_convert_refuses_to_overwrite_without_the_flag(files, tmp_path, address,
     assert cli.main(["convert", str(files / "x.npy"), str(out / "inner"),
                      "--scheduler-address", address]) == 1
     assert "inside the Zarr store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape, itemsize, rows, reason", [
+    ((10_000_000, 64), 8, 65_536, "about 32 MiB"),       # 32 MiB chunks of 512-byte rows
+    ((1_000, 64), 8, 1_000, "one chunk"),
+    ((10_000_000, 64), 8, 500_000, "above 64 MiB"),       # --chunk-rows 500000: 244 MiB
+    ((10_000_000, 64), 8, 100, "below 16 MiB"),
+])
+def test_chunk_advice(shape, itemsize, rows, reason):
+    from daskrnmf.io import chunk_advice
+
+    given = None if reason in ("about 32 MiB", "one chunk") else rows
+    got, why = chunk_advice(shape, np.dtype(f"f{itemsize}"), given)
+    assert got == rows and reason in why
