@@ -174,6 +174,32 @@ def address():
         yield c.scheduler_address
 
 
+def test_a_fit_on_a_cluster_reads_the_file_in_the_workers_tasks(files, X, address,
+                                                                monkeypatch):
+    """Every read of the file is a worker's task (a distributed worker's thread); the
+    client (this thread) reads none."""
+    import threading
+
+    from distributed import Client
+
+    from daskrnmf import _files
+
+    readers = []
+    read = _files.MappedRows.read
+
+    def recording(self, index, out=None):
+        readers.append(threading.current_thread().name)
+        return read(self, index, out)
+
+    monkeypatch.setattr(_files.MappedRows, "read", recording)
+    mm = np.load(files / "x.npy", mmap_mode="r")
+    with Client(address):
+        model = RFNMF(n_clusters=2, n_init=1, max_iter=5, random_state=0).fit(mm)
+    assert readers and threading.current_thread().name not in readers
+    assert all("Dask-Default-Threads" in name for name in readers), set(readers)
+    assert model.labels_.shape == (600,)
+
+
 @pytest.mark.parametrize("source, extra", [
     ("x.npy", []), ("x.h5", ["--component", "grp/Y"]), ("s.zarr/X", ["--chunk-rows", "128"]),
 ])
