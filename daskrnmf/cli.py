@@ -3,6 +3,7 @@
     daskrnmf fit MODEL INPUT --output OUT.zarr [--overwrite] [--PARAM VALUE ...]
     daskrnmf evaluate PRED TRUE [--json]
     daskrnmf make-data {blobs,coclusters,segments,faces} OUT.zarr [options]
+    daskrnmf convert INPUT OUT.zarr [--component NAME] [--chunk-rows N] [--overwrite]
     daskrnmf info STORE
     daskrnmf --version
 
