@@ -338,9 +338,8 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
     import dask.array as da
     import zarr
 
-    from .io import open_input
-
     from ._files import FileRows, rows_of
+    from .io import open_input
 
     where = f"{input_name} passed to {estimator_name}"
     if is_path(X) or is_path_pair(X):

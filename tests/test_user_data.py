@@ -151,6 +151,18 @@ def test_unreadable_paths_say_what_they_are(files, name, message):
         RFNMF(n_clusters=2).fit(str(files / name))
 
 
+def test_a_truncated_npy_file_is_named(tmp_path, X):
+    path = tmp_path / "t.npy"
+    np.save(path, X)
+    A = _lazy(str(path))                        # opened whole: the header only is read
+    with open(path, "r+b") as fh:
+        fh.truncate(os.path.getsize(path) - 800)
+    with pytest.raises(ValueError, match=r"Cannot read rows 0\.\.599 of the \.npy file .*t\.npy"):
+        A.compute()
+    with pytest.raises(ValueError, match=r"The \.npy file .*t\.npy is truncated: its header says"):
+        _lazy(str(path))
+
+
 def test_hdf5_without_h5py_names_the_extra(files, monkeypatch):
     monkeypatch.setitem(sys.modules, "h5py", None)      # import h5py now fails
     with pytest.raises(ImportError, match=r'pip install "daskrnmf\[hdf5\]"'):
