@@ -87,9 +87,11 @@ class BaseModel(BaseEstimator):
         super().__init_subclass__(**kwargs)
         if cls._renamed_params:
             cls.__signature__ = _call_signature(cls)
-        # every fit takes storage_options, also where a model defines its own fit
-        for name in ("fit", "fit_transform", "partial_fit"):
-            method = cls.__dict__.get(name)
+        # every fit takes storage_options and component, also where a model defines its
+        # own fit, and fit_transform/fit_predict inherited from scikit-learn's mixins
+        # (which call fit, then transform(X): both must see the same input)
+        for name in ("fit", "fit_transform", "partial_fit", "fit_predict"):
+            method = getattr(cls, name, None)
             if callable(method) and "storage_options" not in \
                     inspect.signature(method).parameters:
                 setattr(cls, name, _with_storage_options(method))
@@ -258,7 +260,7 @@ class BaseModel(BaseEstimator):
         return v.seed_from(self.random_state)
 
     def fit(self, X: Data, y: Labels | None = None, *, storage_options: dict | None = None,
-            **fit_params: Any) -> BaseModel:
+            component: str | None = None, **fit_params: Any) -> BaseModel:
         """Fit the model to X.
 
         Parameters
@@ -266,7 +268,10 @@ class BaseModel(BaseEstimator):
         X : array-like of shape (n_samples, n_features)
             NumPy array, list, DataFrame, Dask array chunked along rows, ``zarr.Array`` or
             Zarr path or fsspec URL (``s3://bucket/data.zarr/X``; opened read-only, its
-            chunks read by the workers in parallel, never through the client).
+            chunks read by the workers in parallel, never through the client); the path
+            of a ``.npy`` file or of an HDF5/NetCDF-4 dataset (``data.h5/X``), an
+            ``np.memmap`` or an ``h5py.Dataset`` (read by the workers in row blocks, see
+            :mod:`daskrnmf.io`).
         y : array-like of shape (n_samples,), optional
             Class labels for classifiers; ignored by the other models.
         storage_options : dict, optional
@@ -274,6 +279,9 @@ class BaseModel(BaseEstimator):
             ONMFO ``checkpoint`` URL): credentials, ``client_kwargs={"endpoint_url":
             ...}``, ... (e.g. ``{"key": ..., "secret": ...}`` for S3).  Wrong
             credentials or a missing bucket fail before any work, naming the URL.
+        component : str, optional
+            With X a path: the array inside the Zarr group, or the dataset of the HDF5
+            file, at X (``fit("store.zarr", component="X")`` reads ``store.zarr/X``).
         **fit_params
             Model-specific options of the fit (e.g. ONMFO's ``resume``).
 
@@ -282,6 +290,7 @@ class BaseModel(BaseEstimator):
         self : object
             The fitted estimator.
         """
+        X = v.with_component(X, component, f"{self._name}.fit")
         with v.using_storage_options(storage_options):
             self._fit(X, y, **fit_params)
         return self
@@ -459,20 +468,29 @@ def _with_storage_options(method):
     opens uses."""
 
     @functools.wraps(method)
-    def with_options(self, *args, storage_options=None, **kwargs):
+    def with_options(self, *args, storage_options=None, component=None, **kwargs):
+        if component is not None:     # X becomes (path, component), for every call inside
+            if args:
+                args = (v.with_component(args[0], component,
+                                         f"{type(self).__name__}.{method.__name__}"),) + args[1:]
+            elif "X" in kwargs:
+                kwargs["X"] = v.with_component(kwargs["X"], component,
+                                               f"{type(self).__name__}.{method.__name__}")
         with v.using_storage_options(storage_options):
             return method(self, *args, **kwargs)
 
     sig = inspect.signature(method)
     params = list(sig.parameters.values())
     at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
-    params.insert(at, inspect.Parameter("storage_options", inspect.Parameter.KEYWORD_ONLY,
-                                        default=None))
+    params[at:at] = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
+                     for name in ("storage_options", "component")]
     with_options.__signature__ = sig.replace(parameters=params)
     doc = method.__doc__ or ""
     note = ("storage_options : dict, optional\n"
             "    Options of the fsspec file system of every URL this call opens (X, a\n"
-            "    ``checkpoint`` URL): credentials, endpoint, ... See :meth:`BaseModel.fit`.\n")
+            "    ``checkpoint`` URL): credentials, endpoint, ... See :meth:`BaseModel.fit`.\n"
+            "component : str, optional\n"
+            "    With X a path: the array inside its Zarr group or HDF5 file.\n")
     head, sep, tail = doc.partition("\n        Returns\n")
     if sep:
         indent = " " * 8
@@ -522,8 +540,12 @@ def _check_magnitude(top, where):
 
 
 def _is_lazy(X):
-    """Dask arrays, zarr arrays and paths/URLs take the out-of-core path."""
-    if v.is_path(X):
+    """Dask arrays, zarr arrays, paths/URLs (and (path, component) pairs) and a user's
+    files (an ``np.memmap``, an ``h5py.Dataset``, read by the workers) take the
+    out-of-core path."""
+    from ._files import is_file_memmap, is_h5py_dataset
+
+    if v.is_path(X) or v.is_path_pair(X) or is_file_memmap(X) or is_h5py_dataset(X):
         return True
     module = type(X).__module__ or ""
     return module.startswith("dask.") or module.startswith("zarr.")

@@ -448,10 +448,11 @@ def as_dask(z, rows):
 
 
 def release_after(X):
-    """After a fit that read ``X`` (built by :func:`as_dask`): :func:`release` here and on
-    every worker, so that idle workers do not keep a fit's blocks.  A worker that cannot
-    be reached keeps its buffers (at most :data:`POOL_BUFFERS` blocks)."""
-    if not str(getattr(X, "name", "")).startswith(NAME_PREFIX):
+    """After a fit that read ``X`` (built by :func:`as_dask`, or by
+    :func:`daskrnmf._files.as_dask`, whose blocks use the same pool): :func:`release` here
+    and on every worker, so that idle workers do not keep a fit's blocks.  A worker that
+    cannot be reached keeps its buffers (at most :data:`POOL_BUFFERS` blocks)."""
+    if not str(getattr(X, "name", "")).startswith((NAME_PREFIX, "daskrnmf-file-")):
         return
     from ._blocks import active_client
 

@@ -16,8 +16,10 @@ import numpy as np
 
 from .kernels.missing import MASK_HINT  # noqa: F401  (the NaN error's hint, re-exported)
 
-ACCEPTED_INPUT = ("a NumPy array, a dask array, a zarr.Array, or a path/URL to a Zarr array "
-                  "(daskrnmf.io.open_array(path, component=...) for an array inside a group)")
+ACCEPTED_INPUT = ("a NumPy array, a dask array, a zarr.Array, an np.memmap, an h5py.Dataset, "
+                  "or the path of a Zarr array (or URL), of a .npy file or of an HDF5 "
+                  "dataset ('data.h5/X'), or a pair (path, component) for an array inside a "
+                  "Zarr group or an HDF5 file")
 
 
 @dataclass(frozen=True)
@@ -262,8 +264,36 @@ def seed_from(random_state):
 
 
 def is_path(X):
-    """A local path or an fsspec URL (``s3://…``) of a Zarr array."""
+    """A local path or an fsspec URL (``s3://…``): of a Zarr array, a ``.npy`` file or an
+    HDF5 dataset (``data.h5/X``)."""
     return isinstance(X, (str, os.PathLike))
+
+
+def is_path_pair(X):
+    """``(path, component)``: an array inside a Zarr group or an HDF5 file.  (A tuple of
+    two strings is no array-like of numbers, so nothing else is taken for one.)"""
+    return (isinstance(X, tuple) and len(X) == 2 and is_path(X[0])
+            and isinstance(X[1], str))
+
+
+def with_component(X, component, owner):
+    """X with ``component`` (the ``component=`` of a fit): ``(X, component)`` for a path;
+    None leaves X as it is; anything else is an error saying why."""
+    if component is None:
+        return X
+    if not isinstance(component, str) or not component.strip("/"):
+        raise ValueError(f"The 'component' parameter of {owner} must be a non-empty str (the "
+                         f"name of an array inside a Zarr group or an HDF5 file) or None. Got "
+                         f"{component!r} instead.")
+    if is_path_pair(X):
+        raise ValueError(f"X passed to {owner} is already a pair (path, component) "
+                         f"{X!r}; pass component={component!r} or the pair, not both.")
+    if not is_path(X):
+        raise ValueError(f"component={component!r} names an array inside a Zarr group or an "
+                         f"HDF5 file: X passed to {owner} must then be that store's or file's "
+                         f"path; got an object of type {type(X).__module__}."
+                         f"{type(X).__qualname__}.")
+    return (X, component)
 
 
 # the storage_options of the fit (or fit_transform, partial_fit) being run: every URL it
@@ -297,7 +327,10 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
 
     Accepted: a NumPy array, a Dask array chunked along rows only, a ``zarr.Array`` or a
     path/fsspec URL of a Zarr array (opened read-only; a URL with ``storage_options``,
-    by default the running fit's, and read by the workers in parallel).  Checks
+    by default the running fit's, and read by the workers in parallel); the path of a
+    ``.npy`` file or of an HDF5/NetCDF-4 dataset (``data.h5/X``), a pair ``(path,
+    component)``, an ``np.memmap`` or an ``h5py.Dataset`` (read by the workers in row
+    blocks, see :mod:`daskrnmf._files`).  Checks
     dimensionality, emptiness and dtype; for NumPy input also finiteness (Dask input is
     checked for NaN/inf during the first pass over it, see :func:`check_finite_count`).
     ``allow_nan``: NaN entries are missing values (``missing="mask"``), only inf is refused.
@@ -305,13 +338,19 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
     import dask.array as da
     import zarr
 
-    from .io import open_array
+    from ._files import FileRows, rows_of
+    from .io import open_input
 
     where = f"{input_name} passed to {estimator_name}"
-    if is_path(X):
+    if is_path(X) or is_path_pair(X):
         if storage_options is None:
             storage_options = current_storage_options()
-        X = open_array(X, storage_options=storage_options)
+        path, component = X if isinstance(X, tuple) else (X, None)
+        X = open_input(path, component, storage_options=storage_options)
+    else:       # a memmap or an h5py Dataset: read by the workers from its file
+        X = rows_of(X) or X
+    if isinstance(X, FileRows):
+        X = _file_to_dask(X, where)
     if isinstance(X, zarr.Array):
         X = _zarr_to_dask(X, where)
     if isinstance(X, np.ndarray):
@@ -409,25 +448,45 @@ def _zarr_to_dask(z, where):
     that, blocks split stored chunks (each block then decompresses its whole stored chunk:
     the time of several decodes per pass, and one decoded stored chunk transiently in a
     task)."""
-    import dask
-
-    from ._blocks import check_block_fits, check_stored_chunk_fits, worker_block_budget
     from ._reader import as_dask
 
     if z.ndim != 2:
         _check_shape_dtype(z, where)
+    rows = _block_rows(z.shape, z.dtype, z.chunks[0], where)
+    # read by daskrnmf's reader (whole chunks decoded into reused buffers; zarr itself
+    # for layouts it does not read)
+    return as_dask(z, rows)
+
+
+def _block_rows(shape, dtype, stored, where):
+    """Rows per block of an array of ``shape`` stored in chunks of ``stored`` rows (1 for
+    a file without chunks): :data:`BLOCK_BYTES` of whole stored chunks, fewer when the
+    workers' memory limit asks for it (see :func:`_zarr_to_dask`)."""
+    import dask
+
+    from ._blocks import check_block_fits, check_stored_chunk_fits, worker_block_budget
+
     limit = min(BLOCK_BYTES, dask.utils.parse_bytes(dask.config.get("array.chunk-size")))
-    row_bytes = max(1, z.shape[1] * np.dtype(z.dtype).itemsize)
-    stored = max(1, z.chunks[0])
+    row_bytes = max(1, shape[1] * np.dtype(dtype).itemsize)
+    stored = max(1, int(stored))
     rows = max(stored, (limit // row_bytes) // stored * stored)
     budget = worker_block_budget()
     if budget is not None and budget <= 0:
         check_block_fits(None, where)      # the limit cannot hold a worker's baseline
     if budget is not None and budget > 0:
         check_stored_chunk_fits(stored * row_bytes, budget, where)
-        fit = budget // max(1, z.shape[1] * 8)        # rows whose float64 copy fits
+        fit = budget // max(1, shape[1] * 8)        # rows whose float64 copy fits
         if rows > fit:
             rows = fit // stored * stored if fit >= stored else max(1, fit)
-    # read by daskrnmf's reader (whole chunks decoded into reused buffers; zarr itself
-    # for layouts it does not read)
-    return as_dask(z, min(rows, max(1, z.shape[0])))
+    return min(rows, max(1, shape[0]))
+
+
+def _file_to_dask(src, where):
+    """A user's file (:class:`daskrnmf._files.FileRows`) as a Dask array of whole rows,
+    blocks sized as a Zarr array's (an HDF5 dataset's chunks taken as stored chunks: a
+    read decodes every chunk it touches)."""
+    from ._files import as_dask
+
+    _check_shape_dtype(src, where)
+    stored = getattr(src, "chunk_rows", None) or 1
+    return as_dask(src, _block_rows(src.shape, src.dtype, stored, where))

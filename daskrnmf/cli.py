@@ -3,6 +3,7 @@
     daskrnmf fit MODEL INPUT --output OUT.zarr [--overwrite] [--PARAM VALUE ...]
     daskrnmf evaluate PRED TRUE [--json]
     daskrnmf make-data {blobs,coclusters,segments,faces} OUT.zarr [options]
+    daskrnmf convert INPUT OUT.zarr [--component NAME] [--chunk-rows N] [--overwrite]
     daskrnmf info STORE
     daskrnmf --version
 
@@ -473,6 +474,25 @@ def _parser(model=None):
     mk.add_argument("--random-state", type=_seed, default=0, help="seed")
     mk.add_argument("--overwrite", action="store_true", help="replace an existing output")
     _where(mk)
+
+    cv = sub.add_parser("convert", help="write a .npy file, an HDF5 dataset or a Zarr "
+                                        "array to a Zarr store for fitting",
+                        description="Write the array of INPUT (a .npy file, an HDF5 or "
+                                    "NetCDF-4 dataset: FILE/DATASET or --component, or a Zarr "
+                                    "array) to the Zarr store OUTPUT as its array X, chunk by "
+                                    "chunk on the workers (no process holds the whole "
+                                    "array); says the rows per chunk it chose and why. Fit "
+                                    "it with 'daskrnmf fit MODEL OUTPUT --component X'.")
+    cv.add_argument("input", help="a .npy file, an HDF5/NetCDF-4 file (with its dataset: "
+                                  "FILE/DATASET or --component) or a Zarr array")
+    cv.add_argument("output", help="Zarr store to write (e.g. data.zarr)")
+    cv.add_argument("--component", help="the dataset of the HDF5 file, or the array of the "
+                                        "Zarr group, to convert")
+    cv.add_argument("--chunk-rows", type=_positive_int, default=None,
+                    help="rows per stored chunk (default: chunks of about 32 MiB)")
+    cv.add_argument("--overwrite", action="store_true", help="replace an existing output "
+                                                             "that daskrnmf wrote")
+    _where(cv)
 
     info = sub.add_parser("info", help="what is in a Zarr store",
                           description="List what a Zarr store holds: an array's shape, "
@@ -1009,6 +1029,40 @@ def cmd_make_data(args, parser):
     return 0
 
 
+def cmd_convert(args, parser):
+    from . import _files, io
+    from ._validation import _check_shape_dtype
+
+    for path, what in ((args.input, "input"), (args.output, "output")):
+        if _is_url(path):
+            raise CommandError(f"convert reads and writes local files; got the {what} {path}. "
+                               "daskrnmf fit reads Zarr URLs as they are.")
+    found = _files.split_file_path(args.input)
+    if found is None and not os.path.exists(args.input):
+        raise CommandError(f"input {args.input} does not exist.")
+    _check_output(args.output, args.overwrite,
+                  _protected(args, (found[0] if found else args.input, "input")))
+    node = io.open_input(args.input, args.component)      # the header only
+    _check_shape_dtype(node, f"input {args.input}")
+    rows, why = io.chunk_advice(node.shape, node.dtype, args.chunk_rows)
+    n, d = node.shape
+    itemsize = np.dtype(node.dtype).itemsize
+    print(f"convert {args.input} ({n} x {d} {np.dtype(node.dtype)}, "
+          f"{_bytes(n * d * itemsize)}): {rows} rows per chunk "
+          f"({_bytes(rows * d * itemsize)}): {why}")
+    attrs = {"converted_from": os.path.abspath(args.input), "component": args.component}
+    run = _Run()
+    tmp = run.remove_later(_partial_name(args.output))
+    try:
+        with _connect(args):
+            write_store(args.output, {"X": io.row_blocks(node, rows)}, attrs, args.overwrite,
+                        n_rows=n, row_chunk=rows, tmp=tmp)
+    finally:
+        run.cleanup()
+    print(f"wrote {args.output}/X; fit it with: daskrnmf fit MODEL {args.output} --component X")
+    return 0
+
+
 def _small_problem(args):
     import dask.array as da
 
@@ -1134,7 +1188,7 @@ def _check_file_target(path, what, overwrite, protected):
 
 
 COMMANDS = {"fit": cmd_fit, "evaluate": cmd_evaluate, "make-data": cmd_make_data, "info": cmd_info,
-            "choose-k": cmd_choose_k}
+            "choose-k": cmd_choose_k, "convert": cmd_convert}
 
 
 # ---------------------------------------------------------------- signals

@@ -1,7 +1,19 @@
-"""Zarr input: open arrays read-only from paths or URLs; object-store locations.
+"""Input files: Zarr arrays read-only from paths or URLs, ``.npy`` and HDF5 files;
+object-store locations.
 
 The estimators accept a ``zarr.Array`` or the path of one wherever they take data;
-:func:`open_array` is what they use to open a path.
+:func:`open_input` is what they use to open a path.  They read a user's own files out of
+core too, each block by a worker task that opens the file itself (the client reads a
+header only; see :mod:`daskrnmf._files`):
+
+* the path of a ``.npy`` file (``numpy.save``);
+* an HDF5 dataset: ``"data.h5/X"``, ``("data.h5", "X")`` or ``fit("data.h5",
+  component="X")``; a NetCDF-4 file is an HDF5 file, so ``"data.nc/VARIABLE"`` reads a
+  variable.  Needs h5py (``pip install "daskrnmf[hdf5]"``);
+* an ``np.memmap`` or an ``h5py.Dataset`` passed as they are.
+
+The workers must see these files at the same path as the client (a shared file system
+on a cluster).  ``daskrnmf convert`` writes any of them to a Zarr array.
 
 A path may also be an fsspec URL (``s3://bucket/data.zarr``, ``gs://…``, ``memory://…``;
 ``file://`` is a local path), with ``storage_options`` for its file system (credentials,
@@ -37,6 +49,7 @@ import re
 import os
 import uuid
 
+import numpy as np
 import zarr
 
 from ._stores import is_url, local_path  # noqa: F401  (public here)
@@ -291,6 +304,7 @@ def open_array(url: PathLike, component: str | None = None, *,
     """
     url = os.fspath(url)
     where = url if component is None else f"{url} (component {component!r})"
+    _refuse_user_file(url)
     try:
         node = _open_node(url, component, storage_options)
     except (PermissionError, ImportError, ConnectionError):
@@ -312,28 +326,102 @@ def open_array(url: PathLike, component: str | None = None, *,
 
 def open_dask_array(url: PathLike, component: str | None = None, *,
                     storage_options: dict | None = None):
-    """A Zarr array as the estimators read it: a Dask array of whole rows.
+    """An input path as the estimators read it: a Dask array of whole rows.
 
     The blocks are whole stored chunks, about 32 MiB each (and small enough for the
-    workers' memory limit, when a distributed Client is active).  Chunks of an array on
-    a local or shared file system are decompressed straight into reused buffers on the
-    workers (:mod:`daskrnmf._reader`; in a Dask worker about twice as fast as reading
-    through zarr); other arrays are read by zarr.  Use it to compute on X the way a fit
-    reads it.
+    workers' memory limit, when a distributed Client is active).  Chunks of a Zarr
+    array on a local or shared file system are decompressed straight into reused
+    buffers on the workers (:mod:`daskrnmf._reader`; in a Dask worker about twice as
+    fast as reading through zarr); other arrays are read by zarr.  A ``.npy`` file or an
+    HDF5 dataset is read by the workers, each block by a task that opens the file.  Use
+    it to compute on X the way a fit reads it.
 
     Parameters
     ----------
-    url, component, storage_options
-        As :func:`open_array`.
+    url, storage_options
+        As :func:`open_input`.
+    component : str, default=None
+        The array inside a Zarr group, or the dataset of an HDF5 file.
 
     Returns
     -------
     dask.array.Array of shape (n_samples, n_features), chunked along rows only.
-    """
-    from ._validation import _zarr_to_dask
 
-    z = open_array(url, component, storage_options=storage_options)
-    return _zarr_to_dask(z, os.fspath(url) if component is None else f"{url}/{component}")
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from daskrnmf.io import open_dask_array
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "x.npy")
+    >>> np.save(path, np.arange(12.0).reshape(6, 2))
+    >>> X = open_dask_array(path)     # the header only is read here
+    >>> X.shape, float(X.sum().compute())
+    ((6, 2), 66.0)
+    >>> tmp.cleanup()
+    """
+    from ._files import FileRows
+    from ._validation import _file_to_dask, _zarr_to_dask
+
+    node = open_input(url, component, storage_options=storage_options)
+    where = os.fspath(url) if component is None else f"{url}/{component}"
+    if isinstance(node, FileRows):
+        return _file_to_dask(node, where)
+    return _zarr_to_dask(node, where)
+
+
+def open_input(url: PathLike, component: str | None = None, *,
+               storage_options: dict | None = None):
+    """What an input path names: a read-only ``zarr.Array``, or the reader of a ``.npy``
+    file or an HDF5 dataset (:class:`daskrnmf._files.FileRows`: the file's path and
+    layout, read from its header only).
+
+    Parameters
+    ----------
+    url : str or os.PathLike
+        A Zarr array's path or URL (as :func:`open_array`), a ``.npy`` file's path, or an
+        HDF5 (NetCDF-4) file's path, followed by the dataset's name inside it
+        (``data.h5/group/X``).  Files are recognised by their first bytes, not their
+        names.
+    component : str, default=None
+        The array inside a Zarr group, or the dataset of an HDF5 file (appended to any
+        name already in ``url``).
+    storage_options : dict, default=None
+        As :func:`open_array` (URLs are Zarr stores).
+
+    Raises
+    ------
+    ValueError
+        Nothing readable there: the message says what was found (a Zarr group and its
+        arrays, an HDF5 file and its datasets, a file of another kind).
+    ImportError
+        An HDF5 file without h5py installed (``pip install "daskrnmf[hdf5]"``).
+    """
+    from ._files import open_file, split_file_path
+
+    path = os.fspath(url)
+    found = None if is_url(path) else split_file_path(local_path(path))
+    if found is not None:
+        file, inner = found
+        name = "/".join(p.strip("/") for p in (inner, component) if p) or None
+        return open_file(file, name)
+    return open_array(path, component, storage_options=storage_options)
+
+
+def _refuse_user_file(url):
+    """A ``.npy`` or HDF5 file given where a Zarr array is expected: say what it is and
+    how it is read, instead of zarr's 'nothing there'."""
+    from ._files import file_kind, split_file_path
+
+    found = None if is_url(url) else split_file_path(local_path(url))
+    if found is None:
+        return
+    kind = file_kind(found[0])
+    what = {"npy": "a .npy file", "hdf5": "an HDF5 file"}.get(kind, "a file")
+    raise ValueError(f"{url} is {what}, not a Zarr array. The estimators read .npy files and "
+                     "HDF5 datasets as they are (fit(path), fit('data.h5/X')), "
+                     "daskrnmf.io.open_dask_array reads them as a Dask array, and "
+                     "'daskrnmf convert INPUT OUTPUT.zarr' writes them to Zarr.")
 
 
 def _open_node(url, component, storage_options, group=False):
@@ -363,3 +451,47 @@ def _missing_bucket(url, storage_options):
     except Exception:
         return None
     return None
+
+
+# ---------------------------------------------------------------- daskrnmf convert
+#: Bytes of a stored chunk that ``daskrnmf convert`` aims at: a fit reads X in blocks of
+#: whole stored chunks of about this size (:data:`daskrnmf._validation.BLOCK_BYTES`), and
+#: a worker decodes a whole stored chunk to read any row of it, so chunks of 16-64 MiB
+#: keep both the number of tasks per pass and a worker thread's memory small.
+CHUNK_BYTES = 32 * 2**20
+_CHUNK_RANGE = (16 * 2**20, 64 * 2**20)
+
+
+def chunk_advice(shape, dtype, chunk_rows=None):
+    """``(rows, why)``: rows per stored chunk for a Zarr copy of an array of ``shape``
+    and ``dtype`` (``chunk_rows``: the user's choice, checked), and why, in words."""
+    n, d = int(shape[0]), int(shape[1])
+    row_bytes = max(1, d * np.dtype(dtype).itemsize)
+    if chunk_rows is None:
+        rows = max(1, min(n, CHUNK_BYTES // row_bytes))
+        why = ("all rows in one chunk (the array is smaller than the 32 MiB aimed at)"
+               if rows == n else
+               "chunks of about 32 MiB: a fit reads X in blocks of whole chunks of about "
+               "that size, and a worker decodes a whole chunk to read any of its rows")
+    else:
+        rows = max(1, min(n, int(chunk_rows)))
+        size = rows * row_bytes
+        why = "--chunk-rows"
+        if size > _CHUNK_RANGE[1]:
+            why += (f"; chunks above 64 MiB need that much memory per worker thread for each "
+                    f"read (about {CHUNK_BYTES // row_bytes} rows make 32 MiB)")
+        elif size < _CHUNK_RANGE[0] and rows < n:
+            why += (f"; chunks below 16 MiB make many small tasks and files per pass (about "
+                    f"{CHUNK_BYTES // row_bytes} rows make 32 MiB)")
+    return rows, why
+
+
+def row_blocks(node, rows: int):
+    """What :func:`open_input` gave (a ``zarr.Array`` or a file's reader) as a Dask array
+    of blocks of ``rows`` rows, each read by a worker task (what ``daskrnmf convert``
+    writes, one stored chunk per block)."""
+    from . import _files, _reader
+
+    if isinstance(node, _files.FileRows):
+        return _files.as_dask(node, rows)
+    return _reader.as_dask(node, rows)
