@@ -119,10 +119,14 @@ def contingency_matrix(labels_true: Labels, labels_pred: Labels) -> np.ndarray:
     if a.shape[0] == 0:
         raise ValueError("labels are empty (0 samples); there is nothing to compare.")
     if isinstance(a, da.Array) or isinstance(b, da.Array):
-        a = da.asarray(a)
-        b = da.asarray(b).rechunk(a.chunks)
-        parts = [dask.delayed(_pairs_chunk)(x, y) for x, y in zip(a.to_delayed().ravel(),
-                                                                  b.to_delayed().ravel())]
+        if not isinstance(a, da.Array):      # the Dask side sets the blocks
+            a, b = b, a
+            swap = True
+        else:
+            swap = False
+        b = _blocks_like(b, a.chunks[0])
+        parts = [dask.delayed(_pairs_chunk)(*((y, x) if swap else (x, y)))
+                 for x, y in zip(a.to_delayed().ravel(), b)]
         ta, pb, counts = dask.compute(tree_reduce(parts, _pairs_combine, 8,
                                                   wrap=dask.delayed))[0]
     else:
@@ -133,6 +137,24 @@ def contingency_matrix(labels_true: Labels, labels_pred: Labels) -> np.ndarray:
     table = np.zeros((ti.max() + 1, pi.max() + 1), dtype=np.int64)
     np.add.at(table, (ti, pi), counts)
     return table
+
+
+def _blocks_like(b, chunks):
+    """``b`` cut into pieces of ``chunks`` rows: a Dask array's blocks (rechunked), or a
+    NumPy array's slices, scattered to the workers when a distributed Client is active —
+    labels held by the client travel as data, not inside the task graph (which
+    distributed warns about past 10 MB: "Sending large graph")."""
+    import dask.array as da
+
+    from ._blocks import active_client
+
+    if isinstance(b, da.Array):
+        return list(b.rechunk((chunks,)).to_delayed().ravel())
+    starts = np.concatenate([[0], np.cumsum(chunks)[:-1]]).astype(int)
+    pieces = [b[s:s + n] for s, n in zip(starts, chunks)]
+    client = active_client()
+    # hash=False: fresh keys (hashed ones may still be being released from an earlier call)
+    return client.scatter(pieces, hash=False) if client is not None else pieces
 
 
 def _labels(given, name, array):

@@ -81,3 +81,28 @@ def test_empty_and_mixed_type_labels_are_refused():
         purity([0, 0, 1], np.array([1, "a", 2.5], dtype=object))
     # strings against integers are two vocabularies, each fine on its own side
     assert purity(["a", "a", "b"], [7, 7, 3]) == 1.0
+
+
+def test_client_labels_beside_dask_labels_send_no_large_graph(tmp_path):
+    """Issue 41: clustering_accuracy(y_dask, model.labels_) as the README shows it warned
+    "Sending large graph of size 11.47 MiB": the NumPy side was built into the graph.
+    Its pieces now travel as data (scattered), in either argument order."""
+    import warnings
+
+    import zarr
+    from distributed import Client, LocalCluster
+
+    from daskrnmf.metrics import clustering_accuracy, contingency_matrix
+
+    n = 1_600_000                                     # 12.8 MB of int64 labels
+    y = np.random.default_rng(0).integers(0, 5, n)
+    pred = (y + 1) % 5
+    path = str(tmp_path / "y.zarr")
+    zarr.create_array(path, shape=(n,), chunks=(400_000,), dtype="i8")[:] = y
+    y_dask = da.from_zarr(path)
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster), warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert clustering_accuracy(y_dask, pred) == 1.0
+        np.testing.assert_array_equal(contingency_matrix(pred, y_dask),
+                                      contingency_matrix(pred, y))
