@@ -703,11 +703,17 @@ def _json_default(obj):
 
 
 # ---------------------------------------------------------------- commands
-def _open_input(path, component=None, what="input", storage_options=None):
-    from .io import open_array
+def _open_input(path, component=None, what="input", storage_options=None, files=False):
+    """The Zarr array at ``path``; with ``files``, also the reader of a ``.npy`` file or an
+    HDF5 dataset (``FILE.h5/DATASET``), as :func:`daskrnmf.io.open_input` gives it."""
+    from . import _files
+    from .io import open_array, open_input
 
-    if not _is_url(path) and not os.path.exists(path):
+    found = None if _is_url(path) or not files else _files.split_file_path(path)
+    if not _is_url(path) and found is None and not os.path.exists(path):
         raise CommandError(f"{what} {path} does not exist.")
+    if files:
+        return open_input(path, component, storage_options=storage_options)
     return open_array(path, component, storage_options=storage_options)
 
 
@@ -765,6 +771,7 @@ class _Run:
 def cmd_fit(args, parser):
     import dask
     import dask.array as da
+    import zarr
 
     from . import _validation as v
     from .models import get
@@ -814,7 +821,7 @@ def cmd_fit(args, parser):
         _refuse_overlap(scratch_root, protected, "scratch directory", around=False)
         _check_writable(scratch_root, "scratch directory")
     if z is None:
-        z = _open_input(args.input, args.component, storage_options=so)
+        z = _open_input(args.input, args.component, storage_options=so, files=True)
     y = _open_input(args.labels, what="labels", storage_options=so) if spec.needs_y else None
     model = cls(**params)
     bar = None
@@ -824,7 +831,11 @@ def cmd_fit(args, parser):
         bar = ProgressBar(spec.name, log=args.progress)
         model.set_params(callback=bar)
     v.validate_params(model, model._parameter_constraints)
-    v.check_array(z, estimator_name=spec.name)
+    X = v.check_array(z, estimator_name=spec.name)
+    if isinstance(z, zarr.Array):
+        row_chunk = int(z.chunks[0])        # the outputs are stored like the input's rows
+    else:                                   # a .npy file or an HDF5 dataset: its blocks
+        z, row_chunk = X, int(X.chunks[0][0])
     logger, handler, level = logging.getLogger("daskrnmf"), None, None
     if args.progress:    # the model's lines only; Dask's logging is quiet (see _connect)
         handler = logging.StreamHandler(sys.stderr)
@@ -872,7 +883,7 @@ def cmd_fit(args, parser):
                      "outputs": sorted(arrays), "fit_seconds": fit_seconds,
                      "scalars": _scalars(model), "versions": _versions()}
             write_store(args.output, arrays, attrs, args.overwrite, n_rows=z.shape[0],
-                        row_chunk=int(z.chunks[0]), tmp=tmp, model=model, storage_options=so)
+                        row_chunk=row_chunk, tmp=tmp, model=model, storage_options=so)
     finally:
         run.cleanup()
         if handler is not None:

@@ -233,6 +233,20 @@ def test_convert_writes_a_zarr_array(files, X, tmp_path, address, capsys, source
     assert sorted(os.listdir(tmp_path)) == ["out.zarr"]
 
 
+@pytest.mark.parametrize("source, extra", [("x.npy", []), ("x.h5/X", []),
+                                           ("x.h5", ["--component", "X"])])
+def test_cli_fit_reads_npy_and_hdf5_inputs(files, X, tmp_path, address, source, extra):
+    """`daskrnmf fit` takes the paths a Python fit takes (it said "input x.h5/X does not
+    exist"); the outputs equal a fit on the array in memory."""
+    out = tmp_path / "fit.zarr"
+    assert cli.main(["fit", "RFNMF", str(files / source), *extra, "--output", str(out),
+                     "--n-clusters", "2", "--n-init", "1", "--max-iter", "5",
+                     "--random-state", "0", "--scheduler-address", address]) == 0
+    local = RFNMF(n_clusters=2, n_init=1, max_iter=5, random_state=0).fit(X)
+    np.testing.assert_array_equal(zarr.open_group(str(out), mode="r")["labels"][:],
+                                  local.labels_)
+
+
 def test_convert_refuses_to_overwrite_without_the_flag(files, tmp_path, address, capsys):
     out = tmp_path / "out.zarr"
     argv = ["convert", str(files / "x.npy"), str(out), "--scheduler-address", address]
