@@ -120,7 +120,6 @@ def large(emit, n):
     """Data larger than max_samples: a make_zarr_blobs store of n x 16 float32 rows,
     planted k = 8 with 5 % gross rows, ks 2..11 x 5 seeds, through a LocalCluster of two
     workers; passes over X counted, time against a plain read pass in the same run."""
-    import dask.array as da
     from distributed import Client, LocalCluster
 
     from daskrnmf import RFNMF, choose_k
