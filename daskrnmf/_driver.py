@@ -195,12 +195,14 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
             step_info=None, converged=None, progress=None):
     """Run ``step`` until every restart has converged or ``max_iter`` is reached.
 
-    Restart ``r`` converges at iteration ``t`` when its objective no longer decreases by
-    more than ``tol`` relative: ``J[t-1] - J[t] <= tol * |J[t-1]|`` (``rule="decrease"``,
-    for models whose updates cannot increase it), or when it changes by no more than that,
-    ``|J[t-1] - J[t]| <= tol * |J[t-1]|`` (``rule="change"``, for models without such a
-    guarantee); ``rule="none"`` runs all ``max_iter`` steps (streams).  Converged restarts
-    drop out of later steps (``active`` is False for them).
+    Restart ``r`` converges at iteration ``t`` when its objective changes by no more than
+    ``tol`` relative: ``|J[t-1] - J[t]| <= tol * |J[t-1]|``.  ``rule="decrease"`` names
+    models whose updates cannot increase it, ``rule="change"`` models without that
+    guarantee; the test is the same, because an increase is no convergence either way
+    (it once was for ``"decrease"``, and RFNMF's L2,1 fits stopped at their second
+    iteration when the unit-weight first step after seeding raised the objective).
+    ``rule="none"`` runs all ``max_iter`` steps (streams).  Converged restarts drop out
+    of later steps (``active`` is False for them).
 
     Parameters
     ----------
@@ -259,7 +261,11 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         if rule == "none":
             newly = np.full(n_restarts, bool(converged is not None and converged(state)))
         else:
-            drop = prev - full if rule == "decrease" else np.abs(prev - full)
+            # an increase is no convergence, whatever the rule: "decrease" models stop on a
+            # small fall only (a step that raised the objective, e.g. RFNMF's unit-weight
+            # first step after seeding, is followed by more), "change" models on a small
+            # change either way
+            drop = np.abs(prev - full)
             newly = active & finite & (drop <= tol * np.where(finite, np.abs(prev), 0.0))
         log.converged |= newly
         prev = np.where(active, full, prev)
