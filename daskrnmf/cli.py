@@ -502,6 +502,18 @@ def _parser(model=None):
                                       "cluster.")
     info.add_argument("store", help="Zarr store or array (a local path)")
 
+    sd = sub.add_parser("shutdown", help="shut a running scheduler and its workers down "
+                                         "in order (the end of a batch job)",
+                        description="Wait until no task runs (at most --timeout seconds), "
+                                    "then shut the scheduler of SCHEDULER_FILE and its "
+                                    "workers down in order, with Dask's logging silenced "
+                                    "for the shutdown: the job scripts' last step "
+                                    "(examples/slurm_job.sh, examples/pbs_job.sh).")
+    sd.add_argument("--scheduler-file", required=True,
+                    help="scheduler file of the running Dask scheduler")
+    sd.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds to wait for running tasks to end")
+
     ck = sub.add_parser("choose-k", help="fit a clustering model over a range of k and "
                                          "recommend one (daskrnmf.choose_k)",
                         formatter_class=_DefaultsFormatter,
@@ -1198,8 +1210,17 @@ def _check_file_target(path, what, overwrite, protected):
                                f".{', .'.join(sorted(kinds))}.")
 
 
+def cmd_shutdown(args, parser):
+    from .cluster import shutdown
+
+    if not shutdown(args.scheduler_file, timeout=args.timeout):
+        print(f"daskrnmf: no scheduler to shut down at {args.scheduler_file} (already "
+              "closed)", file=sys.stderr)
+    return 0
+
+
 COMMANDS = {"fit": cmd_fit, "evaluate": cmd_evaluate, "make-data": cmd_make_data, "info": cmd_info,
-            "choose-k": cmd_choose_k, "convert": cmd_convert}
+            "choose-k": cmd_choose_k, "convert": cmd_convert, "shutdown": cmd_shutdown}
 
 
 # ---------------------------------------------------------------- signals

@@ -484,6 +484,31 @@ def _silence_worker(client_pid: int) -> None:
         raise_log_levels(SILENT)
 
 
+def shutdown(scheduler_file: str | os.PathLike, *, timeout: float = 60.0) -> bool:
+    """Shut down the scheduler of ``scheduler_file`` and its workers in order, as a batch
+    job ends: once no task runs any more (at most ``timeout`` seconds, e.g. the last
+    one of a fit stopped by SIGTERM), Dask's logging is silenced on the scheduler, the
+    workers and their nannies (connections closing in the wrong order are not errors of
+    the job), then the scheduler closes the workers and itself — every ``dask worker``
+    task ends on its own, so the job step is not killed.  Returns False when there was
+    no scheduler to reach (already gone)."""
+    import distributed
+
+    try:
+        with distributed.Client(scheduler_file=os.fspath(scheduler_file),
+                                timeout="20s") as client:
+            deadline = time.monotonic() + timeout
+            while any(client.processing().values()) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            for run in (lambda f: client.run(f, -1, nanny=True), lambda f: client.run(f, -1),
+                        lambda f: client.run_on_scheduler(f, -1)):
+                run(_silence_worker)
+            client.shutdown()
+    except (OSError, TimeoutError, ValueError):
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def _quiet_shutdown() -> Iterator[Any]:
     """Yields ``quiet(client)``: called as a cluster's work ends, it silences Dask's

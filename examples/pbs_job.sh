@@ -64,29 +64,10 @@ while read -r index node; do
     LAUNCHERS+=($!)
 done < <(awk '!seen[$1]++ {print NR - 1, $1}' "${PBS_NODEFILE:-/dev/null}")
 
-shutdown() {
+stop_cluster() {
     # the scheduler closes the workers, then itself; Dask's logging is silenced for the
     # shutdown only (connections closing in the wrong order are not errors of the fit)
-    python - "$SCHEDULER_FILE" <<'PY' || true
-import logging, sys, time
-from distributed import Client
-
-def silence():
-    logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
-
-try:
-    with Client(scheduler_file=sys.argv[1], timeout="20s") as client:
-        for _ in range(120):
-            if not any(client.processing().values()):
-                break
-            time.sleep(0.5)
-        client.run(silence, nanny=True)
-        client.run(silence)
-        client.run_on_scheduler(silence)
-        client.shutdown()
-except Exception as exc:
-    print(f"pbs_job.sh: scheduler already closed ({type(exc).__name__})", file=sys.stderr)
-PY
+    daskrnmf shutdown --scheduler-file "$SCHEDULER_FILE" || true
     for pid in "${LAUNCHERS[@]}" "$SCHEDULER"; do
         for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
         kill "$pid" 2>/dev/null || true
@@ -104,5 +85,5 @@ STATUS=0
 # shellcheck disable=SC2086
 daskrnmf fit "$MODEL" "$INPUT" --output "$OUTPUT" --scheduler-file "$SCHEDULER_FILE" \
     $PARAMS --progress $RESUME $DEBUG || STATUS=$?
-shutdown
+stop_cluster
 exit "$STATUS"

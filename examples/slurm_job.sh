@@ -93,30 +93,11 @@ srun --ntasks="$SLURM_NTASKS" --kill-on-bad-exit=0 \
     --memory-limit "$MEMORY_LIMIT" --local-directory "$SCRATCH" "${NET[@]}" &
 WORKERS=$!
 
-shutdown() {
+stop_cluster() {
     # the scheduler closes the workers and their nannies, then itself: every task ends on
     # its own (exit 0). Connections closing in the wrong order while that happens are not
     # errors of the fit: Dask's logging is silenced for the shutdown only.
-    python - "$SCHEDULER_FILE" <<'PY' || true
-import logging, sys, time
-from distributed import Client
-
-def silence():
-    logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
-
-try:
-    with Client(scheduler_file=sys.argv[1], timeout="20s") as client:
-        for _ in range(120):      # a task still running after a stopped fit ends first
-            if not any(client.processing().values()):
-                break
-            time.sleep(0.5)
-        client.run(silence, nanny=True)
-        client.run(silence)
-        client.run_on_scheduler(silence)
-        client.shutdown()
-except Exception as exc:          # already gone
-    print(f"slurm_job.sh: scheduler already closed ({type(exc).__name__})", file=sys.stderr)
-PY
+    daskrnmf shutdown --scheduler-file "$SCHEDULER_FILE" || true
     for pid in $WORKERS $SCHEDULER; do
         for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
         kill "$pid" 2>/dev/null || true
@@ -154,7 +135,7 @@ while true; do
     kill -0 "$FIT" 2>/dev/null || break                # wait returns early on a signal
 done
 trap - TERM
-shutdown
+stop_cluster
 
 if [ "$STATUS" = 143 ] && [ -n "$CHECKPOINT" ] && [ -e "$CHECKPOINT/.daskrnmf-checkpoint" ]; then
     LEFT=${DASKRNMF_RESUBMITS:-3}

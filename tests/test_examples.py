@@ -1,6 +1,6 @@
 """The example job scripts and the quickstart, run for real with stand-ins for the batch
-system: ``srun``, ``pbsdsh`` and (in the environment the scripts activate) ``dask``,
-``daskrnmf`` and ``python`` are tiny scripts that log their arguments, so no cluster is
+system: ``srun``, ``pbsdsh`` and (in the environment the scripts activate) ``dask``
+and ``daskrnmf`` are tiny scripts that log their arguments, so no cluster is
 started (tests/test_slurm.py runs the SLURM script on a real SLURM)."""
 
 import os
@@ -35,7 +35,6 @@ def batch(tmp_path):
     # every logged line: the program, whether the environment was active, its arguments
     logger = f'printf "%s|%s|%s\\n" "$(basename "$0")" "${{FAKE_ENV_ACTIVE:-none}}" "$*" >> {shlex.quote(str(log))}\n'
     _script(env_dir / "bin" / "dask", logger)
-    _script(env_dir / "bin" / "python", logger + "cat > /dev/null\n")   # the shutdown
     # the fit waits (as the real one waits for the scheduler file) until the workers
     # started in the background have logged, so the log is complete when the job ends
     _script(env_dir / "bin" / "daskrnmf", logger + (
@@ -73,8 +72,9 @@ def test_slurm_job_activates_the_environment_and_runs_scheduler_workers_and_fit(
     lines = _lines(log)
     envs = {program: active for program, active, _ in lines}
     assert envs == {"dask": env["DASKRNMF_ENV"], "srun": env["DASKRNMF_ENV"],
-                    "daskrnmf": env["DASKRNMF_ENV"], "python": env["DASKRNMF_ENV"]}
-    commands = sorted(f"{program} {args}" for program, _, args in lines if program != "python")
+                    "daskrnmf": env["DASKRNMF_ENV"]}
+    commands = sorted(f"{program} {args}" for program, _, args in lines
+                      if not args.startswith("shutdown"))
     scheduler_file = f"{tmp}/scheduler-42.json"
     scratch = f"{tmp}/daskrnmf-job-42"
     worker = (f"dask worker --scheduler-file {scheduler_file} --nthreads 2 --memory-limit "
@@ -86,8 +86,8 @@ def test_slurm_job_activates_the_environment_and_runs_scheduler_workers_and_fit(
         f"daskrnmf fit RFNMF /shared/data.zarr/X --output /shared/out.zarr --scheduler-file "
         f"{scheduler_file} --progress --n-clusters 10 --loss l1",
     ])
-    shutdown = [args for program, _, args in lines if program == "python"]
-    assert shutdown == [f"- {scheduler_file}"]          # the cluster shut down in order
+    shutdown = [args for program, _, args in lines if args.startswith("shutdown")]
+    assert shutdown == [f"shutdown --scheduler-file {scheduler_file}"]   # in order, last
     assert "INFO" not in proc.stderr
 
 
@@ -131,12 +131,13 @@ def test_pbs_job_activates_the_environment_on_every_node(batch, resubmitted):
     assert [(a, args) for p, a, args in lines if p == "dask" and args.startswith("scheduler")] \
         == [(env["DASKRNMF_ENV"], f"scheduler --scheduler-file {scheduler_file} "
              "--dashboard-address :0")]
-    (fit,) = [(a, args) for p, a, args in lines if p == "daskrnmf"]
+    (fit,) = [(a, args) for p, a, args in lines if p == "daskrnmf" and args.startswith("fit")]
     assert fit == (env["DASKRNMF_ENV"], f"fit ONMFO /shared/data.zarr/X --output {output} "
                    f"--scheduler-file {scheduler_file} --n-components 49 --max-iter 2 "
                    f"--random-state 0 --checkpoint {output}.ckpt --progress"
                    + (" --resume" if resubmitted else ""))
-    assert [args for p, _, args in lines if p == "python"] == [f"- {scheduler_file}"]
+    assert [args for p, _, args in lines if args.startswith("shutdown")] == \
+        [f"shutdown --scheduler-file {scheduler_file}"]
 
 
 def test_the_scripts_name_their_environment_variable():
