@@ -24,6 +24,7 @@ One place for the rules every writer follows (the CLI's outputs, ``model.save``,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -36,7 +37,6 @@ OWNER_KEY = "written_by"
 OWNER = "daskrnmf"
 SCRATCH_PREFIX = "daskrnmf-state-"
 _SCRATCH_OWNER = ".daskrnmf-owner.json"
-_ZARR_META = ("zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata")
 _CHUNK_NAME = re.compile(r"c|\d+([./]\d+)*|c[./]\d+([./]\d+)*")
 
 
@@ -206,25 +206,31 @@ def _root_attrs(path):
     return attrs if isinstance(attrs, dict) else None
 
 
-def _foreign_entry(path):
-    """The first file or directory under the Zarr group ``path`` that is not one of
-    Zarr's own (metadata, or a chunk under an array), or None."""
+def _zarr_entries(path):
+    """``(path, ours)`` for every file under the Zarr node ``path``, and for every
+    directory that is neither a Zarr node nor chunk storage (not descended into) or is a
+    symbolic link (never followed).  ``ours``: Zarr's metadata, or a chunk — a file
+    under an array's own ``c/`` folder, or a chunk key beside an array's metadata."""
+    chunk_dirs = set()
     for top, dirs, files in os.walk(path):
-        rel = os.path.relpath(top, path)
-        in_chunks = any(part == "c" for part in rel.split(os.sep)) and rel != "."
-        array_here = _is_array(top)
+        in_chunks = top in chunk_dirs
+        array_here = not in_chunks and _is_array(top)
         for name in files:
-            if name == "zarr.json" or in_chunks or (array_here and _CHUNK_NAME.fullmatch(name)):
-                continue
-            return os.path.join(top, name)
+            yield os.path.join(top, name), bool(
+                in_chunks or name == "zarr.json" or (array_here and _CHUNK_NAME.fullmatch(name)))
         for name in list(dirs):
             full = os.path.join(top, name)
-            if os.path.islink(full):
-                return full
-            if in_chunks or (array_here and name == "c") or is_zarr_node(full):
-                continue
-            return full
-    return None
+            if in_chunks or (array_here and name == "c"):
+                chunk_dirs.add(full)
+            elif os.path.islink(full) or not is_zarr_node(full):
+                dirs.remove(name)
+                yield full, False
+
+
+def _foreign_entry(path):
+    """The first file or directory under the Zarr group ``path`` that is not one of
+    Zarr's own (:func:`_zarr_entries`), or None."""
+    return next((entry for entry, ours in _zarr_entries(path) if not ours), None)
 
 
 def _is_array(directory):
@@ -269,25 +275,16 @@ def remove_zarr_tree(path) -> list[str]:
     if not os.path.isdir(path):
         return []
     left = []
-    for top, dirs, files in os.walk(path, topdown=False):
-        rel = os.path.relpath(top, path)
-        in_chunks = rel != "." and "c" in rel.split(os.sep)
-        array_here = _is_array(top)
-        for name in files:
-            full = os.path.join(top, name)
-            if name == "zarr.json" or in_chunks or (array_here and _CHUNK_NAME.fullmatch(name)):
-                os.unlink(full)
-            else:
-                left.append(full)
+    for entry, ours in list(_zarr_entries(path)):
+        if ours:
+            os.unlink(entry)
+        else:
+            left.append(entry)
+    for top, dirs, _ in os.walk(path, topdown=False):     # the folders left empty
         for name in dirs:
-            full = os.path.join(top, name)
-            if os.path.islink(full):
-                left.append(full)
-                continue
-            try:
-                os.rmdir(full)
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                if not os.path.islink(os.path.join(top, name)):
+                    os.rmdir(os.path.join(top, name))
     try:
         os.rmdir(path)
     except OSError:

@@ -511,7 +511,7 @@ def _parser(model=None):
                                     "(examples/slurm_job.sh, examples/pbs_job.sh).")
     sd.add_argument("--scheduler-file", required=True,
                     help="scheduler file of the running Dask scheduler")
-    sd.add_argument("--timeout", type=float, default=60.0,
+    sd.add_argument("--timeout", type=_positive_seconds, default=60.0,
                     help="seconds to wait for running tasks to end")
 
     ck = sub.add_parser("choose-k", help="fit a clustering model over a range of k and "
@@ -1033,13 +1033,14 @@ def cmd_make_data(args, parser):
     try:
         with _connect(args):
             if args.generator == "blobs":
-                datasets.make_zarr_blobs(tmp, n_samples=args.n_samples,
-                                         n_features=args.n_features, n_clusters=args.n_clusters,
-                                         outlier_fraction=args.outlier_fraction,
-                                         chunk_rows=args.chunk_rows,
-                                         random_state=args.random_state)
-                if os.path.lexists(args.output):
-                    _stores.check_replaceable(args.output, "output")  # again: it may have changed
+                # straight into the run's temporary name (removed after the cluster
+                # closes: no worker still writes into it), then checked again and renamed
+                datasets.write_blobs(tmp, n_samples=args.n_samples, n_features=args.n_features,
+                                     n_clusters=args.n_clusters,
+                                     outlier_fraction=args.outlier_fraction,
+                                     chunk_rows=args.chunk_rows, random_state=args.random_state)
+                _stores.check_target(args.output, "output", overwrite=args.overwrite,
+                                     how="--overwrite")
                 _stores.replace_with(tmp, args.output)
             else:
                 arrays = _small_problem(args)

@@ -492,11 +492,11 @@ def shutdown(scheduler_file: str | os.PathLike, *, timeout: float = 60.0) -> boo
     the job), then the scheduler closes the workers and itself — every ``dask worker``
     task ends on its own, so the job step is not killed.  Returns False when there was
     no scheduler to reach (already gone)."""
-    import distributed
-
     try:
-        with distributed.Client(scheduler_file=os.fspath(scheduler_file),
-                                timeout="20s") as client:
+        # the address read here: Client(scheduler_file=...) would wait for a missing file
+        # for ever (a scheduler that never started)
+        address = _read_scheduler_file(os.fspath(scheduler_file))
+        with _client(address, timeout="20s") as client:
             deadline = time.monotonic() + timeout
             while any(client.processing().values()) and time.monotonic() < deadline:
                 time.sleep(0.5)

@@ -440,14 +440,20 @@ def make_zarr_blobs(path: PathLike, n_samples: int = 1_000_000, n_features: int 
     >>> tmp.cleanup()
     """
     return _stores.write_whole(
-        path, lambda tmp: _write_blobs(tmp, n_samples, n_features, n_clusters,
-                                       outlier_fraction, corrupt_fraction, chunk_rows,
-                                       cluster_std, dtype, random_state),
+        path, lambda tmp: write_blobs(tmp, n_samples=n_samples, n_features=n_features,
+                                      n_clusters=n_clusters, outlier_fraction=outlier_fraction,
+                                      corrupt_fraction=corrupt_fraction, chunk_rows=chunk_rows,
+                                      cluster_std=cluster_std, dtype=dtype,
+                                      random_state=random_state),
         "make_zarr_blobs' path", overwrite=overwrite)
 
 
-def _write_blobs(path, n_samples, n_features, n_clusters, outlier_fraction,
-                 corrupt_fraction, chunk_rows, cluster_std, dtype, random_state):
+def write_blobs(path, *, n_samples, n_features, n_clusters, outlier_fraction=0.05,
+                corrupt_fraction=0.25, chunk_rows=50_000, cluster_std=1.0, dtype="float64",
+                random_state=0):
+    """:func:`make_zarr_blobs`'s data written to a new Zarr group at ``path`` as it is,
+    with no check of the path and no temporary name: for a caller that writes under a
+    temporary name of its own (the ``daskrnmf make-data`` command)."""
     import dask.array as da
     import zarr
 

@@ -78,9 +78,18 @@ stop_cluster() {
 }
 
 # a resubmitted job continues the checkpoint its predecessor left (an earlier run's
-# checkpoint is never overwritten silently: without --resume the fit would refuse it)
+# checkpoint is never overwritten silently: without --resume the fit would refuse it);
+# the checkpoint is the one PARAMS names
+CHECKPOINT=""
+read -r -a WORDS <<<"$PARAMS"
+for ((i = 0; i < ${#WORDS[@]}; i++)); do
+    case ${WORDS[$i]} in
+        --checkpoint) CHECKPOINT=${WORDS[$((i + 1))]:-} ;;
+        --checkpoint=*) CHECKPOINT=${WORDS[$i]#--checkpoint=} ;;
+    esac
+done
 RESUME=""
-if [ -e "$OUTPUT.ckpt/.daskrnmf-checkpoint" ]; then RESUME="--resume"; fi
+if [ -n "$CHECKPOINT" ] && [ -e "$CHECKPOINT/.daskrnmf-checkpoint" ]; then RESUME="--resume"; fi
 STATUS=0
 # shellcheck disable=SC2086
 daskrnmf fit "$MODEL" "$INPUT" --output "$OUTPUT" --scheduler-file "$SCHEDULER_FILE" \

@@ -69,7 +69,9 @@ NET=()
 if [ -n "${DASKRNMF_INTERFACE:-}" ]; then NET=(--interface "$DASKRNMF_INTERFACE"); fi
 
 # ---- memory per worker: the task's share of the allocation, 85 % of it for the worker
-TASKS_HERE=${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%(*}}
+# tasks on this node: --ntasks-per-node, else the first (largest) count of the node list,
+# "4(x2),3" -> 4
+TASKS_HERE=${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%[(,]*}}
 if [ -n "${SLURM_MEM_PER_NODE:-}" ]; then
     MB=$(( SLURM_MEM_PER_NODE / TASKS_HERE ))
 elif [ -n "${SLURM_MEM_PER_CPU:-}" ]; then
@@ -142,8 +144,15 @@ if [ "$STATUS" = 143 ] && [ -n "$CHECKPOINT" ] && [ -e "$CHECKPOINT/.daskrnmf-ch
     if [ "$LEFT" -gt 0 ]; then
         # the same resources as this job (options given to sbatch are not in the script)
         SAME=(--nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_NTASKS"
-              --ntasks-per-node="$TASKS_HERE" --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}"
-              --job-name="$SLURM_JOB_NAME")
+              --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" --job-name="$SLURM_JOB_NAME")
+        # the script's own --ntasks-per-node=4 would apply otherwise
+        SAME+=(--ntasks-per-node="${SLURM_NTASKS_PER_NODE:-$TASKS_HERE}")
+        for key in Partition Account QOS; do
+            value=$(field "$key")
+            if [ -n "$value" ] && [ "$value" != "(null)" ]; then
+                SAME+=("--${key,,}=$value")
+            fi
+        done
         if [ -n "${SLURM_MEM_PER_NODE:-}" ]; then SAME+=(--mem="${SLURM_MEM_PER_NODE}M"); fi
         if [ -n "${SLURM_MEM_PER_CPU:-}" ]; then SAME+=(--mem-per-cpu="${SLURM_MEM_PER_CPU}M"); fi
         LIMIT=$(field TimeLimit)

@@ -236,8 +236,11 @@ def test_a_users_file_in_a_generation_folder_is_kept(tmp_path):
     sub = ckpt / _checkpoint.SUBDIR
     gen = sorted(p for p in os.listdir(sub) if p.startswith("gen-"))[-1]
     (sub / gen / "my-notes.txt").write_text("keep")
+    (sub / gen / "c").mkdir()                    # a folder named like chunk storage
+    (sub / gen / "c" / "notes.txt").write_text("keep too")
     _onmfo(ckpt).fit(X, overwrite_checkpoint=True)
     assert (sub / gen / "my-notes.txt").read_text() == "keep"
+    assert (sub / gen / "c" / "notes.txt").read_text() == "keep too"
     assert _checkpoint.load(str(ckpt)) is not None
 
 
