@@ -175,14 +175,16 @@ class BaseModel(BaseEstimator):
                                  f"min {low:g}); it factorizes non-negative data only.")
         return X
 
-    def _check_blocks(self, X):
+    def _check_blocks(self, X, sample_size=None):
         """Row blocks of X and its first-pass statistics, with the value checks that Dask
-        input could not have before (NaN/inf; negatives for non-negative models)."""
+        input could not have before (NaN/inf; negatives for non-negative models), and a
+        row sample of ``sample_size`` rows (default: the model's)."""
         from .reductions import checked_blocks
 
         where = f"X passed to {self._name}"
         progress = getattr(self, "_progress", None)
-        blocks, stats = checked_blocks(X, where, sample_size=self._sample_size(X),
+        size = self._sample_size(X) if sample_size is None else sample_size
+        blocks, stats = checked_blocks(X, where, sample_size=size,
                                        allow_nan=self._allow_nan, hint=self._nan_hint(),
                                        on_pass=progress.passed if progress else None)
         if not np.isfinite(stats["min"]).any():     # every entry missing

@@ -261,11 +261,12 @@ def score_all_centers(blocks, Fs, metric, n_bins=N_BINS, squared=False):
 
 
 # ---------------------------------------------------------------- the fits
-def _fit_stacked(estimator, X, k, n_seeds, seed):
+def _fit_stacked(estimator, X, k, n_seeds, seed, score=True):
     """RFNMF: the seeds' restarts stacked in one fit (one pass serves all of them); the
     best restart of every group of ``n_init`` is a seed's solution.  Returns the seeds'
-    objectives (S,), their scores on X, the passes over X, their centres (S, k, d), the
-    metric and whether the loss squares distances."""
+    objectives (S,), their scores on X (None without ``score``: the caller scores them
+    elsewhere), the passes over X, their centres (S, k, d), the metric and whether the
+    loss squares distances."""
     from .models.rfnmf import RFNMF
 
     out = {}
@@ -286,19 +287,20 @@ def _fit_stacked(estimator, X, k, n_seeds, seed):
                                               name="final objectives")
                 F = F[[g * per + int(np.argmin(objective[g * per:(g + 1) * per]))
                        for g in range(n_seeds)]]
-            out["scores"] = score_centers(blocks, F, self._metric, squared=squared)
-            out["objective"] = out["scores"]["objective"]
+            out["scores"] = (score_centers(blocks, F, self._metric, squared=squared)
+                             if score else None)
             out["centres"], out["metric"], out["squared"] = F, self._metric, squared
 
     params = estimator.get_params(deep=False)
     params.update(n_clusters=k, random_state=seed)
     model = _Stacked(**params)
     model.fit(X)
-    return (out["objective"], out["scores"], model.n_passes_, out["centres"], out["metric"],
+    objective = None if out["scores"] is None else out["scores"]["objective"]
+    return (objective, out["scores"], model.n_passes_, out["centres"], out["metric"],
             out["squared"])
 
 
-def _fit_separately(estimator, X, k, n_seeds, seed):
+def _fit_separately(estimator, X, k, n_seeds, seed, score=True):
     """Any supported model: one fit per seed, then one scoring pass over X.  Returns as
     :func:`_fit_stacked`."""
     from sklearn.base import clone
@@ -317,8 +319,10 @@ def _fit_separately(estimator, X, k, n_seeds, seed):
         passes += getattr(model, "n_passes_", 0)
         if Xv is None:
             Xv = model._validate_data(X, reset=False, method="predict")
-    blocks = RowBlocks(Xv)
     F = np.stack(F)
+    if not score:
+        return np.array(objective), None, passes, F, metric, False
+    blocks = RowBlocks(Xv)
     scores = score_centers(blocks, F, metric)
     return np.array(objective), scores, passes + blocks.n_passes, F, metric, False
 
@@ -488,7 +492,8 @@ def choose_k(estimator: Any, X: Data, ks: Any, *, n_seeds: int = 5,
         this many rows and scored on all of X (two passes over X in all).  20 000 rows
         leave about 2 000 per cluster at k = 10.
     verbose : int, default=0
-        >= 1 logs one line per k on the ``daskrnmf`` logger.
+        >= 1 prints one line per k (on the ``daskrnmf`` logger when logging is set up to
+        show INFO, else on stderr).
 
     Returns
     -------
@@ -527,7 +532,7 @@ def choose_k(estimator: Any, X: Data, ks: Any, *, n_seeds: int = 5,
     >>> sorted(result.scores)[:3]
     ['n_passes', 'objective', 'seconds']
     """
-    import logging
+    from ._driver import say
 
     estimator, ks = _check_arguments(estimator, X, ks, n_seeds=n_seeds,
                                      random_state=random_state,
@@ -538,32 +543,35 @@ def choose_k(estimator: Any, X: Data, ks: Any, *, n_seeds: int = 5,
     seed = v.seed_from(random_state) % 2**32
     fit = _fit_stacked if name == "RFNMF" else _fit_separately
     scores = {key: np.full(ks.size, np.nan) for key in SCORES}
-    logger = logging.getLogger("daskrnmf")
     data, blocks = _data_to_fit(estimator, X, max_samples)
     centres = []
     for i, k in enumerate(ks):
         tic = time.perf_counter()
-        objective, sc, passes, F, metric, squared = fit(estimator, data, int(k), n_seeds, seed)
+        objective, sc, passes, F, metric, squared = fit(estimator, data, int(k), n_seeds, seed,
+                                                        score=blocks is None)
         centres.append(F)
-        _record(scores, i, sc, objective)
         scores["n_passes"][i] = passes
         scores["seconds"][i] = time.perf_counter() - tic
+        if sc is None:          # scored on X below, every k in one pass
+            if verbose:
+                say("choose_k %s k=%d: fitted on the sample (%.1f s)", name, k,
+                    scores["seconds"][i])
+            continue
+        _record(scores, i, sc, objective)
         if verbose:
-            logger.info("choose_k %s k=%d: objective %.6g, stability %.3f, silhouette %.3f "
-                        "(%.1f s%s)", name, k, scores["objective"][i], scores["stability"][i],
-                        scores["silhouette"][i], scores["seconds"][i],
-                        "" if blocks is None else ", on the sample")
+            say("choose_k %s k=%d: objective %.6g, stability %.3f, silhouette %.3f (%.1f s)",
+                name, k, scores["objective"][i], scores["stability"][i],
+                scores["silhouette"][i], scores["seconds"][i])
     n_passes = int(np.sum(scores["n_passes"]))
     if blocks is not None:
-        # X itself: every k's solutions scored over all of X in one pass (the sample's
-        # scores above only chose them)
+        # X itself: every k's solutions scored over all of X in one pass
         tic = time.perf_counter()
         for i, sc in enumerate(score_all_centers(blocks, centres, metric, squared=squared)):
             _record(scores, i, sc, sc["objective"])
         n_passes = blocks.n_passes
         scores["seconds"] += (time.perf_counter() - tic) / ks.size
         if verbose:
-            logger.info("choose_k %s: every k scored on X (%d passes over X in all)", name,
+            say("choose_k %s: every k scored on X (%d passes over X in all)", name,
                         n_passes)
     k, stable = recommend(ks, scores["stability"], scores["silhouette"], stability_threshold,
                           tolerance)
@@ -588,12 +596,13 @@ def _data_to_fit(estimator, X, max_samples):
     most ``max_samples`` rows in memory, drawn in the first pass over X (which also checks
     its values; the sample depends on X alone, not on its chunking), and X's row
     ``blocks`` for the scoring pass."""
-    from .reductions import checked_blocks
+    from sklearn.base import clone
 
-    name = type(estimator).__name__
-    Xv = estimator._validate_data(X, reset=True)
+    model = clone(estimator)            # the user's estimator stays as given
+    Xv = model._validate_data(X, reset=True)
     if isinstance(Xv, np.ndarray) and Xv.shape[0] <= max_samples:
         return Xv, None
-    blocks, stats = checked_blocks(Xv, f"X passed to choose_k({name})",
-                                   sample_size=min(max_samples, Xv.shape[0]))
+    # the model's own first pass: its checks (NaN unless missing="mask", magnitude,
+    # negatives) and messages, with the sample
+    blocks, stats = model._check_blocks(Xv, sample_size=min(max_samples, Xv.shape[0]))
     return stats["sample"], blocks
