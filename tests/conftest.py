@@ -1,5 +1,37 @@
+import os
+
 import numpy as np
 import pytest
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """``daskrnmf.cluster.connect`` replaced by one that records its calls and starts
+    nothing (it raises): a command that must fail before any cluster starts."""
+    from daskrnmf import cluster
+
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append((args, kwargs))
+        raise RuntimeError("a cluster was started")
+
+    monkeypatch.setattr(cluster, "connect", refuse)
+    return calls
+
+
+def snapshot(path):
+    """Every file under ``path`` with its bytes, and every directory: what "changed
+    nothing" compares."""
+    out = {}
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(root, d), path) + "/"] = None
+        for f in files:
+            full = os.path.join(root, f)
+            with open(full, "rb") as fh:
+                out[os.path.relpath(full, path)] = fh.read()
+    return out
 
 
 @pytest.fixture

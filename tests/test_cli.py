@@ -158,8 +158,7 @@ def bad_stores(workdir):
     (["info", "{missing}"], "store {missing} does not exist."),
     # read on a worker, reported by the client
     (["fit", "RFNMF", "{corrupt}", "--output", "{out}", "--n-clusters", "2"],
-     "Cannot read the chunk c/1/0 of the Zarr array {corrupt} (rows 20..39): RuntimeError: "
-     "Zstd decompression error"),
+     "Cannot read the chunk c/1/0 of the Zarr array {corrupt} (rows 20..39)"),
 ])
 def test_bad_input_is_one_line_and_exit_1(workdir, bad_stores, capsys, argv, message):
     names = {**bad_stores, "missing": str(workdir / "nowhere.zarr"), "out": str(workdir / "x.zarr")}

@@ -22,18 +22,7 @@ import zarr
 from daskrnmf import cli, cluster
 from daskrnmf.cluster import connect, load_config, security_from
 
-
-@pytest.fixture
-def no_cluster(monkeypatch):
-    """``connect`` that records that it was called (and starts nothing)."""
-    calls = []
-
-    def refuse(*args, **kwargs):
-        calls.append((args, kwargs))
-        raise RuntimeError("a cluster was started")
-
-    monkeypatch.setattr(cluster, "connect", refuse)
-    return calls
+from .conftest import snapshot
 
 
 @pytest.fixture(scope="module")
@@ -54,16 +43,6 @@ def data(tmp_path_factory):
     return d
 
 
-def _snapshot(path):
-    out = {}
-    for root, _, files in os.walk(path):
-        for f in files:
-            full = os.path.join(root, f)
-            with open(full, "rb") as fh:
-                out[os.path.relpath(full, path)] = fh.read()
-    return out
-
-
 # ------------------------------------------------------------------ item 1
 @pytest.mark.parametrize("inp, output", [
     (["{d}/d.zarr/X"], "{d}/d.zarr"),                      # the store holding the input
@@ -76,7 +55,7 @@ def _snapshot(path):
     (["{d}/d.zarr/X"], "{d}"),                             # a directory around it
 ])
 def test_the_input_is_never_written(data, no_cluster, capsys, inp, output):
-    before = _snapshot(data / "d.zarr")
+    before = snapshot(data / "d.zarr")
     (data / "sub").mkdir(exist_ok=True)
     argv = ["fit", "RFNMF", *[a.format(d=data) for a in inp], "--output",
             output.format(d=data), "--overwrite", "--n-clusters", "2"]
@@ -85,7 +64,7 @@ def test_the_input_is_never_written(data, no_cluster, capsys, inp, output):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "daskrnmf never writes its input" in err
     assert not no_cluster
-    assert _snapshot(data / "d.zarr") == before
+    assert snapshot(data / "d.zarr") == before
 
 
 def test_checkpoint_and_scratch_inside_the_input_are_refused(data, no_cluster, capsys):

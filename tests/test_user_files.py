@@ -16,33 +16,10 @@ import numpy as np
 import pytest
 import zarr
 
-from daskrnmf import ONMFO, RFNMF, _checkpoint, _stores, cli, cluster
+from daskrnmf import ONMFO, RFNMF, _checkpoint, _stores, cli
 from daskrnmf.datasets import make_zarr_blobs
 
-
-@pytest.fixture
-def no_cluster(monkeypatch):
-    calls = []
-
-    def refuse(*args, **kwargs):
-        calls.append(args)
-        raise RuntimeError("a cluster was started")
-
-    monkeypatch.setattr(cluster, "connect", refuse)
-    return calls
-
-
-def _snapshot(path):
-    """Every file under ``path`` with its bytes (and the directories)."""
-    out = {}
-    for root, dirs, files in os.walk(path):
-        for d in dirs:
-            out[os.path.relpath(os.path.join(root, d), path) + "/"] = None
-        for f in files:
-            full = os.path.join(root, f)
-            with open(full, "rb") as fh:
-                out[os.path.relpath(full, path)] = fh.read()
-    return out
+from .conftest import snapshot
 
 
 @pytest.fixture
@@ -72,11 +49,11 @@ def test_fit_overwrite_never_replaces_what_daskrnmf_did_not_write(work, target, 
                                                                   capsys, monkeypatch):
     tmp_path, _ = work
     monkeypatch.chdir(tmp_path / "thesis" if target == "." else tmp_path)
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     assert cli.main(_fit_args(tmp_path, target, "--overwrite")) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "daskrnmf did not write" in err or "is a file" in err
-    assert _snapshot(tmp_path) == before
+    assert err.count("\n") == 1 and ("daskrnmf did not write" in err or "is a file" in err)
+    assert snapshot(tmp_path) == before
     assert not no_cluster
 
 
@@ -86,10 +63,10 @@ def test_a_daskrnmf_store_with_a_users_file_inside_is_not_replaced(work, no_clus
     cli.write_store(str(out), {"labels": np.zeros(3, dtype=np.int64)}, {"model": "RFNMF"},
                     False)
     (out / "my-analysis.txt").write_text("keep me")
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     assert cli.main(_fit_args(tmp_path, out, "--overwrite")) == 1
     assert "my-analysis.txt, which daskrnmf did not write" in capsys.readouterr().err
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def test_a_daskrnmf_output_is_replaced_with_overwrite(work, capsys):
@@ -114,13 +91,13 @@ def test_make_data_never_replaces_a_users_folder_nor_writes_into_a_store(work, n
                                                                         capsys, monkeypatch):
     tmp_path, _ = work
     monkeypatch.chdir(tmp_path / "thesis")
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     assert cli.main(["make-data", "blobs", ".", "--overwrite", "--n-samples", "100"]) == 1
     assert "daskrnmf did not write" in capsys.readouterr().err
     for inside in (tmp_path / "in.zarr" / "new", tmp_path / "in.zarr" / "X" / "new"):
         assert cli.main(["make-data", "blobs", str(inside), "--n-samples", "100"]) == 1
         assert "inside the Zarr store" in capsys.readouterr().err
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
     assert not no_cluster
 
 
@@ -137,7 +114,7 @@ def test_the_output_may_not_replace_the_checkpoint(work, no_cluster, capsys):
 
 def test_python_api_overwrite_replaces_only_daskrnmf_stores(work):
     tmp_path, X = work
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     model = RFNMF(2, random_state=0).fit(X)
     for target in ("thesis", "foreign.zarr", "notes.txt"):
         with pytest.raises(FileExistsError, match="daskrnmf did not write|is a file"):
@@ -147,7 +124,7 @@ def test_python_api_overwrite_replaces_only_daskrnmf_stores(work):
                             chunk_rows=25, overwrite=True)
     with pytest.raises(ValueError, match="inside the Zarr store"):
         model.save(tmp_path / "in.zarr" / "model")
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
     model.save(tmp_path / "m.zarr")
     model.save(tmp_path / "m.zarr", overwrite=True)                 # its own: replaced
     make_zarr_blobs(tmp_path / "b.zarr", n_samples=50, n_features=2, n_clusters=2, chunk_rows=25)
@@ -177,12 +154,12 @@ def test_object_store_overwrite_keeps_other_objects():
 def test_estimator_checkpoint_never_in_or_around_the_input(work, where, monkeypatch):
     tmp_path, _ = work
     monkeypatch.chdir(tmp_path)
-    before = _snapshot(tmp_path / "in.zarr")
+    before = snapshot(tmp_path / "in.zarr")
     path = str(tmp_path / "in.zarr" / "X")
     for data in (path, zarr.open_array(path, mode="r"), da.from_zarr(path)):
         with pytest.raises(ValueError, match="would write into the input store"):
             ONMFO(n_components=2, checkpoint=where, max_iter=2).fit(data)
-    assert _snapshot(tmp_path / "in.zarr") == before
+    assert snapshot(tmp_path / "in.zarr") == before
 
 
 @pytest.mark.parametrize("bad", ["", "   "])
