@@ -162,9 +162,11 @@ class BaseModel(BaseEstimator):
         if X.size and n_nan < X.size:
             # every method, not only fit: predict/transform form the same products, and
             # 1e300 would give non-finite distances or codes without an error.
-            # fmax/fmin skip the NaN entries of missing="mask"
-            _check_magnitude(float(np.fmax.reduce(np.abs(X), axis=None)) if n_nan
-                             else float(np.max(np.abs(X))), where)
+            # the largest and smallest value, no |X| copy; fmax/fmin skip the NaN entries
+            # of missing="mask"
+            hi, lo = ((np.fmax.reduce(X, axis=None), np.fmin.reduce(X, axis=None)) if n_nan
+                      else (X.max(), X.min()))
+            _check_magnitude(max(float(hi), -float(lo)), where)
         if self._non_negative:
             if n_nan:
                 low = 0.0 if n_nan == X.size else min(float(np.fmin.reduce(X, axis=None)), 0.0)

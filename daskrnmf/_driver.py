@@ -196,11 +196,10 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     """Run ``step`` until every restart has converged or ``max_iter`` is reached.
 
     Restart ``r`` converges at iteration ``t`` when its objective changes by no more than
-    ``tol`` relative: ``|J[t-1] - J[t]| <= tol * |J[t-1]|``.  ``rule="decrease"`` names
-    models whose updates cannot increase it, ``rule="change"`` models without that
-    guarantee; the test is the same, because an increase is no convergence either way
-    (it once was for ``"decrease"``, and RFNMF's L2,1 fits stopped at their second
-    iteration when the unit-weight first step after seeding raised the objective).
+    ``tol`` relative: ``|J[t-1] - J[t]| <= tol * |J[t-1]|`` (``rule="decrease"``).  An
+    increase is no convergence, also for models whose updates cannot increase it: a step
+    that is not one of those (RFNMF's unit-weight first step after seeding) may, and
+    RFNMF's L2,1 fits once stopped at their second iteration when it did.
     ``rule="none"`` runs all ``max_iter`` steps (streams).  Converged restarts drop out
     of later steps (``active`` is False for them).
 
@@ -220,7 +219,7 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         >= 1 writes one line per iteration (:func:`say`).
     passes : callable, optional
         Returns the number of passes over X so far (for logs and the callback).
-    rule : {"decrease", "change", "none"}
+    rule : {"decrease", "none"}
     start : int, default=0
         Steps already done (a resumed stream): iterations are numbered from ``start + 1``.
     after_step : callable, optional
@@ -261,10 +260,7 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         if rule == "none":
             newly = np.full(n_restarts, bool(converged is not None and converged(state)))
         else:
-            # an increase is no convergence, whatever the rule: "decrease" models stop on a
-            # small fall only (a step that raised the objective, e.g. RFNMF's unit-weight
-            # first step after seeding, is followed by more), "change" models on a small
-            # change either way
+            # a small change only: an increase is no convergence (see the docstring)
             drop = np.abs(prev - full)
             newly = active & finite & (drop <= tol * np.where(finite, np.abs(prev), 0.0))
         log.converged |= newly

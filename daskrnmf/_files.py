@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from ._reader import _POOL, native_dtype
+from ._reader import _POOL, _rows_of, native_dtype
 
 H5PY_HINT = 'pip install "daskrnmf[hdf5]"'
 NAME_PREFIX = "daskrnmf-file-"
@@ -190,7 +190,7 @@ def read_rows(src, index, asarray=True, lock=None):
     whole rows into a pool buffer, anything else as a new array; a file that cannot be
     read is a ValueError naming it and the rows (OSError and MemoryError as they are,
     with the file named: a worker that cannot see the file says so)."""
-    rows = _whole_rows(index, src.shape)
+    rows = _rows_of(index, src.shape)
     try:
         if rows is None:
             return src.read(index)
@@ -199,34 +199,19 @@ def read_rows(src, index, asarray=True, lock=None):
         out = (_POOL.take((stop - start) * d * src.dtype.itemsize).view(src.dtype)
                .reshape(stop - start, d))
         return src.read((slice(start, stop), slice(0, d)), out)
-    except MemoryError:
-        raise
-    except ImportError:
+    except (MemoryError, ImportError):
         raise
     except FileNotFoundError:
         raise FileNotFoundError(f"{src.describe()} cannot be found here: the workers read it "
                                 "at the same path as the client (a shared file system on a "
                                 "cluster), and it must not be moved while it is read.") from None
+    except OSError as exc:       # permissions, a directory, a file lock: not a corrupt file
+        raise OSError(exc.errno, f"Cannot read {src.describe()}: {_short(exc)}") from None
     except Exception as exc:
         where = (f"rows {rows[0]}..{rows[1] - 1}" if rows else f"the selection {index}")
         raise ValueError(f"Cannot read {where} of {src.describe()}: {type(exc).__name__}: "
                          f"{_short(exc)}. Was the file changed or truncated while it was "
                          "read?") from None
-
-
-def _whole_rows(index, shape):
-    if not isinstance(index, tuple):
-        index = (index,)
-    if len(index) == 1:
-        index = index + (slice(None),)
-    if len(shape) != 2 or len(index) != 2 or not all(isinstance(i, slice) for i in index):
-        return None
-    if index[1].indices(shape[1]) != (0, shape[1], 1):
-        return None
-    start, stop, step = index[0].indices(shape[0])
-    if step != 1 or stop <= start:
-        return None
-    return start, stop
 
 
 def _short(exc):

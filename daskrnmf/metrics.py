@@ -118,6 +118,10 @@ def contingency_matrix(labels_true: Labels, labels_pred: Labels) -> np.ndarray:
         raise ValueError(f"labels_true and labels_pred differ in length: {a.shape[0]} != {b.shape[0]}.")
     if a.shape[0] == 0:
         raise ValueError("labels are empty (0 samples); there is nothing to compare.")
+    if not isinstance(a, da.Array):
+        a = _labels(labels_true, "labels_true", a)
+    if not isinstance(b, da.Array):
+        b = _labels(labels_pred, "labels_pred", b)
     if isinstance(a, da.Array) or isinstance(b, da.Array):
         if not isinstance(a, da.Array):      # the Dask side sets the blocks
             a, b = b, a
@@ -130,8 +134,7 @@ def contingency_matrix(labels_true: Labels, labels_pred: Labels) -> np.ndarray:
         ta, pb, counts = dask.compute(tree_reduce(parts, _pairs_combine, 8,
                                                   wrap=dask.delayed))[0]
     else:
-        ta, pb, counts = _pairs_chunk(_labels(labels_true, "labels_true", a),
-                                      _labels(labels_pred, "labels_pred", b))
+        ta, pb, counts = _pairs_chunk(a, b)
     _, ti = _distinct(ta, "labels_true")
     _, pi = _distinct(pb, "labels_pred")
     table = np.zeros((ti.max() + 1, pi.max() + 1), dtype=np.int64)

@@ -106,3 +106,13 @@ def test_client_labels_beside_dask_labels_send_no_large_graph(tmp_path):
         assert clustering_accuracy(y_dask, pred) == 1.0
         np.testing.assert_array_equal(contingency_matrix(pred, y_dask),
                                       contingency_matrix(pred, y))
+
+
+def test_mixed_label_types_are_refused_beside_dask_labels():
+    """A list mixing 1 and "1" is refused when the other side is a Dask array too (NumPy
+    would merge them into the string "1"); it was refused only with both in memory."""
+    t = da.from_array(np.array([0, 0, 1, 1]), chunks=2)
+    with pytest.raises(ValueError, match="mixes label types"):
+        contingency_matrix(t, [1, "1", 2, 2])
+    with pytest.raises(ValueError, match="mixes label types"):
+        contingency_matrix([1, "1", 2, 2], t)

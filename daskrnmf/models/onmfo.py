@@ -281,7 +281,7 @@ class ONMFO(_OutlierFactorization):
     _renamed_params = {"lam": "alpha_R", "n_passes": "max_iter"}
     # what save/load keeps beyond the public attributes: partial_fit continues after load
     _saved_private = BaseModel._saved_private + ("_W", "_A", "_B", "_C", "_Bm",
-                                                 "_stream_seed", "_stream_passes",
+                                                 "_stream_seed",
                                                  "_n_observed")
 
     _parameter_constraints = {
@@ -353,7 +353,6 @@ class ONMFO(_OutlierFactorization):
         if resume and overwrite_checkpoint:
             raise ValueError("resume=True and overwrite_checkpoint=True contradict each other.")
         self._fit(X, y, resume=resume, overwrite_checkpoint=overwrite_checkpoint)
-        self.n_passes_ = self._stream_passes
         return self
 
     def _fit_blocks(self, X, blocks, stats, seed, y, *, resume, overwrite_checkpoint):
@@ -417,7 +416,6 @@ class ONMFO(_OutlierFactorization):
 
             warn_if_not_converged(self._name, False, self.max_iter, stacklevel=5)
         self.n_steps_ = run.n_steps
-        self._stream_passes = run.passes_done
         self.n_passes_ = run.passes_done      # set here: the fit's final event shows it
         progress = getattr(self, "_progress", None)
         if progress is not None:
