@@ -303,7 +303,7 @@ def check_target(path, what, *, overwrite, how="overwrite=True"):
     refuse_inside_zarr(path, what)
     if os.path.lexists(path):
         if not overwrite:
-            raise FileExistsError(f"{path} exists; pass {how} to replace it.")
+            raise FileExistsError(f"{what} {path} exists; pass {how} to replace it.")
         check_replaceable(path, what, how=how)
 
 

@@ -596,7 +596,6 @@ def _check_output(path, overwrite, protected=(), storage_options=None):
     wrote), its directory there and writable (a URL: a probe object written and
     deleted, so wrong credentials and a missing bucket fail now)."""
     _refuse_overlap(path, protected, "output")
-    _stores.refuse_inside_zarr(path, "output")
     if _is_url(path):
         from . import io
 
@@ -606,10 +605,7 @@ def _check_output(path, overwrite, protected=(), storage_options=None):
             io.check_replaceable(path, "output", storage_options=storage_options)
         io.check_writable(path, storage_options, "output")
         return
-    if os.path.lexists(path):
-        if not overwrite:
-            raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
-        _stores.check_replaceable(path, "output")
+    _stores.check_target(path, "output", overwrite=overwrite, how="--overwrite")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise CommandError(f"the directory of output {path} does not exist.")
@@ -693,10 +689,8 @@ def write_store(path, arrays, attrs, overwrite, *, n_rows=None, row_chunk=None, 
                 raise CommandError(f"output {path} exists; pass --overwrite to replace "
                                    "it.") from None
             return path
-        if os.path.lexists(path):
-            if not overwrite:
-                raise CommandError(f"output {path} exists; pass --overwrite to replace it.")
-            _stores.check_replaceable(path, "output")   # again: it may have changed since
+        _stores.check_target(path, "output", overwrite=overwrite,     # again: it may
+                             how="--overwrite")                        # have changed since
         _stores.replace_with(tmp, path)
     finally:
         if url:
@@ -810,11 +804,11 @@ def cmd_fit(args, parser):
         z = _open_input(args.input, args.component, storage_options=so)
     checkpoint = params.get("checkpoint")
     has_checkpoint = isinstance(checkpoint, (str, os.PathLike)) and os.fspath(checkpoint) != ""
-    _check_output(args.output, args.overwrite, protected + (
-        _protected(args, (checkpoint, "checkpoint")) if has_checkpoint else []), so)
-    if has_checkpoint:
+    if has_checkpoint:          # not the input, nor in or around the output (either way)
         _refuse_overlap(checkpoint, protected + _protected(args, (args.output, "output")),
                         "checkpoint")
+    _check_output(args.output, args.overwrite, protected, so)
+    if has_checkpoint:
         if _is_url(checkpoint):
             from .io import check_writable
 

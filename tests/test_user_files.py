@@ -108,7 +108,7 @@ def test_the_output_may_not_replace_the_checkpoint(work, no_cluster, capsys):
         assert cli.main(["fit", "ONMFO", str(tmp_path / "in.zarr" / "X"), "--output", str(out),
                          "--checkpoint", str(ckpt), "--overwrite",
                          "--n-components", "2"]) == 1
-        assert "would overlap the checkpoint" in capsys.readouterr().err
+        assert "would overlap the output" in capsys.readouterr().err
     assert not no_cluster
 
 
