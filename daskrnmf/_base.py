@@ -41,6 +41,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from . import _validation as v
 from ._driver import Progress, iterate, warn_if_not_converged
+from ._files import is_file_memmap, is_h5py_dataset
 from ._reader import release_after
 from ._typing import Data, Labels, PathLike
 from .kernels.blocks import MAX_ABS, checked_apply
@@ -547,8 +548,6 @@ def _is_lazy(X):
     """Dask arrays, zarr arrays, paths/URLs (and (path, component) pairs) and a user's
     files (an ``np.memmap``, an ``h5py.Dataset``, read by the workers) take the
     out-of-core path."""
-    from ._files import is_file_memmap, is_h5py_dataset
-
     if v.is_path(X) or v.is_path_pair(X) or is_file_memmap(X) or is_h5py_dataset(X):
         return True
     module = type(X).__module__ or ""

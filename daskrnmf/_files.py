@@ -327,18 +327,18 @@ def hdf5_rows(path, name):
         raise ValueError(f"The HDF5 file {path} cannot be opened: {_short(exc)}.{hint}") \
             from None
     with f:
-        found = _datasets(f, h5py)
-        listed = _listing(found)
+        # the file's datasets are listed (a walk of all its metadata) only for an error
         if not name:
             raise ValueError(f"{path} is an HDF5 file; name the dataset to read: "
-                             f"'{path}/NAME' or component='NAME'. Its datasets: {listed}.")
+                             f"'{path}/NAME' or component='NAME'. Its datasets: "
+                             f"{_listing(_datasets(f, h5py))}.")
         node = f.get(name)
         if node is None:
             raise ValueError(f"No dataset {name!r} in the HDF5 file {path}; its datasets: "
-                             f"{listed}.")
+                             f"{_listing(_datasets(f, h5py))}.")
         if not isinstance(node, h5py.Dataset):
             raise ValueError(f"{name!r} in the HDF5 file {path} is a group, not a dataset; "
-                             f"the file's datasets: {listed}.")
+                             f"the file's datasets: {_listing(_datasets(f, h5py))}.")
         return _dataset_rows(path, node)
 
 

@@ -46,6 +46,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# Bytes of a block of Zarr input: several blocks per worker thread on data of a few
+# hundred MB, so that a pass is balanced over the workers (1M x 64 float32 on 2 workers:
+# blocks of 128 MiB, two to a pass, made the pass time vary 0.35-1.1 s as both went to
+# one worker or not; 32 MiB blocks, ten to a pass, ran every pass in 0.4-0.5 s).
+BLOCK_BYTES = 32 * 2**20
+
 #: Buffers a process keeps for reuse, per thread that reads: a worker thread holds two
 #: blocks at once in a pass, the one its task works on and the next one read (both
 #: within the blocks :data:`daskrnmf._blocks.BLOCK_COPIES` allows a thread); blocks

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._files import FileRows, as_dask as _file_blocks, rows_of
+from ._reader import BLOCK_BYTES, native_dtype as _native_rule
 from .kernels.missing import MASK_HINT  # noqa: F401  (the NaN error's hint, re-exported)
 
 ACCEPTED_INPUT = ("a NumPy array, a dask array, a zarr.Array, an np.memmap, an h5py.Dataset, "
@@ -338,7 +340,6 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
     import dask.array as da
     import zarr
 
-    from ._files import FileRows, rows_of
     from .io import open_input
 
     where = f"{input_name} passed to {estimator_name}"
@@ -379,9 +380,7 @@ def native_dtype(X):
     (what scikit-learn's ``check_array`` gives NumPy input, and what integers become),
     a non-native byte order (``'>f8'``) as the native one.  Numba has no float16 and
     compiles for native byte order only; other dtypes are returned unchanged."""
-    from ._reader import native_dtype as rule    # the one rule, shared with the reader
-
-    dt = rule(X.dtype) if np.dtype(X.dtype).kind == "f" else np.dtype(X.dtype).newbyteorder("=")
+    dt = _native_rule(X.dtype)          # the one rule, shared with the reader
     return X if dt == X.dtype else X.astype(dt)
 
 
@@ -433,11 +432,6 @@ def check_missing_count(n_nan, n_inf, where, *, allow_nan, hint=""):
                          "Replace them (e.g. by NaN) before fitting.")
 
 
-# Bytes of a block of Zarr input: several blocks per worker thread on data of a few
-# hundred MB, so that a pass is balanced over the workers (1M x 64 float32 on 2 workers:
-# blocks of 128 MiB, two to a pass, made the pass time vary 0.35-1.1 s as both went to
-# one worker or not; 32 MiB blocks, ten to a pass, ran every pass in 0.4-0.5 s).
-BLOCK_BYTES = 32 * 2**20
 
 
 def _zarr_to_dask(z, where):
@@ -485,8 +479,6 @@ def _file_to_dask(src, where):
     """A user's file (:class:`daskrnmf._files.FileRows`) as a Dask array of whole rows,
     blocks sized as a Zarr array's (an HDF5 dataset's chunks taken as stored chunks: a
     read decodes every chunk it touches)."""
-    from ._files import as_dask
-
     _check_shape_dtype(src, where)
     stored = getattr(src, "chunk_rows", None) or 1
-    return as_dask(src, _block_rows(src.shape, src.dtype, stored, where))
+    return _file_blocks(src, _block_rows(src.shape, src.dtype, stored, where))

@@ -52,6 +52,8 @@ import uuid
 import numpy as np
 import zarr
 
+from . import _files, _reader
+from ._reader import BLOCK_BYTES
 from ._stores import is_url, local_path  # noqa: F401  (public here)
 from ._typing import PathLike
 
@@ -360,12 +362,11 @@ def open_dask_array(url: PathLike, component: str | None = None, *,
     ((6, 2), 66.0)
     >>> tmp.cleanup()
     """
-    from ._files import FileRows
     from ._validation import _file_to_dask, _zarr_to_dask
 
     node = open_input(url, component, storage_options=storage_options)
     where = os.fspath(url) if component is None else f"{url}/{component}"
-    if isinstance(node, FileRows):
+    if isinstance(node, _files.FileRows):
         return _file_to_dask(node, where)
     return _zarr_to_dask(node, where)
 
@@ -397,26 +398,22 @@ def open_input(url: PathLike, component: str | None = None, *,
     ImportError
         An HDF5 file without h5py installed (``pip install "daskrnmf[hdf5]"``).
     """
-    from ._files import open_file, split_file_path
-
     path = os.fspath(url)
-    found = None if is_url(path) else split_file_path(local_path(path))
+    found = None if is_url(path) else _files.split_file_path(local_path(path))
     if found is not None:
         file, inner = found
         name = "/".join(p.strip("/") for p in (inner, component) if p) or None
-        return open_file(file, name)
+        return _files.open_file(file, name)
     return open_array(path, component, storage_options=storage_options)
 
 
 def _refuse_user_file(url):
     """A ``.npy`` or HDF5 file given where a Zarr array is expected: say what it is and
     how it is read, instead of zarr's 'nothing there'."""
-    from ._files import file_kind, split_file_path
-
-    found = None if is_url(url) else split_file_path(local_path(url))
+    found = None if is_url(url) else _files.split_file_path(local_path(url))
     if found is None:
         return
-    kind = file_kind(found[0])
+    kind = _files.file_kind(found[0])
     what = {"npy": "a .npy file", "hdf5": "an HDF5 file"}.get(kind, "a file")
     raise ValueError(f"{url} is {what}, not a Zarr array. The estimators read .npy files and "
                      "HDF5 datasets as they are (fit(path), fit('data.h5/X')), "
@@ -455,10 +452,10 @@ def _missing_bucket(url, storage_options):
 
 # ---------------------------------------------------------------- daskrnmf convert
 #: Bytes of a stored chunk that ``daskrnmf convert`` aims at: a fit reads X in blocks of
-#: whole stored chunks of about this size (:data:`daskrnmf._validation.BLOCK_BYTES`), and
+#: whole stored chunks of about this size (:data:`daskrnmf._reader.BLOCK_BYTES`), and
 #: a worker decodes a whole stored chunk to read any row of it, so chunks of 16-64 MiB
 #: keep both the number of tasks per pass and a worker thread's memory small.
-CHUNK_BYTES = 32 * 2**20
+CHUNK_BYTES = BLOCK_BYTES
 _CHUNK_RANGE = (16 * 2**20, 64 * 2**20)
 
 
@@ -490,8 +487,6 @@ def row_blocks(node, rows: int):
     """What :func:`open_input` gave (a ``zarr.Array`` or a file's reader) as a Dask array
     of blocks of ``rows`` rows, each read by a worker task (what ``daskrnmf convert``
     writes, one stored chunk per block)."""
-    from . import _files, _reader
-
     if isinstance(node, _files.FileRows):
         return _files.as_dask(node, rows)
     return _reader.as_dask(node, rows)
