@@ -658,3 +658,35 @@ def sample_rows(blocks, size, seed, stream, threshold=None):
         return sample_rows(blocks, size, seed, stream, threshold=1.0)
     order = np.argsort(res["idx"])
     return res["rows"][order], res["idx"][order]
+
+
+# ---------------------------------------------------------------- label counts
+def label_counts_chunk(y):
+    """``{label: count}`` of one block of labels: NumPy's unique for numbers and strings,
+    a Counter for an object block (labels of mixed types cannot be sorted)."""
+    y = np.asarray(y).ravel()
+    if y.dtype == object:
+        from collections import Counter
+
+        return dict(Counter(y.tolist()))
+    values, counts = np.unique(y, return_counts=True)
+    return dict(zip(values.tolist(), counts.tolist()))
+
+
+def label_counts_combine(parts):
+    out = {}
+    for part in parts:
+        for label, n in part.items():
+            out[label] = out.get(label, 0) + n
+    return out
+
+
+def label_counts(y):
+    """``{label: count}`` of a 1-D Dask array of labels of any dtype, tree-reduced over
+    its blocks (one pass over y; nothing of its length gathered)."""
+    import dask
+
+    from ._blocks import tree_reduce
+
+    parts = [dask.delayed(label_counts_chunk, pure=True)(b) for b in y.to_delayed().ravel()]
+    return dask.compute(tree_reduce(parts, label_counts_combine, 8, wrap=dask.delayed))[0]

@@ -324,3 +324,18 @@ def test_first_round_from_a_bracket_is_exact_when_the_bracket_misses(side):
     np.testing.assert_array_equal(search.value, med)
     if side == "inside":
         assert search.rounds == 2
+
+
+@pytest.mark.parametrize("labels", [np.array([3, 1, 3, 2, 2, 3, 7]),
+                                    np.array(["b", "a", "b", "c", "c", "b", "a"]),
+                                    np.array([1, "a", 1, "a", 2, 1, 2], dtype=object)])
+@pytest.mark.parametrize("chunks", [7, 3, 1])
+def test_label_counts_equal_their_numpy_twin(labels, chunks):
+    from collections import Counter
+
+    import dask.array as da
+
+    from daskrnmf.reductions import label_counts
+
+    got = label_counts(da.from_array(labels, chunks=chunks))
+    assert got == dict(Counter(labels.tolist()))

@@ -236,16 +236,6 @@ def ones(n):
     return np.ones(n)
 
 
-def distinct_labels(y):
-    """The distinct labels of a block of an object-dtype y, unsorted (a mix of str and
-    numbers cannot be sorted; the caller refuses it with a clear message)."""
-    labels = set(np.asarray(y).tolist())
-    out = np.empty(len(labels), dtype=object)
-    for i, label in enumerate(labels):      # element-wise: a tuple label stays one label
-        out[i] = label
-    return out
-
-
 def pair_labels(y, positive, negative):
     """+1 for ``positive``, -1 for ``negative``, 0 (outside the problem) for other classes."""
     y = np.asarray(y)

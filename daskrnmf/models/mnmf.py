@@ -88,6 +88,7 @@ from sklearn.utils.validation import check_consistent_length, column_or_1d
 from .. import _validation as v
 from .._base import BaseModel, FactorizationMixin
 from .._typing import Array, Data, Labels
+from ..reductions import label_counts
 from . import _semi
 
 #: range of C, reconstruction_weight and intercept_scaling (see the constraint table)
@@ -570,16 +571,16 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
             if isinstance(X, np.ndarray):
                 y = y.compute()        # X is in memory: y is small next to it
             else:
-                import dask
-                import dask.array as da
-
-                if y.dtype == object:
-                    # da.unique sorts, which mixed str / int labels cannot: the blocks'
-                    # distinct labels (unsorted) are checked first
-                    parts = dask.compute(*[dask.delayed(_semi.distinct_labels, pure=True)(b)
-                                           for b in y.to_delayed().ravel()])
-                    _refuse_mixed_labels(np.concatenate(parts))
-                self.classes_ = _checked_classes(*dask.compute(*da.unique(y, return_counts=True)))
+                # the labels and their counts in one pass (unsorted: mixed str / int
+                # labels reach the check below instead of failing a sort)
+                counts = label_counts(y)
+                labels = np.empty(len(counts), dtype=object)
+                labels[:] = list(counts)
+                _refuse_mixed_labels(labels)
+                order = sorted(range(len(labels)), key=lambda i: labels[i])
+                classes = labels[order] if y.dtype == object else \
+                    np.asarray(labels[order].tolist(), dtype=y.dtype)
+                self.classes_ = _checked_classes(classes, [counts[c] for c in labels[order]])
                 return y
         y = column_or_1d(y, warn=True)
         check_consistent_length(X, y)
