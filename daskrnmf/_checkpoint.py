@@ -52,6 +52,7 @@ import warnings
 
 import numpy as np
 
+from ._stores import digest as _digest
 from ._stores import input_stores, is_url, refuse_overlap, remove_zarr_tree
 
 MARKER = ".daskrnmf-checkpoint"
@@ -269,13 +270,6 @@ def _remove_ours(sub, keep=None):
             remove_zarr_tree(full)      # a user's file put inside stays, with its folder
         else:
             os.remove(full)
-
-
-def _digest(value):
-    value = np.ascontiguousarray(value)
-    h = hashlib.sha256(str(value.dtype).encode() + str(value.shape).encode())
-    h.update(value.tobytes())
-    return h.hexdigest()
 
 
 def save(path, arrays, attrs, storage_options=None):

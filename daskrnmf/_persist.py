@@ -57,7 +57,6 @@ from typing import Any
 import numpy as np
 
 from . import _stores
-from ._checkpoint import _digest
 
 FORMAT = "daskrnmf-model"
 FORMAT_VERSION = 2
@@ -220,7 +219,7 @@ def write_group(model, path: str, storage_options: dict | None = None) -> None:
             # components_ are Fortran-ordered, and BLAS results differ in the last bits)
             order = "F" if value.flags.f_contiguous and not value.flags.c_contiguous else "C"
             value = np.ascontiguousarray(value)
-            checks[key] = {"sha256": _digest(value), "order": order}
+            checks[key] = {"sha256": _stores.digest(value), "order": order}
             shape = tuple(max(s, 1) for s in value.shape)
             if value.ndim:
                 row = max(1, value.itemsize * int(np.prod(shape[1:])))
@@ -286,9 +285,7 @@ def _display_only(callback) -> bool:
     """Whether ``callback`` only shows progress (daskrnmf's own ProgressBar): a loaded
     model without it computes and stops exactly as with it, so its not being saved is
     not worth a warning at every save, unlike a user's callback, which may stop a fit."""
-    from .progress import ProgressBar
-
-    return isinstance(callback, ProgressBar)
+    return bool(getattr(callback, "progress_events", False))   # the driver's own mark
 
 
 # ---------------------------------------------------------------- load
@@ -563,7 +560,7 @@ class _Decoder:
             raise ValueError(f"{self.where}: the array {name!r} has no checksum in the file's "
                              "attributes: it was added after the model was saved.")
         value = self._read(node, path)
-        if _digest(value) != check["sha256"]:
+        if _stores.digest(value) != check["sha256"]:
             raise ValueError(f"The array {path} differs from what was saved (its SHA-256): "
                              "a deleted or changed chunk, values written into it, or an array "
                              "put in its place. The model file is damaged; save or fit the "

@@ -178,6 +178,20 @@ def check_writable(directory, what):
             from None
 
 
+# ---------------------------------------------------------------- checksums
+def digest(value) -> str:
+    """SHA-256 (hex) of an array's dtype, shape and values: what model files, checkpoints
+    and the chunks a checkpointed fit read are verified against."""
+    import hashlib
+
+    import numpy as np
+
+    value = np.ascontiguousarray(value)
+    h = hashlib.sha256(str(value.dtype).encode() + str(value.shape).encode())
+    h.update(memoryview(value).cast("B") if value.dtype.kind in "biuf" else value.tobytes())
+    return h.hexdigest()
+
+
 # ---------------------------------------------------------------- owned stores
 def mark(attrs: dict) -> dict:
     """``attrs`` with the owner mark that lets a later ``overwrite`` replace the store."""

@@ -34,12 +34,12 @@ anywhere in the rows the first run read is refused when they are read again, not
 with the rows read before.  NumPy X is one chunk, checksummed once per feed.
 """
 
-import hashlib
 import math
 
 import numpy as np
 
 from ._blocks import active_client, tree_reduce
+from ._stores import digest
 from .kernels.blocks import as_float_block
 
 UPDATES_PER_PASS = 8        # default batches: at least this many W updates per pass
@@ -162,11 +162,9 @@ def piece_sum(block, start=0):
 
 
 def chunk_checksum(chunk):
-    """SHA-256 (64 bits of it, as hex) of a chunk's dtype, shape and values."""
-    chunk = np.ascontiguousarray(chunk)
-    h = hashlib.sha256(f"{chunk.dtype.str}{chunk.shape}".encode())
-    h.update(memoryview(chunk).cast("B"))
-    return h.hexdigest()[:16]
+    """SHA-256 (64 bits of it, as hex) of a chunk's dtype, shape and values
+    (:func:`daskrnmf._stores.digest`)."""
+    return digest(chunk)[:16]
 
 
 def _read_with_checksum(block):
