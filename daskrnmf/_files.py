@@ -22,10 +22,10 @@ import os
 
 import numpy as np
 
-from ._reader import _POOL, _rows_of, native_dtype
+from ._reader import _POOL, FILE_PREFIX, _rows_of, native_dtype, row_source_as_dask
 
 H5PY_HINT = 'pip install "daskrnmf[hdf5]"'
-NAME_PREFIX = "daskrnmf-file-"
+NAME_PREFIX = FILE_PREFIX
 _NPY_MAGIC = b"\x93NUMPY"
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
@@ -374,9 +374,4 @@ def rows_of(X):
 def as_dask(src, rows):
     """``src`` (a :class:`FileRows`) as a Dask array of ``rows``-row blocks, each read by
     a task of its own (:func:`read_rows`); the graph holds ``src``, never its values."""
-    import dask.array as da
-    from dask.base import tokenize
-
-    return da.from_array(src, chunks=(rows, src.shape[1]),
-                         name=NAME_PREFIX + tokenize(src, rows), getitem=read_rows,
-                         asarray=False, fancy=False, meta=np.empty((0, 0), dtype=src.dtype))
+    return row_source_as_dask(src, rows, read_rows, NAME_PREFIX)

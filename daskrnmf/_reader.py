@@ -442,14 +442,23 @@ def _read_into(fh, buf, path):
 NAME_PREFIX = "daskrnmf-zarr-"
 
 
+FILE_PREFIX = "daskrnmf-file-"       # the blocks of a user's file (daskrnmf._files)
+
+
 def as_dask(z, rows):
     """``z`` as a Dask array of ``rows``-row blocks (whole rows), read by :func:`read_rows`."""
+    return row_source_as_dask(ZarrRows(z), rows, read_rows, NAME_PREFIX)
+
+
+def row_source_as_dask(src, rows, getter, prefix):
+    """A row source (``shape``, ``dtype`` and a ``getter(src, index)``) as a Dask array of
+    ``rows``-row blocks, each read by a task of its own: the graph holds ``src``, never
+    its values; ``prefix`` names the blocks so that :func:`release_after` knows them."""
     import dask.array as da
     from dask.base import tokenize
 
-    src = ZarrRows(z)
-    return da.from_array(src, chunks=(rows, z.shape[1]), name=NAME_PREFIX + tokenize(src, rows),
-                         getitem=read_rows, asarray=False, fancy=False,
+    return da.from_array(src, chunks=(rows, src.shape[1]), name=prefix + tokenize(src, rows),
+                         getitem=getter, asarray=False, fancy=False,
                          meta=np.empty((0, 0), dtype=src.dtype))
 
 
@@ -458,7 +467,7 @@ def release_after(X):
     :func:`daskrnmf._files.as_dask`, whose blocks use the same pool): :func:`release` here
     and on every worker, so that idle workers do not keep a fit's blocks.  A worker that
     cannot be reached keeps its buffers (at most :data:`POOL_BUFFERS` blocks)."""
-    if not str(getattr(X, "name", "")).startswith((NAME_PREFIX, "daskrnmf-file-")):
+    if not str(getattr(X, "name", "")).startswith((NAME_PREFIX, FILE_PREFIX)):
         return
     from ._blocks import active_client
 
