@@ -43,7 +43,13 @@ WORKERS_PER_NODE=${WORKERS_PER_NODE:-4}
 THREADS_PER_WORKER=${THREADS_PER_WORKER:-2}
 MEMORY_LIMIT="$(( NODE_MEMORY_GB * 1024 * 85 / 100 / WORKERS_PER_NODE ))MiB"
 MODEL=${MODEL:-ONMFO}
-PARAMS=${PARAMS:-"--n-components 49 --max-iter 2 --random-state 0 --checkpoint $OUTPUT.ckpt"}
+# PARAMS is split at white space (qsub -v passes one string); the default's checkpoint
+# path is kept whole, spaces and all
+if [ -n "${PARAMS:-}" ]; then
+    read -r -a ARGS <<<"$PARAMS"
+else
+    ARGS=(--n-components 49 --max-iter 2 --random-state 0 --checkpoint "$OUTPUT.ckpt")
+fi
 
 SCHEDULER_FILE=$PWD/scheduler-${PBS_JOBID:-local}.json
 SCRATCH=${TMPDIR:-/tmp}/daskrnmf-job-${PBS_JOBID:-local}
@@ -79,13 +85,12 @@ stop_cluster() {
 
 # a resubmitted job continues the checkpoint its predecessor left (an earlier run's
 # checkpoint is never overwritten silently: without --resume the fit would refuse it);
-# the checkpoint is the one PARAMS names
+# the checkpoint is the one the fit's options name
 CHECKPOINT=""
-read -r -a WORDS <<<"$PARAMS"
-for ((i = 0; i < ${#WORDS[@]}; i++)); do
-    case ${WORDS[$i]} in
-        --checkpoint) CHECKPOINT=${WORDS[$((i + 1))]:-} ;;
-        --checkpoint=*) CHECKPOINT=${WORDS[$i]#--checkpoint=} ;;
+for ((i = 0; i < ${#ARGS[@]}; i++)); do
+    case ${ARGS[$i]} in
+        --checkpoint) CHECKPOINT=${ARGS[$((i + 1))]:-} ;;
+        --checkpoint=*) CHECKPOINT=${ARGS[$i]#--checkpoint=} ;;
     esac
 done
 RESUME=""
@@ -93,6 +98,6 @@ if [ -n "$CHECKPOINT" ] && [ -e "$CHECKPOINT/.daskrnmf-checkpoint" ]; then RESUM
 STATUS=0
 # shellcheck disable=SC2086
 daskrnmf fit "$MODEL" "$INPUT" --output "$OUTPUT" --scheduler-file "$SCHEDULER_FILE" \
-    $PARAMS --progress $RESUME $DEBUG || STATUS=$?
+    "${ARGS[@]}" --progress $RESUME $DEBUG || STATUS=$?
 stop_cluster
 exit "$STATUS"

@@ -213,3 +213,25 @@ def test_object_store_example_fits_saves_and_loads(capsys):
     out = capsys.readouterr().out
     assert "/blobs.zarr: ACC 1.000" in out
     assert "same predictions True" in out
+
+
+@pytest.mark.parametrize("model, own_checkpoint", [("ONMFO", True), ("RFNMF", False)])
+def test_pbs_job_resumes_the_checkpoint_its_params_name(batch, model, own_checkpoint):
+    """MODEL and PARAMS chosen at qsub: --resume follows the checkpoint PARAMS names (it
+    followed OUTPUT.ckpt whatever the model, so RFNMF got --resume, which it refuses)."""
+    tmp, log, env = batch
+    (tmp / "nodes").write_text("node-a\n")
+    ckpt = tmp / "mine.ckpt"
+    ckpt.mkdir()
+    (ckpt / ".daskrnmf-checkpoint").write_text("")
+    (tmp / "out.zarr.ckpt").mkdir()                     # a leftover beside the output
+    (tmp / "out.zarr.ckpt" / ".daskrnmf-checkpoint").write_text("")
+    params = "--n-components 3" + (f" --checkpoint {ckpt}" if own_checkpoint else "")
+    env.update({"PBS_NODEFILE": str(tmp / "nodes"), "PBS_JOBID": "8", "PBS_O_WORKDIR": str(tmp),
+                "INPUT": "in.zarr/X", "OUTPUT": str(tmp / "out.zarr"), "MODEL": model,
+                "PARAMS": params})
+    proc = _run("pbs_job.sh", env)
+    assert proc.returncode == 0, proc.stderr
+    (fit,) = [args for p, _, args in _lines(log) if p == "daskrnmf" and args.startswith("fit")]
+    assert fit.startswith(f"fit {model} in.zarr/X") and params in fit
+    assert fit.endswith("--resume") == own_checkpoint
