@@ -264,7 +264,8 @@ class BaseModel(BaseEstimator):
     def _seed(self):
         return v.seed_from(self.random_state)
 
-    def fit(self, X: Data, y: Labels | None = None, *, storage_options: dict | None = None,
+    def fit(self, X: Data, y: Labels | None = None, *, resume: bool = False,
+            overwrite_checkpoint: bool = False, storage_options: dict | None = None,
             component: str | None = None, **fit_params: Any) -> BaseModel:
         """Fit the model to X.
 
@@ -279,6 +280,16 @@ class BaseModel(BaseEstimator):
             :mod:`daskrnmf.io`).
         y : array-like of shape (n_samples,), optional
             Class labels for classifiers; ignored by the other models.
+        resume : bool, default=False
+            Continue from the ``checkpoint`` directory if it holds a run of this model on
+            this X (same data, chunking, parameters and seed; ``max_iter`` may differ):
+            the result is exactly the uninterrupted fit's.  Without a checkpoint there
+            the fit starts afresh.  A damaged checkpoint, or one made from other data or
+            parameters, is a ValueError.  Needs the parameter ``checkpoint``.
+        overwrite_checkpoint : bool, default=False
+            Without ``resume``, a ``checkpoint`` directory that holds an earlier run's
+            checkpoint is a ValueError unless this is True (the earlier run is then
+            replaced at the first save).
         storage_options : dict, optional
             Options of the fsspec file system of every URL the fit opens (X, and an
             ONMFO ``checkpoint`` URL): credentials, ``client_kwargs={"endpoint_url":
@@ -296,6 +307,8 @@ class BaseModel(BaseEstimator):
             The fitted estimator.
         """
         X = v.with_component(X, component, f"{self._name}.fit")
+        if resume or overwrite_checkpoint:
+            fit_params.update(resume=resume, overwrite_checkpoint=overwrite_checkpoint)
         with v.using_storage_options(storage_options):
             self._fit(X, y, **fit_params)
         return self
@@ -335,7 +348,7 @@ class BaseModel(BaseEstimator):
             vars(self).update(saved)
             raise
 
-    def _fit_once(self, X, y=None, **fit_params):
+    def _fit_once(self, X, y=None, *, resume=False, overwrite_checkpoint=False, **fit_params):
         self._validate_params()
         X = self._validate_data(X, reset=True)
         y = self._validate_target(X, y)
@@ -344,19 +357,78 @@ class BaseModel(BaseEstimator):
 
             rows = max(X.chunks[0]) if X.chunks[0] else 0
             check_block_fits(rows * X.shape[1] * 8, f"X passed to {self._name}")
+        if not self._driver_checkpoints:    # the model keeps its own (ONMFO's stream)
+            fit_params.update(resume=resume, overwrite_checkpoint=overwrite_checkpoint)
+            return self._fit_checked(X, y, None, **fit_params)
+        with self._checkpointing(X, resume, overwrite_checkpoint) as ckpt:
+            return self._fit_checked(X, y, ckpt, **fit_params)
+
+    def _fit_checked(self, X, y, ckpt, **fit_params):
         blocks = None
         try:
             blocks, stats = self._check_blocks(X) if self._first_pass else (None, None)
+            seed = self._seed()
+            if ckpt is not None:
+                ckpt.row_blocks = blocks
+                seed = ckpt.start(seed, stats)
+                self._fit_checkpoint = ckpt
             self._fit_dtype = self._output_dtype(X)
-            out = self._fit_blocks(X, blocks, stats, self._seed(), y, **fit_params)
+            out = self._fit_blocks(X, blocks, stats, seed, y, **fit_params)
             if blocks is not None:
                 self.n_passes_ = blocks.n_passes
         finally:
+            vars(self).pop("_fit_checkpoint", None)
             if blocks is not None:   # spilled state: removed on success, error and Ctrl-C
                 blocks.close()
             release_after(X)        # the workers' buffers of X's blocks
         self._cast_fitted()
         return out
+
+    # the driver saves and restores this model's runs (the ``checkpoint`` parameter);
+    # False for a model that checkpoints its own stream (ONMFO)
+    _driver_checkpoints = True
+
+    @contextlib.contextmanager
+    def _checkpointing(self, X, resume, overwrite_checkpoint):
+        """The fit's :class:`~daskrnmf._resume.FitCheckpoint` (None without the parameter
+        ``checkpoint``): the directory locked for the whole fit, read (``resume``) or
+        claimed; a fresh run that fails on bad data, or before it saved anything, leaves
+        no checkpoint behind; an earlier run's checkpoint is never removed here."""
+        path = getattr(self, "checkpoint", None)
+        if resume and path is None:
+            raise ValueError(f"resume=True needs the 'checkpoint' parameter of {self._name} "
+                             "to be set.")
+        if resume and overwrite_checkpoint:
+            raise ValueError("resume=True and overwrite_checkpoint=True contradict each other.")
+        if path is None:
+            yield None
+            return
+        from . import _checkpoint
+        from ._resume import FitCheckpoint, model_fingerprint
+
+        options = v.current_storage_options()
+        _checkpoint.check_location(path, X)        # never in or around X's store
+        lock = _checkpoint.Lock(path)
+        claimed = None
+        try:
+            lock.acquire()              # the directory is read only under the lock
+            saved = _checkpoint.load(path, options, finite=False) if resume else None
+            if saved is None:
+                claimed = _checkpoint.claim(path, overwrite=overwrite_checkpoint,
+                                            storage_options=options)
+                lock.acquire()          # the marker claim() made, if it was not there
+            ckpt = FitCheckpoint(path, model_fingerprint(self), _checkpoint.data_fingerprint(X),
+                                 saved, options)
+            try:
+                yield ckpt
+            except BaseException as exc:
+                if claimed is not None and (isinstance(exc, ValueError) or not
+                                            _checkpoint.holds_run(path, options)):
+                    _checkpoint.release(path, claimed, options)
+                raise
+            ckpt.close()
+        finally:
+            lock.release()
 
     def _validate_target(self, X, y):
         return None
@@ -365,16 +437,23 @@ class BaseModel(BaseEstimator):
         raise NotImplementedError
 
     def _run(self, step, state, *, n_restarts=1, max_iter=None, tol=None, blocks=None,
-             rule="decrease", name=None, quiet=False, **driver):
+             rule="decrease", name=None, quiet=False, problem=None, **driver):
         """The one iteration loop (:func:`daskrnmf._driver.iterate`) with this model's
         ``max_iter``, ``tol``, callback and verbosity.  ``quiet`` runs an inner loop (no
-        callback, no logs).  :meth:`_set_iterations` then records the kept restart.
+        callback, no logs, no checkpoint: it is done again on resume).
+        :meth:`_set_iterations` then records the kept restart.  With the parameter
+        ``checkpoint``, every other run is saved after each iteration and a resumed fit
+        takes it from there (:mod:`daskrnmf._resume`): ``problem`` is the fit-state
+        object whose ``checkpoint_attributes`` are saved with ``state``.
 
         Returns ``state, log``.
         """
         max_iter = self.max_iter if max_iter is None else max_iter
         tol = self.tol if tol is None else tol
         name = name or self._name
+        ckpt = getattr(self, "_fit_checkpoint", None)
+        if ckpt is not None and not quiet:
+            driver.update(checkpoint=ckpt.next_run(name), problem=problem)
         state, log = iterate(step, state, n_restarts=n_restarts, max_iter=max_iter, tol=tol,
                              callback=None if quiet else self.callback,
                              verbose=0 if quiet else self.verbose, name=name,
@@ -391,7 +470,7 @@ class BaseModel(BaseEstimator):
         if warn and not log.stopped_by_callback and log.rule != "none":
             # user code -> fit -> _fit -> _fit_blocks -> here -> warn: point at the user
             warn_if_not_converged(name or self._name, log.converged[restart],
-                                  self.max_iter if max_iter is None else max_iter, stacklevel=6)
+                                  self.max_iter if max_iter is None else max_iter)
 
     _cast_attributes = ("components_", "cluster_centers_", "block_medians_")
 

@@ -70,6 +70,13 @@ def tree_reduce(parts, combine, split_every, wrap=None):
     return level[0]
 
 
+class BlockState(list):
+    """Per-block state a pass kept (``keep_state=True``): one entry per row block, NumPy
+    values for NumPy input, tasks (persisted on the cluster, or reading a scratch file)
+    for Dask input.  Its own type so that a checkpoint (:mod:`daskrnmf._resume`) writes
+    it block by block, never gathered."""
+
+
 class RowBlocks:
     """Row blocks of X with their global offsets.
 
@@ -169,7 +176,7 @@ class RowBlocks:
         root = tree_reduce(parts, combine, self.split_every)
         if finalize is not None:
             root = finalize(root)
-        return (root, states) if keep_state else root
+        return (root, BlockState(states)) if keep_state else root
 
     def _map_reduce_dask(self, chunk, combine, finalize, args, state, keep_state):
         dargs = [delayed(a, traverse=False)
@@ -192,7 +199,7 @@ class RowBlocks:
         scratch = self._scratch_directory() if state is not None else None
         if scratch is None:
             persisted = dask.persist(root, *states)
-            return persisted[0].compute(), list(persisted[1:])
+            return persisted[0].compute(), BlockState(persisted[1:])
         return scratch.spill(root, states, consumed=state)
 
     def map_state(self, chunk, combine, state, args=(), name="state pass"):
@@ -410,7 +417,7 @@ class _Scratch:
                                    directory, paths, keep)
 
 
-class SpilledState(list):
+class SpilledState(BlockState):
     """Per-block state as tasks that read it from a scratch generation."""
 
     def __init__(self, blocks, directory, paths=(), keep_alive=None):

@@ -255,15 +255,16 @@ def release(path, claimed, storage_options=None):
 
 
 def _remove_ours(sub, keep=None):
-    """Remove what this module wrote in ``sub`` except ``keep``: generations (their Zarr
-    files only), abandoned temporaries and the pointer's temporary files; ``LATEST``
-    too when ``keep`` is None."""
+    """Remove what this module wrote in ``sub`` except the names in ``keep``:
+    generations (their Zarr files only), abandoned temporaries and the pointer's
+    temporary files; ``LATEST`` too when ``keep`` is None."""
     try:
         entries = os.listdir(sub)
     except OSError:
         return
     for entry in entries:
-        if entry == keep or not (_OURS.fullmatch(entry) or (keep is None and entry == _LATEST)):
+        if (keep is not None and entry in keep) or not (
+                _OURS.fullmatch(entry) or (keep is None and entry == _LATEST)):
             continue
         full = os.path.join(sub, entry)
         if os.path.isdir(full) and not os.path.islink(full):
@@ -272,11 +273,15 @@ def _remove_ours(sub, keep=None):
             os.remove(full)
 
 
-def save(path, arrays, attrs, storage_options=None):
+def save(path, arrays, attrs, storage_options=None, *, extra=None, keep=()):
     """Write a new generation holding ``arrays`` (name -> ndarray) and ``attrs`` (JSON),
-    then remove the older ones.  ``path`` must have been :func:`claim`-ed."""
+    then remove the older ones but those named in ``keep``.  ``path`` must have been
+    :func:`claim`-ed.  ``extra(where)``, called once the generation's group exists and
+    before it is complete, writes more into it (per-block state,
+    :mod:`daskrnmf._resume`) and returns attributes to add.  Returns the generation's
+    name."""
     if _is_url(path):
-        return _Remote(path, storage_options).save(arrays, attrs)
+        return _Remote(path, storage_options).save(arrays, attrs, extra, keep)
     import zarr
 
     path, marker, sub = _paths(path)
@@ -287,7 +292,10 @@ def save(path, arrays, attrs, storage_options=None):
     number = int(_GEN.fullmatch(gens[-1]).group(1)) + 1 if gens else 0
     name = f"gen-{number:08d}"
     tmp = os.path.join(sub, f".{name}.{uuid.uuid4().hex}.partial")
-    _write_generation(zarr.open_group(tmp, mode="w"), arrays, attrs)
+    group = zarr.open_group(tmp, mode="w")
+    if extra is not None:
+        attrs = {**attrs, **extra(tmp)}
+    _write_generation(group, arrays, attrs)
     os.rename(tmp, os.path.join(sub, name))
     pointer = os.path.join(sub, f".{_LATEST}.{uuid.uuid4().hex}")
     with open(pointer, "w") as fh:
@@ -295,7 +303,23 @@ def save(path, arrays, attrs, storage_options=None):
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(pointer, os.path.join(sub, _LATEST))
-    _remove_ours(sub, keep=name)      # only names this module writes
+    _remove_ours(sub, keep={name, *keep})      # only names this module writes
+    return name
+
+
+def prune(path, storage_options=None):
+    """Remove every generation but the newest (those a resumed fit kept while it read
+    from them)."""
+    if _is_url(path):
+        remote = _Remote(path, storage_options)
+        gens = remote._generations()
+        for entry in gens[:-1]:
+            remote._remove_generation(entry)
+        return
+    _, _, sub = _paths(path)
+    latest = _read_latest(sub)
+    if latest is not None:
+        _remove_ours(sub, keep={latest})
 
 
 def _write_generation(group, arrays, attrs):
@@ -309,7 +333,7 @@ def _write_generation(group, arrays, attrs):
                                               "_sha256": sums})))
 
 
-def load(path, storage_options=None):
+def load(path, storage_options=None, *, finite=True):
     """``(arrays, attrs)`` of the newest generation, or None when ``path`` holds none.
 
     ``attrs["_file"]`` is the generation's directory (for error messages).  Raises a
@@ -319,7 +343,7 @@ def load(path, storage_options=None):
     replaced (and deleted) while it was being read is read again from the new pointer.
     """
     if _is_url(path):
-        return _Remote(path, storage_options).load()
+        return _Remote(path, storage_options).load(finite)
     path, marker, sub = _paths(path)
     if not os.path.exists(marker):
         if os.path.exists(sub):
@@ -336,7 +360,7 @@ def load(path, storage_options=None):
             return None
         where = os.path.join(sub, name)
         try:
-            arrays, attrs = _read_generation(where)
+            arrays, attrs = _read_generation(where, finite=finite)
         except ValueError:
             if _read_latest(sub) != name:   # replaced while being read: read the new one
                 continue
@@ -379,7 +403,7 @@ def _read_latest(sub):
     return name
 
 
-def _read_generation(where, storage_options=None):
+def _read_generation(where, storage_options=None, finite=True):
     import zarr
 
     from .io import zarr_target
@@ -415,7 +439,7 @@ def _read_generation(where, storage_options=None):
         if _digest(value) != sums.get(key):
             raise ValueError(f"The checkpoint array {os.path.join(where, key)} is damaged: its "
                              "content differs from what was saved (a deleted or changed chunk).")
-        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+        if finite and value.dtype.kind == "f" and not np.all(np.isfinite(value)):
             raise ValueError(f"The checkpoint array {os.path.join(where, key)} holds NaN or "
                              "infinite values; it cannot be resumed from.")
     return arrays, attrs
@@ -492,7 +516,7 @@ class _Remote:
             except FileNotFoundError:
                 pass
 
-    def save(self, arrays, attrs):
+    def save(self, arrays, attrs, extra=None, keep=()):
         import zarr
 
         from .io import store
@@ -507,12 +531,15 @@ class _Remote:
             warnings.simplefilter("ignore")
             group = self._do("write", zarr.open_group,
                              store(where, self.options, read_only=False), mode="w")
+            if extra is not None:
+                attrs = {**attrs, **extra(where)}
             self._do("write", _write_generation, group, arrays, attrs)
         self._do("write", self.fs.pipe_file, f"{self.sub}/{name}/{self.COMPLETE}", b"")
         self._do("write", self.fs.pipe_file, f"{self.sub}/{_LATEST}", name.encode())  # commit
         for entry in self._names(self.sub):
-            if _GEN.fullmatch(entry) and entry != name:   # only names this module writes
-                self._remove_generation(entry)
+            if _GEN.fullmatch(entry) and entry != name and entry not in keep:
+                self._remove_generation(entry)      # only names this module writes
+        return name
 
     def _remove_generation(self, name):
         """Delete a generation's own objects (Zarr metadata and chunks, its completion
@@ -529,7 +556,7 @@ class _Remote:
             except FileNotFoundError:
                 pass
 
-    def load(self):
+    def load(self, finite=True):
         if not self._exists(self.marker):
             if self._names(self.sub):
                 raise ValueError(f"{self._url(SUBDIR)} was not created by daskrnmf (no "
@@ -554,7 +581,7 @@ class _Remote:
                                  f"missing from {self._url(SUBDIR)}: the checkpoint is damaged.")
             where = self._url(SUBDIR, name)
             try:
-                arrays, attrs = _read_generation(where, self.options)
+                arrays, attrs = _read_generation(where, self.options, finite)
             except ValueError:
                 again = self._do("read", self.fs.cat_file, f"{self.sub}/{_LATEST}")[:64]
                 if again.decode("ascii", "replace").strip() != name:

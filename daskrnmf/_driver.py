@@ -36,6 +36,7 @@ ignored for them):
 """
 
 import logging
+import os
 import sys
 import time
 import warnings
@@ -192,7 +193,7 @@ class IterationLog:
 
 def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
             name="model", passes=None, rule="decrease", start=0, after_step=None,
-            step_info=None, converged=None, progress=None):
+            step_info=None, converged=None, progress=None, checkpoint=None, problem=None):
     """Run ``step`` until every restart has converged or ``max_iter`` is reached.
 
     Restart ``r`` converges at iteration ``t`` when its objective changes by no more than
@@ -232,6 +233,13 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     progress : Progress, optional
         The fit's :class:`Progress`: its clock (``elapsed``), and the passes made inside
         a step are left to the iteration's line.
+    checkpoint : daskrnmf._resume.RunCheckpoint, optional
+        This run's part of the fit's checkpoint (the model's ``checkpoint`` parameter):
+        the run starts from the iteration it saved, if it saved one, and is saved after
+        every iteration.
+    problem : object, optional
+        The model's fit-state object: its attributes named in ``checkpoint_attributes``
+        are saved and restored with ``state``.
 
     Returns
     -------
@@ -243,7 +251,21 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     prev = np.full(n_restarts, np.inf)
     best_so_far = np.full(n_restarts, np.inf)
     t0 = progress.t0 if progress is not None else time.perf_counter()
+    restored = checkpoint.restore(state, problem) if checkpoint is not None else None
+    if restored is not None:
+        state, history, log.n_iter, log.converged, log.stopped_by_callback, start = restored
+        log.history = [np.array(row, dtype=float) for row in history]
+        active = ~log.converged
+        for row in log.history:
+            seen = np.isfinite(row)
+            prev = np.where(seen, row, prev)
+            best_so_far = np.where(seen, np.fmin(best_so_far, row), best_so_far)
+        if verbose:
+            say("%s resumed from its checkpoint after iteration %d%s", name, start,
+                "" if active.any() else " (converged)")
     for it in range(start + 1, max_iter + 1):
+        if not active.any():
+            break
         tic = time.perf_counter()
         if progress is not None:
             progress.in_step = True
@@ -283,13 +305,28 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         log.stopped_by_callback = stop
         if after_step is not None:
             after_step(state, it, stop or not active.any() or it == max_iter)
+        if checkpoint is not None:
+            checkpoint.save(state, problem, log, it)
         if stop or not active.any():
             break
     return state, log
 
 
-def warn_if_not_converged(name, converged, max_iter, stacklevel=3):
-    """A :class:`~sklearn.exceptions.ConvergenceWarning` unless ``converged``."""
+def warn_if_not_converged(name, converged, max_iter, stacklevel=None):
+    """A :class:`~sklearn.exceptions.ConvergenceWarning` unless ``converged``, pointing
+    at the user's line that called into daskrnmf (``stacklevel`` None: the first frame
+    outside the package, however deep the fit's call chain)."""
     if not converged:
         warnings.warn(f"{name} did not converge within max_iter={max_iter} iterations; "
-                      "increase max_iter or tol.", ConvergenceWarning, stacklevel=stacklevel)
+                      "increase max_iter or tol.", ConvergenceWarning,
+                      stacklevel=stacklevel or user_stacklevel())
+
+
+def user_stacklevel():
+    """The ``stacklevel`` of :func:`warnings.warn`, called by this function's caller,
+    that names the first frame outside the daskrnmf package."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(2), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -30,7 +30,8 @@ class ModelSpec:
     needs_y : bool
         ``fit(X, y)`` needs class labels.
     resumable : bool
-        ``fit(X, resume=True)`` continues from a checkpoint.
+        The estimator has the parameter ``checkpoint`` and ``fit(X, resume=True)``
+        continues from it (the CLI's ``--checkpoint DIR`` and ``--resume``).
     """
 
     name: str
@@ -50,17 +51,18 @@ class ModelSpec:
 REGISTRY = {spec.name: spec for spec in (
     ModelSpec("RFNMF", "daskrnmf.models.rfnmf", "clustering",
               "clusters samples robustly: L2,1 (reweighted means) or L1 (medians) centres",
-              outputs=("labels",)),
+              outputs=("labels",), resumable=True),
     ModelSpec("RFNMTF", "daskrnmf.models.rfnmtf", "co-clustering",
               "clusters samples and features together (L1, block medians)",
               outputs=("labels",)),
     ModelSpec("NMF", "daskrnmf.models.ornmf", "factorization",
-              "Lee-Seung NMF, the squared-error baseline", outputs=("H",)),
+              "Lee-Seung NMF, the squared-error baseline", outputs=("H",), resumable=True),
     ModelSpec("RNMF", "daskrnmf.models.ornmf", "factorization",
-              "Kong's L2,1 robust NMF: whole corrupted samples", outputs=("H",)),
+              "Kong's L2,1 robust NMF: whole corrupted samples", outputs=("H",),
+              resumable=True),
     ModelSpec("ORNMF", "daskrnmf.models.ornmf", "factorization",
               "robust NMF of ordered samples (video, motion capture): segments and boundaries",
-              outputs=("H",)),
+              outputs=("H",), resumable=True),
     ModelSpec("SemiNMF", "daskrnmf.models.mnmf", "factorization",
               "semi-NMF of data of any sign (Ding, Li & Jordan)", outputs=("H",)),
     ModelSpec("MNMF", "daskrnmf.models.mnmf", "classification",
@@ -70,7 +72,8 @@ REGISTRY = {spec.name: spec for spec in (
               "online NMF with sparse outliers, streaming data of any size",
               outputs=("H", "R"), resumable=True),
     ModelSpec("RobustNMF", "daskrnmf.models.onmfo", "factorization",
-              "batch NMF with sparse outliers (ONMFO's batch twin)", outputs=("H", "R")),
+              "batch NMF with sparse outliers (ONMFO's batch twin)", outputs=("H", "R"),
+              resumable=True),
 )}
 
 

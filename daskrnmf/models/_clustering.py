@@ -18,6 +18,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .. import _validation as v
 from .._base import BaseModel, float_tags
+from .._driver import user_stacklevel
 
 from .._blocks import RowBlocks
 from .._driver import iterate
@@ -142,10 +143,9 @@ class ClusterBase(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixi
         the restarts could not separate them): the fitted model has empty clusters."""
         found = int(np.unique(labels).size)
         if found < n_clusters:
-            # user code -> fit -> _fit -> _fit_once -> _fit_blocks -> here
             warnings.warn(f"Number of distinct {what} ({found}) found smaller than "
                           f"{parameter} ({n_clusters}). {reason}", ConvergenceWarning,
-                          stacklevel=6)
+                          stacklevel=user_stacklevel())
 
     def _outputs(self, X):
         return {"labels": self.predict(X)}
@@ -178,6 +178,12 @@ def transform_block(block, centers, metric):
 
 class CentroidFit:
     """The state and passes of one RFNMF fit (all restarts stacked)."""
+
+    # what a checkpoint holds besides the centres (daskrnmf._resume): the median
+    # search's warm windows, the weights rule of the next step, the last pass's labels
+    # (per block) and, in memory, every restart's last labels and medians
+    checkpoint_attributes = ("warm", "warm_hit", "unit_weights_next", "_last_pass",
+                             "_medians", "median_rounds")
 
     def __init__(self, blocks, stats, *, k, R, metric, loss, seed, median_tol, missing=False,
                  ranked=None):

@@ -322,6 +322,9 @@ class ONMFO(_OutlierFactorization):
         self.callback = callback
         self._take_renamed(renamed)
 
+    # its checkpoints are of the stream's position (checkpoint_every batches), its own
+    _driver_checkpoints = False
+
     # -- the stream
     def fit(self, X, y=None, *, resume=False, overwrite_checkpoint=False):
         """Stream X until the passes converge (``tol``) or ``max_iter`` passes.
@@ -414,7 +417,7 @@ class ONMFO(_OutlierFactorization):
         if self.tol > 0 and not run.converged and not run.stopped:
             from .._driver import warn_if_not_converged
 
-            warn_if_not_converged(self._name, False, self.max_iter, stacklevel=5)
+            warn_if_not_converged(self._name, False, self.max_iter)
         self.n_steps_ = run.n_steps
         self.n_passes_ = run.passes_done      # set here: the fit's final event shows it
         progress = getattr(self, "_progress", None)
@@ -762,6 +765,12 @@ class RobustNMF(_OutlierFactorization):
         per-feature statistics ``B_j = sum_i m_ij h_i^T h_i`` (n_features x
         n_components^2 floats); ``inverse_transform`` fills the missing entries
         (:mod:`daskrnmf.kernels.missing`).
+    checkpoint : str, os.PathLike or None, default=None
+        Directory (or fsspec URL) where the fit saves its state after every iteration
+        (W, and H and R chunked like X, written by the workers), atomically;
+        ``fit(X, resume=True)`` continues from it with exactly the uninterrupted result.
+        The library owns it (a marker file and its own subfolder; nothing else in it is
+        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
     random_state : int, RandomState instance, Generator or None, default=None
         Seeds W's start.
     verbose : int, default=0
@@ -817,11 +826,12 @@ class RobustNMF(_OutlierFactorization):
         **_OutlierFactorization._parameter_constraints,
         "max_iter": [v.Interval(int, 1, None)],
         "tol": [v.Interval(float, 0, None)],
+        "checkpoint": [v.Location()],
     }
 
     def __init__(self, n_components=8, *, alpha_R=1.0, solver="cd", max_iter=300, tol=1e-4,
-                 max_inner_iter=100, inner_tol=1e-3, missing="raise", random_state=None,
-                 verbose=0, callback=None, **renamed):
+                 max_inner_iter=100, inner_tol=1e-3, missing="raise", checkpoint=None,
+                 random_state=None, verbose=0, callback=None, **renamed):
         self.n_components = n_components
         self.alpha_R = alpha_R
         self.solver = solver
@@ -830,6 +840,7 @@ class RobustNMF(_OutlierFactorization):
         self.max_inner_iter = max_inner_iter
         self.inner_tol = inner_tol
         self.missing = missing
+        self.checkpoint = checkpoint
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback

@@ -74,6 +74,7 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
         "max_iter": [v.Interval(int, 1, None)],
         "tol": [v.Interval(float, 0, None)],
         "missing": [v.MISSING],
+        "checkpoint": [v.Location()],
     }
 
     def _alpha(self):
@@ -100,7 +101,7 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
         init = self._resolved_init(*X.shape)
         fit = _MUFit(blocks, stats, k=self.n_components, loss=self._loss, alpha=self._alpha(),
                      missing=self._allow_nan)
-        W, log = self._run(fit.step, fit.init(init, seed)[None], blocks=blocks)
+        W, log = self._run(fit.step, fit.init(init, seed)[None], blocks=blocks, problem=fit)
         W = W[0]
         err = fit.final(W)
         self._set_iterations(log)
@@ -211,6 +212,12 @@ class NMF(_FactorizationBase):
         the loss and the multiplicative updates run over the observed entries only
         (weighted NMF), ``transform`` fits each sample's observed entries and
         ``inverse_transform`` fills the missing ones (:mod:`daskrnmf.kernels.missing`).
+    checkpoint : str, os.PathLike or None, default=None
+        Directory (or fsspec URL) where the fit saves its state after every iteration
+        (W, and H chunked like X, written by the workers), atomically;
+        ``fit(X, resume=True)`` continues from it with exactly the uninterrupted result.
+        The library owns it (a marker file and its own subfolder; nothing else in it is
+        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
     random_state : None, int, numpy RandomState or Generator, default=None
         Seeds the initialisation; results depend on it alone, not on the chunking or
         the number of workers.
@@ -252,12 +259,14 @@ class NMF(_FactorizationBase):
     _loss = "fro"
 
     def __init__(self, n_components=8, *, init=None, max_iter=200, tol=1e-4,
-                 missing="raise", random_state=None, verbose=0, callback=None):
+                 missing="raise", checkpoint=None, random_state=None, verbose=0,
+                 callback=None):
         self.n_components = n_components
         self.init = init
         self.max_iter = max_iter
         self.tol = tol
         self.missing = missing
+        self.checkpoint = checkpoint
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback
@@ -285,6 +294,12 @@ class RNMF(NMF):
         the loss and the multiplicative updates run over the observed entries only
         (weighted NMF), ``transform`` fits each sample's observed entries and
         ``inverse_transform`` fills the missing ones (:mod:`daskrnmf.kernels.missing`).
+    checkpoint : str, os.PathLike or None, default=None
+        Directory (or fsspec URL) where the fit saves its state after every iteration
+        (W, and H chunked like X, written by the workers), atomically;
+        ``fit(X, resume=True)`` continues from it with exactly the uninterrupted result.
+        The library owns it (a marker file and its own subfolder; nothing else in it is
+        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
     random_state : None, int, numpy RandomState or Generator, default=None
         Seeds the initialisation; results depend on it alone, not on the chunking or
         the number of workers.
@@ -352,6 +367,12 @@ class ORNMF(NMF):
         the loss and the multiplicative updates run over the observed entries only
         (weighted NMF), ``transform`` fits each sample's observed entries and
         ``inverse_transform`` fills the missing ones (:mod:`daskrnmf.kernels.missing`).
+    checkpoint : str, os.PathLike or None, default=None
+        Directory (or fsspec URL) where the fit saves its state after every iteration
+        (W, and H chunked like X, written by the workers), atomically;
+        ``fit(X, resume=True)`` continues from it with exactly the uninterrupted result.
+        The library owns it (a marker file and its own subfolder; nothing else in it is
+        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
     random_state : None, int, numpy RandomState or Generator, default=None
         Seeds the initialisation (and the k-means of ``labels_``).
     verbose : int, default=0
@@ -400,10 +421,11 @@ class ORNMF(NMF):
     }
 
     def __init__(self, n_components=8, *, alpha=0.3, n_clusters=None, boundary_threshold=0.5,
-                 init=None, max_iter=200, tol=1e-4, missing="raise", random_state=None,
-                 verbose=0, callback=None):
+                 init=None, max_iter=200, tol=1e-4, missing="raise", checkpoint=None,
+                 random_state=None, verbose=0, callback=None):
         super().__init__(n_components, init=init, max_iter=max_iter, tol=tol, missing=missing,
-                         random_state=random_state, verbose=verbose, callback=callback)
+                         checkpoint=checkpoint, random_state=random_state, verbose=verbose,
+                         callback=callback)
         self.alpha = alpha
         self.n_clusters = n_clusters
         self.boundary_threshold = boundary_threshold
@@ -457,6 +479,10 @@ class ORNMF(NMF):
 
 class _MUFit:
     """Passes of one multiplicative-update fit.  H lives with X's row blocks (state)."""
+
+    # what a checkpoint holds besides W (daskrnmf._resume): H per block, its pending
+    # scale and the halo the next pass needs
+    checkpoint_attributes = ("H", "scale", "halo")
 
     def __init__(self, blocks, stats, *, k, loss, alpha, update_w=True, missing=False):
         self.blocks, self.k, self.loss, self.alpha = blocks, k, loss, alpha

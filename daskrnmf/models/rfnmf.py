@@ -69,6 +69,13 @@ class RFNMF(ClusterBase):
         value; one no sample observes is 0 in every centre); seeds from the first pass's
         sample with its missing entries set to the feature's sample median.  See
         :mod:`daskrnmf.kernels.missing`.
+    checkpoint : str, os.PathLike or None, default=None
+        Directory (or fsspec URL) where the fit saves its state after every iteration
+        (the centres, the median search's windows, the last pass's labels chunked like
+        X), atomically; ``fit(X, resume=True)`` continues from it with exactly the
+        uninterrupted result.  The library owns it (a marker file and its own
+        subfolder; nothing else in it is touched); it must be visible to every worker
+        (see :mod:`daskrnmf._resume`).
     random_state : None, int, numpy RandomState or Generator, default=None
         Results depend on it alone, not on the chunking or the number of workers.
     verbose : int, default=0
@@ -126,13 +133,14 @@ class RFNMF(ClusterBase):
         "n_clusters": [v.Interval(int, 1, None)],
         "loss": [v.Options(("l21", "l1", "l2"))],
         "missing": [v.MISSING],
+        "checkpoint": [v.Location()],
         "init": [v.Options(("k-medians++", "random")),
                  v.ArrayLike("an array-like of shape (n_clusters, n_features)")],
     }
 
     def __init__(self, n_clusters=8, *, loss="l21", n_init=10, init="k-medians++", max_iter=100,
-                 tol=1e-4, median_tol=0.0, missing="raise", random_state=None, verbose=0,
-                 callback=None):
+                 tol=1e-4, median_tol=0.0, missing="raise", checkpoint=None, random_state=None,
+                 verbose=0, callback=None):
         self.n_clusters = n_clusters
         self.loss = loss
         self.n_init = n_init
@@ -141,6 +149,7 @@ class RFNMF(ClusterBase):
         self.tol = tol
         self.median_tol = median_tol
         self.missing = missing
+        self.checkpoint = checkpoint
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback
@@ -209,7 +218,7 @@ class RFNMF(ClusterBase):
             seed_rows = fit.seed_rows
             fit, per = centroid_fit(n_groups), 1
             fit.seed_rows = seed_rows       # the sample still brackets the first medians
-        F, log = self._run(fit.step, F0, n_restarts=F0.shape[0], blocks=blocks)
+        F, log = self._run(fit.step, F0, n_restarts=F0.shape[0], blocks=blocks, problem=fit)
         return fit, F, log, per
 
     def _fit_blocks(self, X, blocks, stats, seed, y):

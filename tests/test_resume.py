@@ -1,0 +1,269 @@
+"""Every model the driver checkpoints (the registry's ``resumable`` ones but ONMFO, whose
+stream keeps its own: tests/test_checkpoint.py) is resumable with the guarantees of
+:mod:`daskrnmf._resume`: killed at any iteration — in the middle of one (its state not
+saved yet) or between two (saved) — and resumed, the fit ends with exactly the
+uninterrupted result; per-block state is written block by block; other data, other
+parameters, other chunking and damaged files are refused."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+from daskrnmf import REGISTRY
+from daskrnmf._resume import RunCheckpoint
+
+DRIVER_RESUMABLE = [name for name, spec in REGISTRY.items()
+                    if spec.resumable and spec.cls._driver_checkpoints]
+
+
+class Killed(Exception):
+    """Stands for the process ending (SIGTERM, a lost node) at that point."""
+
+
+def _data(name):
+    rng = np.random.default_rng(3)
+    centres = rng.uniform(0, 5, size=(3, 8))
+    X = np.abs(np.concatenate([c + 0.4 * rng.laplace(size=(60, 8)) for c in centres]))
+    X = X[rng.permutation(X.shape[0])]
+    if REGISTRY[name].needs_y:      # pragma: no cover - none of the resumable ones yet
+        raise NotImplementedError
+    return X
+
+
+def _model(name, **extra):
+    cls = REGISTRY[name].cls
+    params = {"random_state": 0, "max_iter": 8, "tol": 0.0}
+    if "n_clusters" in cls().get_params():
+        params["n_clusters"] = 3
+    if "n_components" in cls().get_params():
+        params["n_components"] = 3
+    if name == "RFNMF":
+        params.update(loss="l1", n_init=2, tol=1e-12)
+    return cls(**{**params, **extra})
+
+
+FITTED = ("components_", "cluster_centers_", "labels_", "objective_", "objective_history_",
+          "n_iter_", "n_passes_", "reconstruction_err_", "median_rounds_", "jumps_",
+          "boundaries_")
+
+
+def _same(a, b):
+    for attr in FITTED:
+        if hasattr(a, attr):
+            x, y = getattr(a, attr), getattr(b, attr)
+            assert np.array_equal(np.asarray(x), np.asarray(y)), attr
+
+
+def _kill(model, X, at, where):
+    """Fit ``model`` and stop it at iteration ``at``: ``"mid"`` before that iteration
+    is saved, ``"between"`` right after."""
+    if where == "mid":
+        def callback(info):
+            if info["iteration"] == at:
+                raise Killed
+        model.set_params(callback=callback)
+        with pytest.raises(Killed):
+            model.fit(X)
+        return
+    original = RunCheckpoint.save
+
+    def save(self, state, problem, log, iteration):
+        original(self, state, problem, log, iteration)
+        if iteration == at:
+            raise Killed
+    RunCheckpoint.save = save
+    try:
+        with pytest.raises(Killed):
+            model.fit(X)
+    finally:
+        RunCheckpoint.save = original
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # ConvergenceWarning of the short fits
+        yield
+
+
+def _as(X, kind):
+    return X if kind == "numpy" else da.from_array(X, chunks=(50, X.shape[1]))
+
+
+@pytest.mark.parametrize("where", ["mid", "between"])
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+@pytest.mark.parametrize("name", DRIVER_RESUMABLE)
+def test_killed_and_resumed_is_the_uninterrupted_fit(name, kind, where, tmp_path):
+    X = _as(_data(name), kind)
+    reference = _model(name).fit(X)
+    at = 1 if where == "mid" else 2
+    assert reference.n_iter_ > at
+    path = str(tmp_path / "ckpt")
+    _kill(_model(name, checkpoint=path), X, at, where)
+    resumed = _model(name, checkpoint=path).fit(X, resume=True)
+    _same(reference, resumed)
+    # resuming the finished fit again changes nothing
+    again = _model(name, checkpoint=path).fit(X, resume=True)
+    _same(reference, again)
+
+
+@pytest.mark.parametrize("name", ["NMF", "RobustNMF"])
+def test_per_block_state_written_block_by_block(name, tmp_path):
+    X = da.from_array(_data(name), chunks=(50, 8))
+    path = tmp_path / "ckpt"
+    _model(name, checkpoint=str(path), max_iter=2).fit(X)
+    gens = [g for g in os.listdir(path / "daskrnmf-checkpoint") if g.startswith("gen-")]
+    assert len(gens) == 1
+    blocks = path / "daskrnmf-checkpoint" / gens[0] / "blocks"
+    names = os.listdir(blocks)
+    assert names
+    for entry in names:
+        if entry == "zarr.json":
+            continue
+        parts = sorted(p for p in os.listdir(blocks / entry) if p.startswith("b"))
+        assert parts == [f"b{b:06d}" for b in range(X.numblocks[0])]
+
+
+def test_resume_under_a_distributed_cluster(tmp_path):
+    """On a cluster the per-block state is spilled to scratch files between passes, and
+    read back from the checkpoint by the workers."""
+    distributed = pytest.importorskip("distributed")
+    X = da.from_array(_data("NMF"), chunks=(50, 8))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster):
+        reference = _model("NMF").fit(X)
+        path = str(tmp_path / "ckpt")
+        _kill(_model("NMF", checkpoint=path), X, 3, "between")
+        resumed = _model("NMF", checkpoint=path).fit(X, resume=True)
+    _same(reference, resumed)
+
+
+def test_refuses_other_data_parameters_chunking_and_damage(tmp_path):
+    X = np.random.default_rng(1).random((400, 8))     # rows the fingerprint does not sample
+    path = str(tmp_path / "ckpt")
+    _kill(_model("NMF", checkpoint=path), _as(X, "dask"), 2, "between")
+    with pytest.raises(ValueError, match="other data"):
+        _model("NMF", checkpoint=path).fit(_as(X + 1.0, "dask"), resume=True)
+    with pytest.raises(ValueError, match="different run.*n_components"):
+        _model("NMF", checkpoint=path).set_params(n_components=2).fit(_as(X, "dask"),
+                                                                      resume=True)
+    with pytest.raises(ValueError, match="chunked otherwise"):
+        _model("NMF", checkpoint=path).fit(da.from_array(X, chunks=(40, 8)), resume=True)
+    # the same X with one value changed outside the sampled rows: the first pass's
+    # statistics differ
+    from daskrnmf._checkpoint import sample_ranges
+
+    sampled = set().union(*(range(a, b) for a, b in sample_ranges(X.shape[0])))
+    row = next(i for i in range(X.shape[0]) if i not in sampled)
+    Y = X.copy()
+    Y[row, 3] += 0.5
+    with pytest.raises(ValueError, match="different run.*stats"):
+        _model("NMF", checkpoint=path).fit(_as(Y, "dask"), resume=True)
+    # a block's state changed on disk
+    sub = os.path.join(path, "daskrnmf-checkpoint")
+    gen = next(g for g in os.listdir(sub) if g.startswith("gen-"))
+    blocks = os.path.join(sub, gen, "blocks")
+    name = next(n for n in os.listdir(blocks) if n != "zarr.json")
+    chunk_dir = os.path.join(blocks, name, "b000001")
+    for top, _, files in os.walk(chunk_dir):
+        for f in files:
+            if f != "zarr.json":
+                with open(os.path.join(top, f), "r+b") as fh:
+                    fh.seek(-1, os.SEEK_END)
+                    last = fh.read(1)
+                    fh.seek(-1, os.SEEK_END)
+                    fh.write(bytes([last[0] ^ 0xFF]))
+    with pytest.raises(ValueError, match="b000001.*damaged"):
+        _model("NMF", checkpoint=path).fit(_as(X, "dask"), resume=True)
+
+
+def test_resume_needs_a_checkpoint_and_an_earlier_run_is_kept(tmp_path):
+    X = _data("RobustNMF")
+    with pytest.raises(ValueError, match="resume=True needs the 'checkpoint' parameter"):
+        _model("RobustNMF").fit(X, resume=True)
+    path = str(tmp_path / "ckpt")
+    _model("RobustNMF", checkpoint=path, max_iter=2).fit(X)
+    with pytest.raises(ValueError, match="holds an earlier run's checkpoint"):
+        _model("RobustNMF", checkpoint=path).fit(X)
+    with pytest.raises(ValueError, match="contradict"):
+        _model("RobustNMF", checkpoint=path).fit(X, resume=True, overwrite_checkpoint=True)
+    # max_iter may grow between the two fits: the run continues
+    longer = _model("RobustNMF", checkpoint=path, max_iter=5).fit(X, resume=True)
+    _same(_model("RobustNMF", max_iter=5).fit(X), longer)
+    fresh = _model("RobustNMF", checkpoint=path, max_iter=3).fit(X, overwrite_checkpoint=True)
+    _same(_model("RobustNMF", max_iter=3).fit(X), fresh)
+
+
+def test_random_state_none_resumes_with_the_saved_seed(tmp_path, monkeypatch):
+    X = _as(_data("NMF"), "dask")
+    path = str(tmp_path / "ckpt")
+    model = _model("NMF", checkpoint=path, random_state=None, init="random")
+    _kill(model, X, 2, "between")
+    from daskrnmf import _checkpoint
+
+    seed = int(_checkpoint.load(path, finite=False)[1]["seed"])
+    resumed = _model("NMF", checkpoint=path, random_state=None, init="random").fit(
+        X, resume=True)
+    from daskrnmf._base import BaseModel
+
+    monkeypatch.setattr(BaseModel, "_seed", lambda self: seed)   # the 63-bit seed drawn
+    _same(_model("NMF", random_state=None, init="random").fit(X), resumed)
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, time, warnings
+    import numpy as np, dask.array as da
+    from daskrnmf import NMF
+    warnings.simplefilter("ignore")
+    X = da.from_array(np.load(sys.argv[1]), chunks=(50, 8))
+    slow = (lambda info: time.sleep(0.2)) if sys.argv[3] == "slow" else None
+    model = NMF(n_components=3, random_state=0, max_iter=25, tol=0.0, checkpoint=sys.argv[2],
+                callback=slow).fit(X, resume=sys.argv[3] == "resume")
+    np.save(sys.argv[2] + ".W.npy", model.components_)
+""")
+
+
+def test_sigkill_mid_fit_then_resume(tmp_path):
+    """A real process killed with SIGKILL (no cleanup at all) at some iteration: the
+    next process resumes and ends with the uninterrupted W."""
+    X = _data("NMF")
+    np.save(tmp_path / "X.npy", X)
+    script = tmp_path / "fit.py"
+    script.write_text(SCRIPT)
+    path = str(tmp_path / "ckpt")
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "X.npy"), path,
+                             "slow"])
+    sub = os.path.join(path, "daskrnmf-checkpoint")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        gens = [g for g in os.listdir(sub) if g.startswith("gen-")] if os.path.isdir(sub) else []
+        if gens and int(max(gens)[4:]) >= 3:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not os.path.exists(path + ".W.npy")
+    subprocess.run([sys.executable, str(script), str(tmp_path / "X.npy"), path, "resume"],
+                   check=True, timeout=300)
+    with dask.config.set(scheduler="threads"):
+        reference = NMF_reference(X)
+    assert np.array_equal(np.load(path + ".W.npy"), reference)
+    shutil.rmtree(path)
+
+
+def NMF_reference(X):
+    from daskrnmf import NMF
+
+    return NMF(n_components=3, random_state=0, max_iter=25, tol=0.0).fit(
+        da.from_array(X, chunks=(50, 8))).components_
