@@ -87,6 +87,13 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
         codes of every sample (one more pass over X), for ORNMF the codes of the ordered
         problem with W fixed.
 
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The data, in any form :meth:`fit` takes.
+        y : None
+            Ignored.
+
         Returns
         -------
         H : ndarray or dask.array.Array of shape (n_samples, n_components)
