@@ -30,7 +30,7 @@ extensions = [
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
-napoleon_use_ivar = True
+napoleon_use_ivar = False
 
 autodoc_default_options = {"member-order": "bysource"}
 # signatures show names and defaults; the docstrings give the types

@@ -82,6 +82,8 @@ def test_documentation_builds_without_warnings(tmp_path):
     cli = (out / "api" / "cli.html").read_text(encoding="utf-8")
     for name in REGISTRY:
         assert f'id="daskrnmf.{name}"' in models, f"{name} missing from the API reference"
+        # fitted attributes keep their names (napoleon's ivar fields dropped the "_")
+        assert f'id="daskrnmf.{name}.n_features_in_"' in models, name
         assert f"usage: daskrnmf fit {name} " in cli, f"'daskrnmf fit {name} --help' missing"
     for command in ("evaluate", "make-data", "convert", "info", "choose-k", "shutdown"):
         assert f"usage: daskrnmf {command} " in cli, f"'daskrnmf {command} --help' missing"
