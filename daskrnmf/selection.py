@@ -445,7 +445,7 @@ def choose_k(estimator: Any, X: Data, ks: Any, *, n_seeds: int = 5,
     Nothing of size n_samples comes to the client: the labels of the seeds are made and
     compared where X's blocks are.
 
-    **Data larger than ``max_samples`` rows** (and any Dask or Zarr X) is read twice in
+    **Data larger than max_samples rows** (and any Dask or Zarr X) is read twice in
     all, whatever the number of k and seeds: the first pass checks X and draws a uniform
     sample of ``max_samples`` rows (depending on X alone, not on its chunking); every fit
     runs on that sample, in memory; then one more pass scores the solutions of every k and

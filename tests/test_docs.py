@@ -1,9 +1,14 @@
-"""The Examples sections of the public API run (doctest), and every registered model's
-docstring documents its parameters and cites its paper."""
+"""The Examples sections of the public API run (doctest), every registered model's
+docstring documents its parameters and cites its paper, the documentation site builds
+without a warning, and the README stays a short entry with the two first-run commands."""
 
 import doctest
 import importlib
 import inspect
+import os
+import re
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -54,3 +59,57 @@ def test_sources_cite_papers_by_authors_and_venue():
                         if re.search(r"paper \d{3}|ERRATA", line):
                             found.append(f"{os.path.relpath(path, root)}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
+DOCS = os.path.join(ROOT, "docs")
+
+
+def test_documentation_builds_without_warnings(tmp_path):
+    """The Sphinx site (docs/) builds with warnings as errors, and its reference has every
+    registered model and every subcommand's --help (produced by the command itself)."""
+    pytest.importorskip("sphinx", reason="the documentation needs the docs extra (sphinx)")
+    out = tmp_path / "html"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.abspath(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+         "-d", str(tmp_path / "doctrees"), DOCS, str(out)],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert "WARNING" not in proc.stderr and "ERROR" not in proc.stderr, proc.stderr[-5000:]
+    models = (out / "api" / "models.html").read_text(encoding="utf-8")
+    cli = (out / "api" / "cli.html").read_text(encoding="utf-8")
+    for name in REGISTRY:
+        assert f'id="daskrnmf.{name}"' in models, f"{name} missing from the API reference"
+        # fitted attributes keep their names (napoleon's ivar fields dropped the "_")
+        assert f'id="daskrnmf.{name}.n_features_in_"' in models, name
+        assert f"usage: daskrnmf fit {name} " in cli, f"'daskrnmf fit {name} --help' missing"
+    for command in ("evaluate", "make-data", "convert", "info", "choose-k", "shutdown"):
+        assert f"usage: daskrnmf {command} " in cli, f"'daskrnmf {command} --help' missing"
+    for module in ("io", "metrics", "datasets", "plotting", "selection"):
+        assert f'id="daskrnmf.{module}.' in (out / "api" / f"{module}.html").read_text(
+            encoding="utf-8")
+
+
+def _readme():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def test_readme_is_a_short_entry_with_the_first_run_commands():
+    """The two commands a newcomer runs first, exactly as CI runs the second (.ci/run),
+    under about 2,000 words, and every documentation page it points to exists."""
+    readme = _readme()
+    assert "pip install . && python examples/quickstart.py" in readme
+    assert 'pip install ".[test]" && python -m pytest -q tests' in readme
+    with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as fh:
+        assert 'pip install ".[test]" && python -m pytest -q tests' in fh.read()
+    words = len(readme.split())
+    assert words < 2000, f"README has {words} words"
+    pages = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert len(pages) >= 5
+    for page in pages:
+        assert os.path.isfile(os.path.join(ROOT, page)), f"README points to missing {page}"
+    for name in REGISTRY:
+        assert f"`{name}" in readme, f"{name} missing from the README's model table"

@@ -88,6 +88,13 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
         codes of every sample (one more pass over X), for ORNMF the codes of the ordered
         problem with W fixed.
 
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The data, in any form :meth:`fit` takes.
+        y : None
+            Ignored.
+
         Returns
         -------
         H : ndarray or dask.array.Array of shape (n_samples, n_components)
@@ -237,7 +244,14 @@ class NMF(_FactorizationBase):
     objective_ : float
         The model's objective at the end.
     objective_history_ : ndarray (n_iter_,)
-    n_iter_, n_passes_, n_features_in_, n_components_
+    n_iter_ : int
+        Iterations made.
+    n_passes_ : int
+        Passes over X the fit made, initialisation included.
+    n_features_in_ : int
+        Number of features of X.
+    n_components_ : int
+        The number of components, ``n_components``.
     feature_names_in_ : ndarray of str (n_features_in_,)
         Only when X had string column names (a DataFrame).
 
@@ -318,7 +332,14 @@ class RNMF(NMF):
     objective_ : float
         ``sum_i ||x_i - h_i W||`` at the end.
     objective_history_ : ndarray (n_iter_,)
-    n_iter_, n_passes_, n_features_in_, n_components_
+    n_iter_ : int
+        Iterations made.
+    n_passes_ : int
+        Passes over X the fit made, initialisation included.
+    n_features_in_ : int
+        Number of features of X.
+    n_components_ : int
+        The number of components, ``n_components``.
 
     Examples
     --------
@@ -382,8 +403,20 @@ class ORNMF(NMF):
 
     Attributes
     ----------
-    components_, reconstruction_err_, objective_, objective_history_, n_iter_, n_passes_
+    components_ : ndarray (n_components, n_features)
         As :class:`NMF`.
+    reconstruction_err_ : float
+        As :class:`NMF`.
+    objective_ : float
+        As :class:`NMF`.
+    objective_history_ : ndarray (n_iter_,)
+        As :class:`NMF`.
+    n_iter_ : int
+        As :class:`NMF`.
+    n_passes_ : int
+        As :class:`NMF`.
+    n_features_in_ : int
+        Number of features of X.
     labels_ : ndarray (n_samples,)
         With ``n_clusters``: k-means labels of the rows of H.
     boundaries_ : ndarray of int
