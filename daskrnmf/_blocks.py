@@ -235,14 +235,17 @@ class RowBlocks:
                      self.n_blocks, time.perf_counter() - tic)
         return out
 
-    def gather(self, state, fn=None, *args):
+    def gather(self, state, fn=None, *args, starts=False):
         """Per-block state as one NumPy array, the blocks' rows in order; ``fn(block_state,
-        *args)`` is applied per block first (on the workers for Dask input), e.g. to keep
-        one restart's column of the labels."""
+        *args)`` — ``fn(block_state, start, *args)`` with ``starts`` — is applied per block
+        first (on the workers for Dask input), e.g. to keep one restart's column of the
+        labels."""
+        lead = [(s,) if starts else () for s in self.starts]
         if not self.is_dask:
-            parts = [fn(st, *args) if fn is not None else st for st in state]
+            parts = [fn(st, *a, *args) if fn is not None else st for st, a in zip(state, lead)]
         else:
-            parts = dask.compute(*[delayed(fn or _identity, pure=True)(st, *args) for st in state])
+            parts = dask.compute(*[delayed(fn or _identity, pure=True)(st, *a, *args)
+                                   for st, a in zip(state, lead)])
         return np.concatenate([np.asarray(p) for p in parts])
 
     def close(self):

@@ -23,7 +23,7 @@ from daskrnmf.kernels.outliers import (initial_codes, solve_codes,
                                        update_components_cd)
 from daskrnmf.models._outliers import (SolveSpec, add_statistics, batch_chunk_cd,
                                        initial_components, solve_batch_piece)
-from daskrnmf.models.ornmf import MUSpec, _MUFit, mu_chunk, mu_combine
+from daskrnmf.models.nmf import MUSpec, _MUFit, mu_chunk, mu_combine
 
 from .test_common import EXPECTED_FAILED
 

@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from daskrnmf import NMF, ORNMF, RNMF
 from daskrnmf._blocks import RowBlocks
 from daskrnmf.datasets import make_ordered_segments
-from daskrnmf.models.ornmf import _MUFit
+from daskrnmf.models.nmf import _MUFit
 from daskrnmf.reductions import feature_stats
 
 from .reference import ornmf_reference
