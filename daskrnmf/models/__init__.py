@@ -71,7 +71,7 @@ REGISTRY = {spec.name: spec for spec in (
     ModelSpec("ONMFO", "daskrnmf.models.onmfo", "factorization",
               "online NMF with sparse outliers, streaming data of any size",
               outputs=("H", "R"), resumable=True),
-    ModelSpec("RobustNMF", "daskrnmf.models.onmfo", "factorization",
+    ModelSpec("RobustNMF", "daskrnmf.models.robustnmf", "factorization",
               "batch NMF with sparse outliers (ONMFO's batch twin)", outputs=("H", "R"),
               resumable=True),
 )}
