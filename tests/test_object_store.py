@@ -413,3 +413,34 @@ def test_commit_removes_only_its_own_versions():
     assert "v-data" in names and io.read_pointer(base) in names
     assert len([n for n in names if n.startswith("v-") and n != "v-data"]) == 1
     assert io.resolve(base) == f"{base}/{io.read_pointer(base)}"
+
+
+def test_batch_model_checkpoint_on_s3_resumes_exactly(data, s3):
+    """A batch model's checkpoint on S3: its per-block state (H) written by the workers
+    under the generation's prefix, then read back by them when resumed."""
+    from daskrnmf import NMF
+    from daskrnmf._resume import RunCheckpoint
+
+    so = s3["options"]
+    ckpt = fresh("ckpt/nmf")
+    kw = {"n_components": 3, "max_iter": 6, "tol": 0.0, "random_state": 0}
+    original = RunCheckpoint.save
+
+    def dying(self, state, problem, log, iteration):
+        original(self, state, problem, log, iteration)
+        if iteration == 3:
+            raise KeyboardInterrupt
+    RunCheckpoint.save = dying
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            NMF(**kw, checkpoint=ckpt).fit(data["url"], storage_options=so)
+    finally:
+        RunCheckpoint.save = original
+    blocks = [p for p in listing(s3, ckpt.split(BUCKET + "/")[1]) if "/blocks/" in p]
+    assert any("/b000000/a/zarr.json" in p for p in blocks), blocks    # H, by block
+    resumed = NMF(**kw, checkpoint=ckpt).fit(data["url"], resume=True, storage_options=so)
+    full = NMF(**kw).fit(data["url"], storage_options=so)
+    np.testing.assert_array_equal(resumed.components_, full.components_)
+    gens = {p.split("/gen-")[1].split("/")[0] for p in listing(s3, ckpt.split(BUCKET + "/")[1])
+            if "/gen-" in p}
+    assert len(gens) == 1          # the generation resumed from is gone once the fit ended
