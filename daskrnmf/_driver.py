@@ -193,7 +193,8 @@ class IterationLog:
 
 def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
             name="model", passes=None, rule="decrease", start=0, after_step=None,
-            step_info=None, converged=None, progress=None, checkpoint=None, problem=None):
+            step_info=None, converged=None, progress=None, checkpoint=None, problem=None,
+            checkpoint_when=None):
     """Run ``step`` until every restart has converged or ``max_iter`` is reached.
 
     Restart ``r`` converges at iteration ``t`` when its objective changes by no more than
@@ -240,6 +241,10 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     problem : object, optional
         The model's fit-state object: its attributes named in ``checkpoint_attributes``
         are saved and restored with ``state``.
+    checkpoint_when : callable, optional
+        ``checkpoint_when(state, iteration, stopping) -> bool``: whether to save after
+        this iteration (default: after every one); a run's last iteration is always
+        saved.
 
     Returns
     -------
@@ -305,7 +310,9 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         log.stopped_by_callback = stop
         if after_step is not None:
             after_step(state, it, stop or not active.any() or it == max_iter)
-        if checkpoint is not None:
+        last = stop or not active.any() or it == max_iter
+        if checkpoint is not None and (last or checkpoint_when is None
+                                       or checkpoint_when(state, it, last)):
             checkpoint.save(state, problem, log, it)
         if stop or not active.any():
             break

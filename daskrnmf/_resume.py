@@ -241,7 +241,8 @@ class FitCheckpoint:
         where = attrs["_file"]
         _checkpoint.check_same_data(attrs.get("data", {}), self.data, where)
         old = dict(attrs.get("fingerprint", {}))
-        if attrs.get("data", {}).get("row_chunks") != self.data["row_chunks"]:
+        if (attrs.get("block_sha256") and
+                attrs.get("data", {}).get("row_chunks") != self.data["row_chunks"]):
             raise ValueError(f"The checkpoint {where} was made from X chunked otherwise "
                              "(its per-block state follows X's row chunks): resume with X "
                              "chunked as it was, or fit without resume=True to start afresh.")
