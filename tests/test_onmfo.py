@@ -26,19 +26,7 @@ from daskrnmf.models._outliers import initial_components as _initial_components
 from daskrnmf.models._outliers import SolveSpec, add_statistics, solve_batch_piece
 
 from .reference import _mu, onmfo_reference, robust_nmf_reference
-
-
-def planted(n=300, d=40, k=4, rho=0.05, seed=0):
-    """Parts-based W (k disjoint bumps), sparse H, and gross non-negative outliers."""
-    rng = np.random.default_rng(seed)
-    W = np.zeros((k, d))
-    for j in range(k):
-        W[j, j * d // k:(j + 1) * d // k] = rng.uniform(1.0, 2.0, d // k)
-    H = rng.gamma(2.0, 1.0, size=(n, k)) * (rng.random((n, k)) < 0.7)
-    clean = H @ W
-    mask = rng.random((n, d)) < rho
-    X = clean + mask * rng.uniform(8.0, 12.0, size=(n, d))
-    return X, clean, W, mask
+from .reference import planted_outliers as planted
 
 
 @pytest.fixture(scope="module")
