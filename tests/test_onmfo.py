@@ -301,13 +301,12 @@ def test_decompose_and_transform_on_dask_are_chunked_like_x(data):
     np.testing.assert_allclose(model.inverse_transform(Hn), Hn @ model.components_)
 
 
-def test_distributed_feed_reads_ahead_and_matches_numpy(data):
-    from distributed import Client, LocalCluster
+def test_distributed_feed_reads_ahead_and_matches_numpy(data, local_cluster):
+    from distributed import Client
 
     X = data[0]
     ref = ONMFO(4, batch_size=25, max_inner_iter=30, random_state=2).fit(X)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    with Client(local_cluster) as client:
         Xd = da.from_array(X, chunks=(25, -1))
         got = ONMFO(4, batch_size=25, max_inner_iter=30, random_state=2).fit(Xd)
         _, pieces, _ = make_batches(Xd, 25)

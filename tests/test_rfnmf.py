@@ -181,13 +181,12 @@ def test_float32_and_integer_input():
     assert clustering_accuracy(y, mi.labels_) == 1.0
 
 
-def test_outputs_on_a_distributed_client(blobs):
-    from distributed import Client, LocalCluster
+def test_outputs_on_a_distributed_client(blobs, local_cluster):
+    from distributed import Client
 
     X, _ = blobs
     Xd = da.from_array(X, chunks=(100, 5))
-    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster):
+    with Client(local_cluster):
         seen = []
         m = RFNMF(4, loss="l1", n_init=2, random_state=0,
                   callback=lambda info: seen.append(info["iteration"]) and False).fit(Xd)
