@@ -34,6 +34,18 @@ def snapshot(path):
     return out
 
 
+@pytest.fixture
+def dask_config():
+    """``dask_config({key: value})`` sets dask config keys for the rest of the test (as
+    ``monkeypatch`` sets attributes), and the test's end restores them."""
+    import contextlib
+
+    import dask
+
+    with contextlib.ExitStack() as stack:
+        yield lambda values: stack.enter_context(dask.config.set(values))
+
+
 @pytest.fixture(scope="session")
 def local_cluster():
     """The session's one in-process ``distributed.LocalCluster``, started on first use.

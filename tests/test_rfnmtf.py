@@ -52,12 +52,10 @@ def test_matches_exact_reference(small, chunks):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-def test_matches_reference_with_histogram_rounds(small, monkeypatch):
+def test_matches_reference_with_histogram_rounds(small, dask_config):
     # budgets forced small: the S step histograms and refines over several passes
-    from daskrnmf import reductions
-
-    monkeypatch.setattr(reductions, "COLLECT_VALUES", 500)
-    monkeypatch.setattr(reductions, "HIST_CELLS", 64)
+    dask_config({"daskrnmf.median-collect-values": 500,
+                 "daskrnmf.median-histogram-cells": 64})
     X, _, _ = small
     S0, c0 = _start(X, 4, 3, 1)
     m = RFNMTF(4, 3, init=(S0, c0), max_iter=4, tol=0.0).fit(da.from_array(X, chunks=(37, 40)))
@@ -224,12 +222,12 @@ def test_block_bracket_matches_its_numpy_twin_and_holds_the_medians(planted):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-def test_first_s_step_bracketed_by_the_sample_gives_the_same_fit(planted, monkeypatch):
+def test_first_s_step_bracketed_by_the_sample_gives_the_same_fit(planted, monkeypatch,
+                                                                 dask_config):
     """With the default initialisation the sample brackets the first S step's medians
     (histograms of the brackets, then collections: here two rounds, not four); the fit is
     the one without the brackets, bit for bit — also with budgets so small that
     brackets miss, are dropped and refine over more rounds."""
-    from daskrnmf import reductions
     from daskrnmf.models import rfnmtf
     X, _, _, _ = planted
     data = da.from_array(X, chunks=(250, X.shape[1]))
@@ -242,8 +240,8 @@ def test_first_s_step_bracketed_by_the_sample_gives_the_same_fit(planted, monkey
         np.testing.assert_array_equal(a.column_labels_, b.column_labels_)
         np.testing.assert_array_equal(np.asarray(a.row_labels_), np.asarray(b.row_labels_))
 
-    monkeypatch.setattr(reductions, "COLLECT_VALUES", 2**14)
-    monkeypatch.setattr(reductions, "HIST_CELLS", 2**10)
+    dask_config({"daskrnmf.median-collect-values": 2**14,
+                 "daskrnmf.median-histogram-cells": 2**10})
     with_bracket = fit()
     real = rfnmtf.block_bracket
     monkeypatch.setattr(rfnmtf, "block_bracket", lambda *a: tuple(
@@ -252,8 +250,8 @@ def test_first_s_step_bracketed_by_the_sample_gives_the_same_fit(planted, monkey
     same(with_bracket, without)
     assert with_bracket.median_rounds_[0] == 2 < without.median_rounds_[0]
     monkeypatch.setattr(rfnmtf, "block_bracket", real)
-    monkeypatch.setattr(reductions, "COLLECT_VALUES", 300)
-    monkeypatch.setattr(reductions, "HIST_CELLS", 64)
+    dask_config({"daskrnmf.median-collect-values": 300,
+                 "daskrnmf.median-histogram-cells": 64})
     same(fit(), without)
 
 
