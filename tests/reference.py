@@ -256,3 +256,13 @@ def planted_outliers(n=300, d=40, k=4, rho=0.05, seed=0):
     mask = rng.random((n, d)) < rho
     X = clean + mask * rng.uniform(8.0, 12.0, size=(n, d))
     return X, clean, W, mask
+
+
+def planted_missing(n=120, d=24, k=3, frac=0.15, seed=0):
+    """Low-rank non-negative X plus noise, and a copy with ``frac`` of it NaN (MCAR)."""
+    rng = np.random.default_rng(seed)
+    X = rng.gamma(2.0, 1.0, (n, k)) @ rng.uniform(0.0, 1.0, (k, d))
+    X += 0.05 * rng.random((n, d))
+    Xn = X.copy()
+    Xn[rng.random((n, d)) < frac] = np.nan
+    return X, Xn

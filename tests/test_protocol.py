@@ -28,7 +28,7 @@ from sklearn.datasets import make_blobs
 from daskrnmf import REGISTRY
 from daskrnmf.datasets import make_coclusters, make_margin_gaussians, make_ordered_segments
 
-from .reference import planted_outliers
+from .reference import planted_missing, planted_outliers
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class Case:
     history_rtol: float = None
     exact: tuple = ()
     fit_transform: bool = False
+    transform: bool = False
     label: str = ""
     marks: tuple = field(default=())
 
@@ -105,6 +106,11 @@ def _margin(seed=None):
 
 
 @functools.cache
+def _missing(seed=None):
+    return planted_missing()[1] * 3.0, None       # 15 % NaN
+
+
+@functools.cache
 def _outliers(seed=None):
     X = planted_outliers()[0]
     return (X, None) if seed is None else (X[:120], None)
@@ -144,6 +150,14 @@ CHUNKING = [
          label="batch_size"),
     Case("RobustNMF", dict(n_components=4, random_state=0, max_iter=60), _outliers,
          chunks=(41,), rtol=1e-9, atol=1e-12, fit_transform=True, label="cd"),
+    # missing values masked ("mu" codes stop on the piece's summed objective unless
+    # inner_tol=0: chunk-dependent)
+    *[Case(name, dict(n_components=3, random_state=0, missing="mask", tol=0, **kw), _missing,
+           chunks=(11,), transform=True, label=f"masked{label}")
+      for name, kw, label in (("NMF", dict(max_iter=30), ""), ("ORNMF", dict(max_iter=30), ""),
+                              ("RobustNMF", dict(max_iter=15, solver="cd"), "-cd"),
+                              ("RobustNMF", dict(max_iter=15, solver="mu", inner_tol=0), "-mu"),
+                              ("ONMFO", dict(max_iter=3, batch_size=40), ""))],
 ]
 
 
@@ -199,6 +213,11 @@ def test_same_fit_for_any_chunking(case):
             assert isinstance(Hd, da.Array) and Hd.chunks[0] == Xd.chunks[0]
             np.testing.assert_allclose(Hd.compute(), np.asarray(H), rtol=case.rtol,
                                        atol=case.atol, err_msg=f"codes, chunks of {rows} rows")
+        if case.transform:
+            Hd = model.transform(Xd)
+            assert isinstance(Hd, da.Array) and Hd.chunks[0] == Xd.chunks[0]
+            np.testing.assert_allclose(Hd.compute(), ref.transform(X), rtol=1e-6, atol=1e-8,
+                                       err_msg=f"transform, chunks of {rows} rows")
 
 
 # ---------------------------------------------------------------- monotone objective
