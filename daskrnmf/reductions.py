@@ -16,6 +16,7 @@ run by :meth:`daskrnmf._blocks.RowBlocks.map_reduce` as a pairwise tree.
 import functools
 from dataclasses import dataclass
 
+import dask
 import numpy as np
 
 from .kernels import rng
@@ -27,10 +28,30 @@ from .kernels.sums import cluster_sums, finite_stats, merge_worst_fit, worst_fit
 # The first pass's row sample (seeding): a fixed key, so that it depends on X alone.
 SAMPLE_SEED, SAMPLE_STREAM = 0x5EED5, 7
 
-# Memory of the median summaries per partial result (and so per tree node).
+# Memory of the median summaries per partial result (and so per tree node), by default;
+# dask config "daskrnmf.median-histogram-cells" and "daskrnmf.median-collect-values"
+# set them (read by the client as it plans a round): more collected values resolve more
+# medians per round, so fewer passes over X, for more memory per task.
 HIST_CELLS = 2**18       # histogram cells: 1 MiB per block (int32), 2 MiB merged
 COLLECT_VALUES = 2**20   # collected (key, value) pairs planned per round: 12 MiB (hard cap 2x)
 MAX_ROUNDS = 24          # hard cap; float64 needs at most ~8 rounds of 256 bins
+
+
+def _budget(key, default):
+    """A positive integer from dask config ``key``, else ``default``."""
+    value = dask.config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"dask config {key!r} must be a positive integer. Got {value!r} "
+                         "instead.")
+    return int(value)
+
+
+def _hist_cells():
+    return _budget("daskrnmf.median-histogram-cells", HIST_CELLS)
+
+
+def _collect_values():
+    return _budget("daskrnmf.median-collect-values", COLLECT_VALUES)
 
 
 # ---------------------------------------------------------------- feature statistics
@@ -313,7 +334,7 @@ class MedianSearch:
         self._trust_warm = trust_warm and counts_given
         self._bracket = bracket if counts_given and warm is None else None
         self.warm_hit = None
-        self._collect_all = n_total is not None and n_total <= COLLECT_VALUES
+        self._collect_all = n_total is not None and n_total <= _collect_values()
         self._histogram_next = np.zeros(self.E, dtype=bool)   # dropped collections
         self._final = (np.full(self.E, np.nan), np.full(self.E, np.nan),
                        np.zeros(self.E, dtype=np.int64))
@@ -351,7 +372,7 @@ class MedianSearch:
             use = ~(blo > bhi)          # NaN or -inf / inf: that side's full range
             hlo = np.where(use & np.isfinite(blo), np.maximum(blo, self.full_lo), self.full_lo)
             hhi = np.where(use & np.isfinite(bhi), np.minimum(bhi, self.full_hi), self.full_hi)
-        return self._plan(hist, coll, hlo, hhi, clo, chi, max_collect=2 * COLLECT_VALUES)
+        return self._plan(hist, coll, hlo, hhi, clo, chi, max_collect=2 * _collect_values())
 
     def next_plan(self):
         """The plan of the next round, or None when every entry is resolved."""
@@ -375,7 +396,7 @@ class MedianSearch:
         slot = np.full(self.E, -1, dtype=np.int64)
         n_hist = int(hist.sum())
         slot[hist] = np.arange(n_hist)
-        n_bins = int(np.clip(_floor_pow2(HIST_CELLS // max(1, n_hist)), 8, 4096))
+        n_bins = int(np.clip(_floor_pow2(_hist_cells() // max(1, n_hist)), 8, 4096))
         return {"hist_slot": slot, "hlo": np.where(hist, hlo, 0.0), "hhi": np.where(hist, hhi, 0.0),
                 "n_bins": n_bins, "n_hist": n_hist, "coll": coll.copy(),
                 "clo": np.where(coll, coll_lo, 0.0), "chi": np.where(coll, coll_hi, 0.0),
@@ -488,7 +509,7 @@ class MedianSearch:
         if not new.any():
             return
         ent, cum0, b_lo, b_hi, hlo, w, margin = (a[new] for a in (ent, cum0, b_lo, b_hi, hlo, w, margin))
-        cap = max(1, COLLECT_VALUES // (2 * self.E))
+        cap = max(1, _collect_values() // (2 * self.E))
         q = np.arange(B)[None, :]
         left, right = np.maximum(b_lo[:, None] - q, 0), np.minimum(b_hi[:, None] + 1 + q, B)
         counts = np.take_along_axis(cum0, right, 1) - np.take_along_axis(cum0, left, 1)
@@ -556,7 +577,7 @@ def _widened(lo, hi, count, median=None):
     n_ok = int(ok.sum())
     if not n_ok:
         return lo, hi, count
-    target = max(COLLECT_VALUES // n_ok, 1)
+    target = max(_collect_values() // n_ok, 1)
     density = np.where(ok, count / np.where(ok, hi - lo, 1.0), 1.0)
     half = 0.5 * target / density
     return (np.where(ok, median - half, lo), np.where(ok, median + half, hi),
@@ -570,8 +591,9 @@ def _greedy_budget(count, candidates):
     if not idx.size:
         return take
     order = idx[np.argsort(count[idx], kind="stable")]
-    total = np.cumsum(np.minimum(count[order], COLLECT_VALUES + 1))
-    take[order[total <= COLLECT_VALUES]] = True
+    budget = _collect_values()
+    total = np.cumsum(np.minimum(count[order], budget + 1))
+    take[order[total <= budget]] = True
     return take
 
 

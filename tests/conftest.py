@@ -35,6 +35,43 @@ def snapshot(path):
 
 
 @pytest.fixture
+def dask_config():
+    """``dask_config({key: value})`` sets dask config keys for the rest of the test (as
+    ``monkeypatch`` sets attributes), and the test's end restores them."""
+    import contextlib
+
+    import dask
+
+    with contextlib.ExitStack() as stack:
+        yield lambda values: stack.enter_context(dask.config.set(values))
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    """The session's one in-process ``distributed.LocalCluster``, started on first use.
+
+    Two single-threaded workers, so that a fit's blocks and its per-block state spread over
+    more than one worker; tcp, so that tasks and results are serialised as on a real
+    cluster and the CLI can connect by ``scheduler_address``.  A test that needs other
+    settings (memory limits, worker processes to kill, TLS) starts its own and says why.
+    """
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://",
+                      dashboard_address=None) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def client(local_cluster):
+    """A Client of the session's cluster: the default scheduler for this test only."""
+    from distributed import Client
+
+    with Client(local_cluster) as c:
+        yield c
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(12345)
 

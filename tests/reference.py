@@ -243,3 +243,26 @@ def robust_nmf_reference(V, W0, H0, R0, lam, n_iter):
         hist.append(0.5 * np.sum((V - W @ H - R) ** 2) + lam * R.sum())
         W = _mu(W * (V @ H.T), (W @ H + R) @ H.T)                          # (6)
     return W, H, R, np.array(hist)
+
+
+def planted_outliers(n=300, d=40, k=4, rho=0.05, seed=0):
+    """Parts-based W (k disjoint bumps), sparse H, and gross non-negative outliers."""
+    rng = np.random.default_rng(seed)
+    W = np.zeros((k, d))
+    for j in range(k):
+        W[j, j * d // k:(j + 1) * d // k] = rng.uniform(1.0, 2.0, d // k)
+    H = rng.gamma(2.0, 1.0, size=(n, k)) * (rng.random((n, k)) < 0.7)
+    clean = H @ W
+    mask = rng.random((n, d)) < rho
+    X = clean + mask * rng.uniform(8.0, 12.0, size=(n, d))
+    return X, clean, W, mask
+
+
+def planted_missing(n=120, d=24, k=3, frac=0.15, seed=0):
+    """Low-rank non-negative X plus noise, and a copy with ``frac`` of it NaN (MCAR)."""
+    rng = np.random.default_rng(seed)
+    X = rng.gamma(2.0, 1.0, (n, k)) @ rng.uniform(0.0, 1.0, (k, d))
+    X += 0.05 * rng.random((n, d))
+    Xn = X.copy()
+    Xn[rng.random((n, d)) < frac] = np.nan
+    return X, Xn

@@ -229,23 +229,14 @@ def test_examples_section_runs():
     assert doctest.testmod(mod, optionflags=doctest.ELLIPSIS).failed == 0
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp://",
-                      dashboard_address=None) as c:
-        yield c
-
-
-def test_cli_choose_k_writes_its_table_and_plot(tmp_path, cluster, capsys):
+def test_cli_choose_k_writes_its_table_and_plot(tmp_path, local_cluster, capsys):
     X, _ = planted(3, 400, outliers=0.05, seed=3)
     store = str(tmp_path / "b.zarr")
     da.from_array(X, chunks=(100, 16)).to_zarr(store, component="X")
     out, png = tmp_path / "k.md", tmp_path / "k.png"
     argv = ["choose-k", "rfnmf", store, "--component", "X", "--ks", "2-4", "--n-seeds", "2",
             "--n-init", "2", "--loss", "l1", "--output", str(out), "--plot", str(png),
-            "--scheduler-address", cluster.scheduler_address]
+            "--scheduler-address", local_cluster.scheduler_address]
     assert cli.main(argv) == 0
     assert "recommended k = 3" in capsys.readouterr().out
     text = out.read_text()

@@ -10,9 +10,6 @@ listed in ``EXPECTED_FAILED`` with the reason; nothing else may fail.
 
 import warnings
 
-import numpy as np
-import pytest
-from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from daskrnmf import REGISTRY
@@ -63,21 +60,3 @@ def test_sklearn_compatible_estimator(estimator, check):
         # old names too: their FutureWarning is the documented behaviour
         warnings.simplefilter("ignore", category=FutureWarning)
         check(estimator)
-
-
-@pytest.mark.parametrize("name", list(REGISTRY))
-def test_float32_preserved_and_reproducible(name):
-    """float32 in, float32 fitted arrays and outputs; the same seed, the same result."""
-    X = np.random.default_rng(0).random((40, 6)).astype(np.float32)
-    est = REGISTRY[name].cls(**SMALL[name], random_state=0)
-    y = (np.arange(40) % 2) if REGISTRY[name].needs_y else None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        a = clone(est).fit(X, y)
-        b = clone(est).fit(X, y)
-    for key in ("components_", "cluster_centers_", "block_medians_"):
-        if hasattr(a, key):
-            assert getattr(a, key).dtype == np.float32, key
-            np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
-    if hasattr(a, "transform"):
-        assert np.asarray(a.transform(X)).dtype == np.float32

@@ -12,6 +12,8 @@ from daskrnmf import RFNMF
 from daskrnmf._blocks import BLOCK_COPIES, WORKER_BASELINE, worker_block_budget
 from daskrnmf._validation import check_array
 
+# Each test starts a cluster of its own, not the session's (tests/conftest.py): the worker
+# memory limit is what it tests, and each test needs another one.
 
 def test_zarr_blocks_sized_from_the_limit(tmp_path):
     path = str(tmp_path / "x.zarr")

@@ -83,7 +83,7 @@ def test_empty_and_mixed_type_labels_are_refused():
     assert purity(["a", "a", "b"], [7, 7, 3]) == 1.0
 
 
-def test_client_labels_beside_dask_labels_send_no_large_graph(tmp_path):
+def test_client_labels_beside_dask_labels_send_no_large_graph(tmp_path, local_cluster):
     """Issue 41: clustering_accuracy(y_dask, model.labels_) as the README shows it warned
     "Sending large graph of size 11.47 MiB": the NumPy side was built into the graph.
     Its pieces now travel as data (scattered), in either argument order. (The warning's
@@ -91,7 +91,7 @@ def test_client_labels_beside_dask_labels_send_no_large_graph(tmp_path):
     import warnings
 
     import zarr
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     from daskrnmf.metrics import clustering_accuracy, contingency_matrix
 
@@ -104,8 +104,7 @@ def test_client_labels_beside_dask_labels_send_no_large_graph(tmp_path):
     zarr.create_array(path, shape=(n,), chunks=(2_500,), dtype="i8")[:] = y
     y_dask = da.from_zarr(path)
     with dask.config.set({"distributed.admin.large-graph-warning-threshold": "20kB"}), \
-            LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster), warnings.catch_warnings():
+            Client(local_cluster), warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         assert clustering_accuracy(y_dask, pred) == 1.0
         np.testing.assert_array_equal(contingency_matrix(pred, y_dask),

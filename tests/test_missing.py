@@ -25,19 +25,10 @@ from daskrnmf.models._outliers import (SolveSpec, add_statistics, batch_chunk_cd
                                        initial_components, solve_batch_piece)
 from daskrnmf.models.nmf import MUSpec, _MUFit, mu_chunk, mu_combine
 
+from .reference import planted_missing as planted
 from .test_common import EXPECTED_FAILED
 
 MODELS = [NMF, RNMF, ORNMF, RobustNMF, ONMFO]
-
-
-def planted(n=120, d=24, k=3, frac=0.15, seed=0):
-    """Low-rank non-negative X plus noise, and a copy with ``frac`` of it NaN (MCAR)."""
-    rng = np.random.default_rng(seed)
-    X = rng.gamma(2.0, 1.0, (n, k)) @ rng.uniform(0.0, 1.0, (k, d))
-    X += 0.05 * rng.random((n, d))
-    Xn = X.copy()
-    Xn[rng.random((n, d)) < frac] = np.nan
-    return X, Xn
 
 
 @pytest.fixture(scope="module")
@@ -416,21 +407,7 @@ def test_robust_nmf_masked_objective_never_increases(data, solver):
 
 
 # ---------------------------------------------------------------- out of core
-# ("mu" codes stop on the piece's summed objective unless inner_tol=0: chunk-dependent)
-@pytest.mark.parametrize("cls, kw", [(NMF, {}), (ORNMF, {}), (RobustNMF, dict(solver="cd")),
-                                     (RobustNMF, dict(solver="mu", inner_tol=0)), (ONMFO, {})])
-def test_dask_input_with_nan_equals_numpy(cls, kw, data):
-    Xn = data[1] * 3.0
-    with warnings.catch_warnings():
-        _quiet()
-        ref = _small(cls, missing="mask", **kw).fit(Xn)
-        got = _small(cls, missing="mask", **kw).fit(da.from_array(Xn, chunks=(11, -1)))
-    np.testing.assert_allclose(got.components_, ref.components_, rtol=1e-7, atol=1e-10)
-    Hd = got.transform(da.from_array(Xn, chunks=(11, -1)))
-    assert isinstance(Hd, da.Array)
-    np.testing.assert_allclose(np.asarray(Hd), ref.transform(Xn), rtol=1e-6, atol=1e-8)
-
-
+# Dask input with NaN is the NumPy fit: tests/test_protocol.py's masked cases.
 def test_onmfo_partial_fit_with_nan_equals_fit(data):
     Xn = data[1] * 3.0
     X = da.from_array(Xn, chunks=(23, -1))

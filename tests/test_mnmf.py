@@ -184,21 +184,20 @@ def test_mnmf_separates_the_toy_where_semi_nmf_features_do_not():
         assert est.score(Xt, yt) >= baseline + 0.15
 
 
-def test_mnmf_does_not_depend_on_chunking(small_toy):
+def test_mnmf_predicts_dask_as_dask(small_toy):
+    """Dask in, Dask predictions out; the score of Dask X beside labels in memory.  (That
+    the fit itself does not depend on the chunking is tests/test_protocol.py's.)"""
     X, y = small_toy
     kw = dict(C=1.0, reconstruction_weight=0.1, semi_max_iter=20, max_iter=3, tol=0,
               inner_tol=1e-6, random_state=2)
+    Xd = da.from_array(X, chunks=(13, -1))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        one = MNMF(2, **kw).fit(X, y)
-        many = MNMF(2, **kw).fit(da.from_array(X, chunks=(13, -1)),
-                                 da.from_array(y, chunks=7))
-    np.testing.assert_allclose(many.components_, one.components_, atol=1e-6)
-    np.testing.assert_allclose(many.coef_, one.coef_, atol=1e-6)
-    pred = many.predict(da.from_array(X, chunks=(13, -1)))
+        many = MNMF(2, **kw).fit(Xd, da.from_array(y, chunks=7))
+    pred = many.predict(Xd)
     assert isinstance(pred, da.Array)
-    np.testing.assert_array_equal(pred.compute(), one.predict(X))
-    assert many.score(da.from_array(X, chunks=(13, -1)), y) == one.score(X, y)
+    np.testing.assert_array_equal(pred.compute(), many.predict(X))
+    assert many.score(Xd, y) == many.score(X, y)
 
 
 def test_mnmf_pass_count(small_toy):
@@ -215,19 +214,15 @@ def test_mnmf_pass_count(small_toy):
     assert est.n_passes_ == 2 + 5 + 1 + passes[:, 0].sum() + 2
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_mnmf_objective_never_rises_at_the_defaults(seed):
-    """The scale-invariant steps (module docstring, "Scale of G") at the model's defaults
-    (C = 100, theta = 10^4, 8 Newton passes per G step): the objective after each
-    iteration is no higher than after the one before, and an iteration reads X at most
-    max_inner_iter + 1 times."""
-    X, y = make_margin_gaussians(60, 30, random_state=seed)
+def test_mnmf_runs_every_iteration_in_few_newton_passes_at_the_defaults():
+    """At the model's defaults (C = 100, theta = 10^4, 8 Newton passes per G step), tol=0
+    runs every iteration, and an iteration reads X at most max_inner_iter + 1 times.  (That
+    its objective never rises there is tests/test_protocol.py's.)"""
+    X, y = make_margin_gaussians(60, 30, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        est = MNMF(2, tol=0, max_iter=12, random_state=seed).fit(X, y)
-    h = est.objective_history_[0]
-    assert len(h) == 12
-    assert np.all(np.diff(h) <= 1e-9 * np.abs(h[:-1])), h
+        est = MNMF(2, tol=0, max_iter=12, random_state=0).fit(X, y)
+    assert len(est.objective_history_[0]) == 12
     assert np.all(est.inner_passes_[0][1:, 0] <= 8)
 
 
@@ -324,9 +319,9 @@ def test_float32_in_float32_out(small_toy):
         semi = SemiNMF(2, max_iter=10, random_state=0)
         H = semi.fit_transform(X32)
         clf = MNMF(2, semi_max_iter=5, max_iter=1, random_state=0).fit(X32, y)
-    assert H.dtype == semi.components_.dtype == semi.transform(X32).dtype == np.float32
-    assert clf.components_.dtype == clf.coef_.dtype == np.float32
-    assert clf.decision_function(X32).dtype == clf.transform(X32).dtype == np.float32
+    # parameters, transform and outputs of every model: tests/test_protocol.py
+    assert H.dtype == np.float32
+    assert clf.decision_function(X32).dtype == np.float32
     assert clf.decision_function(X).dtype == np.float64
 
 

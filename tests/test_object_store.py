@@ -83,13 +83,13 @@ def s3(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """One in-process cluster (tcp, so the CLI connects by address) and its Client."""
-    from distributed import Client, LocalCluster
+def cluster(local_cluster):
+    """The session's cluster (the CLI connects by its address), with a Client for the
+    module: the data fixture writes through it."""
+    from distributed import Client
 
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp://",
-                      dashboard_address=None) as c, Client(c):
-        yield c
+    with Client(local_cluster):
+        yield local_cluster
 
 
 @pytest.fixture(scope="module")

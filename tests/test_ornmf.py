@@ -63,33 +63,6 @@ def test_nndsvda_matches_scikit_learn(seq, monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-@pytest.mark.parametrize("Est, kw", [(ORNMF, {"alpha": 0.3}), (RNMF, {}), (NMF, {})])
-@pytest.mark.parametrize("init", ["nndsvda", "random"])
-def test_same_result_for_any_chunking(seq, Est, kw, init):
-    X, _ = seq
-    ref = Est(4, init=init, max_iter=40, tol=0.0, random_state=3, **kw)
-    H = ref.fit_transform(X)
-    for chunks in (40, 7, 3):
-        m = Est(4, init=init, max_iter=40, tol=0.0, random_state=3, **kw)
-        Hd = m.fit_transform(da.from_array(X, chunks=(chunks, X.shape[1])))
-        assert isinstance(Hd, da.Array)
-        np.testing.assert_allclose(Hd.compute(), H, rtol=1e-7, atol=1e-10)
-        np.testing.assert_allclose(m.components_, ref.components_, rtol=1e-7, atol=1e-10)
-        np.testing.assert_allclose(m.objective_history_, ref.objective_history_, rtol=1e-9)
-
-
-@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-@pytest.mark.parametrize("Est, kw", [(ORNMF, {"alpha": 0.5}), (RNMF, {}), (NMF, {})])
-def test_objective_never_increases(Est, kw, seed):
-    X, _ = make_ordered_segments(n_features=40, n_segments=5, segment_length=12, noise=0.5,
-                                 noise_mode="fraction", random_state=seed)
-    m = Est(5, init="random", max_iter=150, tol=0.0, random_state=seed, **kw).fit(X)
-    h = m.objective_history_
-    assert np.all(np.diff(h) <= 1e-10 * h[:-1]), np.max(np.diff(h) / h[:-1])
-
-
-@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("init, n_init_passes", [("random", 1), ("nndsvda", 3)])
 def test_passes_over_x(seq, init, n_init_passes):
     # input checks (which also give the mean for the random init), the initialisation,

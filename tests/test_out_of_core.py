@@ -88,6 +88,8 @@ def _compile_kernels():
     ONMFO(3, max_iter=1, tol=0, batch_size=100, max_inner_iter=5, random_state=0).fit(X)
 
 
+# A cluster of its own, not the session's (tests/conftest.py): worker processes whose
+# memory is capped below their share of X, and whose memory is sampled.
 @pytest.fixture(scope="module")
 def capped_cluster(big_store):
     _compile_kernels()

@@ -113,13 +113,13 @@ def _labels_per_block(blocks, labels):
 
 @pytest.mark.parametrize("case", list(median_cases(np.random.default_rng(0))))
 @pytest.mark.parametrize("budget", ["collect-all", "histogram-rounds"])
-def test_grouped_medians_exact(case, budget, monkeypatch):
+def test_grouped_medians_exact(case, budget, dask_config):
     X = median_cases(np.random.default_rng(0))[case]
     labels = np.random.default_rng(1).integers(0, 3, size=(X.shape[0], 2))
     labels[:, 1] = np.minimum(labels[:, 1], 1)  # restart 1 leaves cluster 2 empty
     if budget == "histogram-rounds":  # force several histogram rounds before collecting
-        monkeypatch.setattr(reductions, "COLLECT_VALUES", 64)
-        monkeypatch.setattr(reductions, "HIST_CELLS", 256)
+        dask_config({"daskrnmf.median-collect-values": 64,
+                     "daskrnmf.median-histogram-cells": 256})
     lo, hi = X.min(0), X.max(0)
     for name, blocks in _blockings(X).items():
         med, rounds = grouped_medians(blocks, _labels_per_block(blocks, labels), 3, 2, lo, hi)
@@ -138,9 +138,20 @@ def test_grouped_medians_exact(case, budget, monkeypatch):
             assert rounds >= 2
 
 
-def test_grouped_medians_tolerance(rng, monkeypatch):
-    monkeypatch.setattr(reductions, "COLLECT_VALUES", 16)
-    monkeypatch.setattr(reductions, "HIST_CELLS", 64)
+@pytest.mark.parametrize("value", [0, -5, 2.5, "64", True])
+def test_median_budgets_must_be_positive_integers(value, dask_config):
+    X = np.random.default_rng(0).normal(size=(50, 2))
+    blocks = RowBlocks(X, block_rows=20)
+    labels = _labels_per_block(blocks, np.zeros((50, 1), dtype=np.int64))
+    for key in ("daskrnmf.median-collect-values", "daskrnmf.median-histogram-cells"):
+        with dask.config.set({key: value}), pytest.raises(
+                ValueError, match=f"dask config '{key}' must be a positive integer"):
+            grouped_medians(blocks, labels, 1, 1, X.min(0), X.max(0))
+
+
+def test_grouped_medians_tolerance(rng, dask_config):
+    dask_config({"daskrnmf.median-collect-values": 16,
+                 "daskrnmf.median-histogram-cells": 64})
     X = rng.normal(size=(5000, 4))
     labels = rng.integers(0, 2, size=(5000, 1))
     lo, hi = X.min(0), X.max(0)
@@ -197,13 +208,13 @@ def test_a_sample_threshold_too_low_draws_again_with_the_same_result(rng, monkey
         assert blocks.n_passes == 1 + low
 
 
-def test_warm_window_collection_is_bounded(monkeypatch):
+def test_warm_window_collection_is_bounded(dask_config):
     """A warm window planned from the previous iteration's counts (here: 10 values) that
     now holds far more (labels moved: ~1100 here; 13.7M values, 157 MiB, at 1M rows
     before) is capped at twice the budget in every partial result; the medians stay exact."""
     from daskrnmf.kernels.median import merge_median_round
 
-    monkeypatch.setattr(reductions, "COLLECT_VALUES", 64)
+    dask_config({"daskrnmf.median-collect-values": 64})
     X = np.random.default_rng(0).normal(size=(3000, 3))
     blocks = RowBlocks(X, block_rows=500)
     labels = [np.zeros((n, 1), dtype=np.int64) for n in blocks.sizes]
@@ -229,7 +240,7 @@ def test_warm_window_collection_is_bounded(monkeypatch):
 
 @pytest.mark.parametrize("known", [False, True])
 @pytest.mark.parametrize("moved", [0.002, 0.3])
-def test_warm_windows_resized_to_the_budget_resolve_in_one_round(monkeypatch, moved, known):
+def test_warm_windows_resized_to_the_budget_resolve_in_one_round(dask_config, moved, known):
     """The previous iteration's windows (here: last histogram bins of ~130 values),
     resized around the previous medians to share the collection budget, hold the new
     medians when few members changed cluster: one round, exact.  When many changed, the
@@ -238,8 +249,8 @@ def test_warm_windows_resized_to_the_budget_resolve_in_one_round(monkeypatch, mo
     beside the collections), the side of the window each median left."""
     from daskrnmf.kernels.median import merge_median_round
 
-    monkeypatch.setattr(reductions, "COLLECT_VALUES", 3000)
-    monkeypatch.setattr(reductions, "HIST_CELLS", 256)
+    dask_config({"daskrnmf.median-collect-values": 3000,
+                 "daskrnmf.median-histogram-cells": 256})
     rs = np.random.default_rng(2)
     k = 3
     lab = rs.integers(0, k, size=20000)

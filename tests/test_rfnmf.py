@@ -63,18 +63,6 @@ def test_empty_cluster_reseeded_from_worst_fit(loss, as_dask):
     np.testing.assert_allclose(m.cluster_centers_, F)
 
 
-@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-@pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_objective_never_increases(blobs, loss, seed):
-    X, _ = blobs
-    Xn = X + np.random.default_rng(seed).standard_cauchy(size=X.shape)  # heavy-tailed noise
-    m = RFNMF(4, loss=loss, n_init=1, init="random", max_iter=50, tol=0.0, random_state=seed).fit(Xn)
-    h = m.objective_history_
-    assert np.all(np.diff(h) <= 1e-9 * h[:-1]), h
-    assert m.objective_ <= h[-1] * (1 + 1e-12)
-
-
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("init", ["k-medians++", "random"])
 def test_recovers_planted_clusters(loss, init):
@@ -91,18 +79,6 @@ def test_robust_to_outliers_where_kmeans_is_not(loss):
     km = KMeans(2, n_init=10, random_state=0).fit(X)
     assert clustering_accuracy(y[inl], m.labels_[inl]) == 1.0
     assert clustering_accuracy(y[inl], km.labels_[inl]) < 0.9
-
-
-@pytest.mark.parametrize("loss", LOSSES)
-def test_same_result_for_any_chunking(blobs, loss):
-    X, _ = blobs
-    ref = RFNMF(4, loss=loss, n_init=3, random_state=7).fit(X)
-    for chunks in (600, 100, 33):
-        m = RFNMF(4, loss=loss, n_init=3, random_state=7).fit(da.from_array(X, chunks=(chunks, 5)))
-        np.testing.assert_array_equal(m.labels_, ref.labels_)
-        np.testing.assert_allclose(m.cluster_centers_, ref.cluster_centers_, rtol=1e-12,
-                                   atol=1e-12)
-        assert m.n_iter_ == ref.n_iter_
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -205,13 +181,12 @@ def test_float32_and_integer_input():
     assert clustering_accuracy(y, mi.labels_) == 1.0
 
 
-def test_outputs_on_a_distributed_client(blobs):
-    from distributed import Client, LocalCluster
+def test_outputs_on_a_distributed_client(blobs, local_cluster):
+    from distributed import Client
 
     X, _ = blobs
     Xd = da.from_array(X, chunks=(100, 5))
-    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster):
+    with Client(local_cluster):
         seen = []
         m = RFNMF(4, loss="l1", n_init=2, random_state=0,
                   callback=lambda info: seen.append(info["iteration"]) and False).fit(Xd)

@@ -10,7 +10,6 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
 
 from daskrnmf import _blocks
 from daskrnmf._blocks import RowBlocks, SpilledState
@@ -37,13 +36,6 @@ def _run(X):
         if isinstance(state, SpilledState):
             dirs.append(state.directory)
     return blocks, state, totals, dirs
-
-
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=None) as cluster, Client(cluster) as c:
-        yield c
 
 
 @pytest.mark.parametrize("chunk_rows", [40, 7])

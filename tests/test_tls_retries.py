@@ -61,6 +61,7 @@ SCRIPT = textwrap.dedent(r"""
 
     sec = Security.temporary()
     good, other_ca = files(sec, "good"), files(Security.temporary(), "other")
+    # a cluster of its own, not the session's (tests/conftest.py): TLS is what it tests
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, host="127.0.0.1",
                       protocol="tls://", security=sec, dashboard_address=":0") as cluster:
         address = cluster.scheduler_address

@@ -2,8 +2,8 @@
 (and NetCDF-4) datasets, ``np.memmap`` and ``h5py.Dataset`` objects are read by the
 workers in row blocks (the graph holds a reader, never the values); ``fit(path,
 component=...)`` reads an array inside a Zarr group; ``daskrnmf convert`` writes any of
-them to a Zarr array.  Tiny files in tmp_path; no cluster but the convert tests' one
-in-process cluster."""
+them to a Zarr array.  Tiny files in tmp_path; no cluster but the session's in-process
+one (tests/conftest.py) for the convert tests."""
 
 import os
 import pickle
@@ -177,13 +177,9 @@ def test_open_array_of_a_npy_file_points_to_the_ways_in(files):
 
 
 # ---------------------------------------------------------------- daskrnmf convert
-@pytest.fixture(scope="module")
-def address():
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                      dashboard_address=None) as c:
-        yield c.scheduler_address
+@pytest.fixture
+def address(local_cluster):
+    return local_cluster.scheduler_address
 
 
 def test_a_fit_on_a_cluster_reads_the_file_in_the_workers_tasks(files, X, address,

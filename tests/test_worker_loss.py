@@ -13,7 +13,8 @@ import psutil
 import pytest
 from distributed import Client, LocalCluster
 
-from daskrnmf import MNMF, NMF, ONMFO, ORNMF, RFNMF, RFNMTF, RNMF, RobustNMF, SemiNMF
+from daskrnmf import (MNMF, NMF, ONMFO, ORNMF, REGISTRY, RFNMF, RFNMTF, RNMF, RobustNMF,
+                      SemiNMF)
 from daskrnmf.datasets import make_zarr_blobs
 
 
@@ -39,7 +40,9 @@ N_WORKERS = 3
 
 
 class _SharedCluster:
-    """One LocalCluster for the module's cases, handed to each case at full strength.
+    """One LocalCluster for the module's cases, handed to each case at full strength (not
+    the session's in-process cluster of tests/conftest.py: a worker here is a process to
+    kill).
 
     The nanny of a killed worker restarts it, but may also close for good
     (dask/distributed#7312, a race in the nanny); the fit must survive either way, and the
@@ -167,6 +170,10 @@ CASES = {
     "ONMFO": (lambda cb: ONMFO(3, max_iter=2, tol=0, batch_size=5_000, max_inner_iter=20,
                                random_state=0, callback=cb), 5, False),
 }
+
+
+def test_every_registered_model_loses_a_worker():
+    assert set(REGISTRY) <= set(CASES)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
