@@ -134,18 +134,14 @@ def test_per_block_state_written_block_by_block(name, tmp_path):
         assert parts == [f"b{b:06d}" for b in range(X.numblocks[0])]
 
 
-def test_resume_under_a_distributed_cluster(tmp_path):
+def test_resume_under_a_distributed_cluster(client, tmp_path):
     """On a cluster the per-block state is spilled to scratch files between passes, and
     read back from the checkpoint by the workers."""
-    distributed = pytest.importorskip("distributed")
     X = da.from_array(_data("NMF"), chunks=(50, 8))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0") as cluster, \
-            distributed.Client(cluster):
-        reference = _model("NMF").fit(X)
-        path = str(tmp_path / "ckpt")
-        _kill(_model("NMF", checkpoint=path), X, 3, "between")
-        resumed = _model("NMF", checkpoint=path).fit(X, resume=True)
+    reference = _model("NMF").fit(X)
+    path = str(tmp_path / "ckpt")
+    _kill(_model("NMF", checkpoint=path), X, 3, "between")
+    resumed = _model("NMF", checkpoint=path).fit(X, resume=True)
     _same(reference, resumed)
 
 
