@@ -49,12 +49,17 @@ def _model(name, **extra):
         params["n_components"] = 3
     if name == "RFNMF":
         params.update(loss="l1", n_init=2, tol=1e-12)
+    if name == "RFNMTF":
+        # a sample smaller than X: the fit on X starts from the sample's best candidate
+        # and takes several iterations
+        params.update(n_row_clusters=3, n_column_clusters=2, n_init=2, init_size=20)
     return cls(**{**params, **extra})
 
 
 FITTED = ("components_", "cluster_centers_", "labels_", "objective_", "objective_history_",
           "n_iter_", "n_passes_", "reconstruction_err_", "median_rounds_", "jumps_",
           "boundaries_")
+FITTED += ("block_medians_", "column_labels_", "row_labels_")      # RFNMTF's
 
 
 def _same(a, b):
@@ -263,3 +268,34 @@ def NMF_reference(X):
 
     return NMF(n_components=3, random_state=0, max_iter=25, tol=0.0).fit(
         da.from_array(X, chunks=(50, 8))).components_
+
+
+@pytest.mark.parametrize("where", ["mid", "between"])
+@pytest.mark.parametrize("init, kind", [("random", "dask"), ("random", "numpy"),
+                                        ("k-medians++", "dask")])
+def test_rfnmtf_resumed_with_median_searches_over_several_passes(init, kind, where, tmp_path,
+                                                                 monkeypatch):
+    """RFNMTF's S step over several passes (budgets forced small): the median search's
+    windows and which restarts speculate carry from one iteration to the next; with
+    init="random" (its S step over X before the run) two restarts run on X and one stops
+    at iteration 4, before the other; X in memory keeps every restart's last row labels.
+    Killed at iteration 5 or after 4, the fit ends as if it had not been stopped."""
+    from daskrnmf import reductions
+
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 100)
+    monkeypatch.setattr(reductions, "HIST_CELLS", 16)
+    X = _as(_data("RFNMTF"), kind)
+    extra = {"init": init, "n_column_clusters": 3, "n_row_clusters": 4,
+             "tol": 5e-4 if init == "random" else 0.0}
+    active = []
+    reference = _model("RFNMTF", callback=lambda info: active.append(info["active"]),
+                       **extra).fit(X)
+    assert reference.n_iter_ > 4
+    if init == "random":
+        assert [int(a.sum()) for a in active] == [2, 2, 2, 2, 1]
+    if kind == "dask":
+        assert max(reference.median_rounds_[1:]) > 1     # warm searches of several rounds
+    path = str(tmp_path / "ckpt")
+    _kill(_model("RFNMTF", checkpoint=path, **extra), X, 5 if where == "mid" else 4, where)
+    resumed = _model("RFNMTF", checkpoint=path, **extra).fit(X, resume=True)
+    _same(reference, resumed)

@@ -54,7 +54,7 @@ REGISTRY = {spec.name: spec for spec in (
               outputs=("labels",), resumable=True),
     ModelSpec("RFNMTF", "daskrnmf.models.rfnmtf", "co-clustering",
               "clusters samples and features together (L1, block medians)",
-              outputs=("labels",)),
+              outputs=("labels",), resumable=True),
     ModelSpec("NMF", "daskrnmf.models.nmf", "factorization",
               "Lee-Seung NMF, the squared-error baseline", outputs=("H",), resumable=True),
     ModelSpec("RNMF", "daskrnmf.models.nmf", "factorization",

@@ -89,6 +89,13 @@ class RFNMTF(ClusterBase):
         0 computes S exactly (block medians equal to :func:`numpy.median`); a positive
         value stops refining a median once its window is narrower than ``median_tol``
         times the block's value range.
+    checkpoint : str, os.PathLike or None, default=None
+        Directory (or fsspec URL) where the fit saves its state after every iteration
+        (S, the column labels and the median search's windows: a few numbers per
+        co-cluster and per feature, nothing per sample), atomically; ``fit(X,
+        resume=True)`` continues from it with exactly the uninterrupted result.  The
+        library owns it (a marker file and its own subfolder; nothing else in it is
+        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
     random_state : None, int, numpy RandomState or Generator, default=None
         Results depend on it alone, not on the chunking or the number of workers.
     verbose : int, default=0
@@ -154,11 +161,12 @@ class RFNMTF(ClusterBase):
                  v.Kind((tuple,), "a tuple (block values (n_row_clusters, n_column_clusters), "
                                   "column labels (n_features,))")],
         "init_size": [v.Interval(int, 1, None), v.Kind((type(None),), "None")],
+        "checkpoint": [v.Location()],
     }
 
     def __init__(self, n_row_clusters=8, n_column_clusters=8, *, n_init=10, init="k-medians++",
-                 init_size=None, max_iter=100, tol=1e-4, median_tol=0.0, random_state=None,
-                 verbose=0, callback=None):
+                 init_size=None, max_iter=100, tol=1e-4, median_tol=0.0, checkpoint=None,
+                 random_state=None, verbose=0, callback=None):
         self.n_row_clusters = n_row_clusters
         self.n_column_clusters = n_column_clusters
         self.n_init = n_init
@@ -167,6 +175,7 @@ class RFNMTF(ClusterBase):
         self.max_iter = max_iter
         self.tol = tol
         self.median_tol = median_tol
+        self.checkpoint = checkpoint
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback
@@ -197,7 +206,8 @@ class RFNMTF(ClusterBase):
         state = fit.init_state(init, self.init_size)
         # the restarts that run on X: the sample's best candidate (k-medians++), else all
         fit.R = state["S"].shape[0]
-        state, log = self._run(fit.step, state, n_restarts=fit.R, blocks=blocks)
+        state, log = self._run(fit.step, state, n_restarts=fit.R, blocks=blocks,
+                               problem=fit)
         objective, labels = fit.final(state)
         best = int(np.argmin(objective))
         self._set_iterations(log, best)
@@ -248,6 +258,15 @@ class _CoFit:
 
     kept_on_x = 1   # candidates of the "k-medians++" initialisation run on X, the best
     merge_starts = True     # candidates that start alike are co-fitted once (_candidates)
+
+    # what a checkpoint holds besides S and the column labels (daskrnmf._resume): what a
+    # step leaves for the next, the median search's warm windows, which restarts
+    # speculate, and the S-step rounds so far.  Not saved: the initialisation (the
+    # sample, its candidates, the sort on a thread of its own), done again
+    # deterministically; X in memory, every restart's last row labels (_rows, n_samples
+    # x R): without them the first resumed step selects its block medians again instead
+    # of keeping S, and the medians are exact, so S is the same to the bit
+    checkpoint_attributes = ("warm", "speculate", "median_rounds")
 
     def __init__(self, blocks, stats, *, K, L, R, seed, median_tol):
         self.blocks, self.K, self.L, self.R = blocks, K, L, R
