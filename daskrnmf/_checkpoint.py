@@ -628,10 +628,25 @@ def data_fingerprint(X):
     else:
         import dask
 
-        parts = dask.compute(*[X[a:b] for a, b in ranges])
+        # through X's blocks as the fit's passes take them (to_delayed): slicing X itself
+        # would submit its blocks' keys with other task specs than the passes then do,
+        # which the distributed scheduler warns of ("different run_spec")
+        blocks = X.to_delayed().ravel()
+        bounds = np.cumsum((0,) + tuple(X.chunks[0]))
+        rows = dask.delayed(_rows_of_blocks, pure=True)
+        parts = dask.compute(*[
+            rows([blocks[i] for i in range(len(blocks)) if bounds[i] < b and bounds[i + 1] > a],
+                 [int(bounds[i]) for i in range(len(blocks))
+                  if bounds[i] < b and bounds[i + 1] > a], a, b)
+            for a, b in ranges])
         chunks = hashlib.sha256(np.asarray(X.chunks[0], dtype=np.int64).tobytes()).hexdigest()[:16]
     return {"shape": [n, d], "dtype": str(np.dtype(X.dtype)), "row_chunks": chunks,
             "rows": [[a, b, _digest(np.asarray(p))] for (a, b), p in zip(ranges, parts)]}
+
+
+def _rows_of_blocks(blocks, starts, a, b):
+    """Rows ``a:b`` of X from the blocks that hold them (``starts``: their first rows)."""
+    return np.concatenate([np.asarray(blk)[max(a - s, 0):b - s] for blk, s in zip(blocks, starts)])
 
 
 def check_same_data(saved, current, where):
