@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import zarr
 
-from daskrnmf import _checkpoint, cli, models
+from daskrnmf import _checkpoint, cli, io, models
 from daskrnmf.cli import _fit
 from daskrnmf.models import REGISTRY, ModelSpec
 from daskrnmf.models.onmfo import ONMFO
@@ -66,43 +66,57 @@ def test_the_registry_says_which_models_take_a_checkpoint():
         assert has == {spec.resumable}, (name, has)
 
 
+def _group(path):
+    """The output store at a path or (committed) URL, read-only."""
+    return zarr.open_group(io.store(io.resolve(path), read_only=True) if io.is_url(path)
+                           else path, mode="r")
+
+
 @pytest.mark.parametrize("name", RESUMABLE)
-def test_a_killed_fit_resumes_to_the_uninterrupted_result(name, store, scheduler, tmp_path,
-                                                          monkeypatch, capsys):
+@pytest.mark.parametrize("where", ["local", "url"])
+def test_a_killed_fit_resumes_to_the_uninterrupted_result(name, where, store, scheduler,
+                                                          tmp_path, monkeypatch, capsys,
+                                                          request):
+    """Checkpoint and outputs in a directory, or at URLs (an in-memory file system that
+    the in-process workers share: the object-store code paths)."""
     spec = REGISTRY[name]
-    where = ["--scheduler-address", scheduler]
-    fit = ["fit", name, *_model_args(spec, store), *where]
-    assert cli.main([*fit, "--output", str(tmp_path / "full.zarr")]) == 0
+    fit = ["fit", name, *_model_args(spec, store), "--scheduler-address", scheduler]
+    base = str(tmp_path) if where == "local" else f"memory://{tmp_path.name}"
+    if where == "url":              # the process's in-memory file system: emptied after
+        fs, root = io.filesystem(base)
+        request.addfinalizer(lambda: fs.rm(root, recursive=True))
+    ckpt, out, full = base + "/ckpt", base + "/out.zarr", base + "/full.zarr"
+    assert cli.main([*fit, "--output", full]) == 0
 
     class Killed(_fit.ProgressBar):
         """Ctrl-C as a job would get it, once the fit has saved a checkpoint."""
 
         def __call__(self, info):
-            if info["event"] == "iteration" and _checkpoint.holds_run(str(ckpt)):
+            if info["event"] == "iteration" and _checkpoint.holds_run(ckpt):
                 raise KeyboardInterrupt
             return super().__call__(info)
 
-    ckpt = tmp_path / "ckpt"
     monkeypatch.setattr(_fit, "ProgressBar", Killed)
-    out = tmp_path / "out.zarr"
-    assert cli.main([*fit, "--output", str(out), "--checkpoint", str(ckpt)]) == 130
+    assert cli.main([*fit, "--output", out, "--checkpoint", ckpt]) == 130
     monkeypatch.undo()
-    assert not out.exists() and _checkpoint.holds_run(str(ckpt))
+    assert not io.location_exists(out) and _checkpoint.holds_run(ckpt)
     capsys.readouterr()
     # a new run does not take the earlier one's checkpoint over unasked
-    assert cli.main([*fit, "--output", str(out), "--checkpoint", str(ckpt)]) == 1
+    assert cli.main([*fit, "--output", out, "--checkpoint", ckpt]) == 1
     assert "holds an earlier run's checkpoint" in capsys.readouterr().err
-    assert cli.main([*fit, "--output", str(out), "--checkpoint", str(ckpt), "--resume"]) == 0
-    full, resumed = (zarr.open_group(str(p), mode="r") for p in (tmp_path / "full.zarr", out))
-    assert sorted(full.array_keys()) == sorted(resumed.array_keys())
-    for key in full.array_keys():
-        np.testing.assert_array_equal(resumed[key][:], full[key][:], err_msg=key)
+    assert cli.main([*fit, "--output", out, "--checkpoint", ckpt, "--resume"]) == 0
+    _assert_same(_group(out), _group(full))
     # --overwrite starts afresh over it, to the same end
-    again = tmp_path / "again.zarr"
-    assert cli.main([*fit, "--output", str(again), "--checkpoint", str(ckpt),
+    assert cli.main([*fit, "--output", base + "/again.zarr", "--checkpoint", ckpt,
                      "--overwrite"]) == 0
-    np.testing.assert_array_equal(zarr.open_group(str(again), mode="r")["components"][:],
-                                  full["components"][:])
+    _assert_same(_group(base + "/again.zarr"), _group(full))
+
+
+def _assert_same(group, expected):
+    """Every array of the output store equal to the expected one's."""
+    assert sorted(group.array_keys()) == sorted(expected.array_keys())
+    for key in expected.array_keys():
+        np.testing.assert_array_equal(group[key][:], expected[key][:], err_msg=key)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
