@@ -3,6 +3,8 @@
 ``resumable``, passed on as the estimator's ``checkpoint`` and ``fit``'s ``resume`` and
 ``overwrite_checkpoint``; for no other model, whatever its signature."""
 
+import inspect
+
 import numpy as np
 import pytest
 import zarr
@@ -56,8 +58,6 @@ def _model_args(spec, store):
 def test_the_registry_says_which_models_take_a_checkpoint():
     """What the command reads from ``ModelSpec.resumable`` holds for the classes: the
     ``checkpoint`` parameter and ``fit(..., resume=, overwrite_checkpoint=)``."""
-    import inspect
-
     assert RESUMABLE                     # ONMFO at least
     for name, spec in REGISTRY.items():
         assert ("checkpoint" in spec.cls().get_params()) == spec.resumable, name
