@@ -168,33 +168,10 @@ def save(model, path: str | os.PathLike, *, overwrite: bool = False,
 
     path = os.fspath(path)
     _check_registered(model)
-    if io.is_url(path):
-        return _save_committed(model, path, overwrite, storage_options)
-    path = os.path.abspath(io.local_path(path))
-    if not os.path.isdir(os.path.dirname(path)):
-        raise FileNotFoundError(f"the directory of {path} does not exist.")
-    return _stores.write_whole(path, lambda tmp: write_group(model, tmp), "the model's path",
-                               overwrite=overwrite)
-
-
-def _save_committed(model, url, overwrite, storage_options):
-    """``save`` to an object store: under a fresh prefix, then the commit pointer."""
-    from . import io
-
-    if io.location_exists(url, storage_options):
-        if not overwrite:
-            raise FileExistsError(f"{url} exists; pass overwrite=True to replace it.")
-        io.check_replaceable(url, "the model's location", how="overwrite=True",
-                             storage_options=storage_options)
-    io.check_writable(url, storage_options, what="model location")
-    version = io.new_version(url)
-    try:
-        write_group(model, version, storage_options=storage_options)
-        io.commit(url, version, storage_options, overwrite=overwrite)
-    except BaseException:
-        io.discard(version, storage_options)
-        raise
-    return url
+    what = "the model's location" if io.is_url(path) else "the model's path"
+    io.check_destination(path, what, overwrite=overwrite, storage_options=storage_options)
+    return io.write_whole(path, lambda tmp: write_group(model, tmp, storage_options), what,
+                          overwrite=overwrite, storage_options=storage_options)
 
 
 def write_group(model, path: str, storage_options: dict | None = None) -> None:

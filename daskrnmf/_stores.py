@@ -14,8 +14,14 @@ One place for the rules every writer follows (the CLI's outputs, ``model.save``,
   make-data store's ``generator``), holding nothing but Zarr's own files
   (:func:`check_replaceable`).  An ordinary directory (a thesis folder, ``.``, a home
   tree), a file, a symbolic link or somebody else's Zarr store is never deleted.
+* **Checked before the work.** A location is checked before anything is computed
+  (:func:`check_destination` for a store, :func:`check_file_destination` for a single
+  file): not existing unless replaceable, its directory there and writable.
 * **Whole or not at all.** A result is written under a temporary name next to its
-  location and renamed into place when complete (:func:`replace_with`).
+  location and renamed into place when complete (:func:`write_whole`,
+  :func:`replace_with`).  :mod:`daskrnmf.io` adds the object-store side of both rules
+  (a URL has no rename: a fresh prefix and a commit pointer), behind one
+  ``check_destination`` and one ``write_whole`` for a path or a URL.
 * **Scratch that outlives its process is swept.** Scratch directories
   (``daskrnmf-state-*``) record their owner (host, process id and its start time); a
   later run removes those whose owner process is gone (:func:`make_scratch`), so a job
@@ -147,6 +153,13 @@ def refuse_inside_zarr(path, what):
     if is_zarr_node(parent):
         raise ValueError(f"{what} {path} would be written inside the Zarr store "
                          f"{zarr_root(parent)}, changing it; choose a path outside it.")
+
+
+def protected(path, role) -> tuple[str, str]:
+    """``(resolved root or URL key, role)``: the store ``path`` reads, as
+    :func:`refuse_overlap` takes it (a local path: the outermost Zarr hierarchy that holds
+    it; a URL: its protocol and path)."""
+    return (url_key(path) if is_url(path) else zarr_root(path)), role
 
 
 def url_key(url) -> str:
@@ -321,14 +334,58 @@ def check_target(path, what, *, overwrite, how="overwrite=True"):
         check_replaceable(path, what, how=how)
 
 
-def write_whole(path, write, what, *, overwrite, how="overwrite=True"):
+def check_destination(path, what, *, overwrite, how="overwrite=True"):
+    """A local store to be written at ``path``, checked before any work:
+    :func:`check_target`, and its directory there and writable."""
+    path = local_path(path)
+    check_target(path, what, overwrite=overwrite, how=how)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"the directory of {what} {path} does not exist.")
+    check_writable(parent, f"the directory of {what}")
+
+
+def check_file_destination(path, what, *, overwrite, how="overwrite=True", protected=()):
+    """A single file to be written at ``path`` (a table, a figure), checked before any
+    work: not a protected store nor inside one (:func:`refuse_overlap`), not a directory,
+    not existing unless ``overwrite``, its directory there and writable."""
+    refuse_overlap(path, protected, what)
+    if os.path.isdir(path):
+        raise ValueError(f"{what} {path} is a directory; give a file name.")
+    if os.path.lexists(path) and not overwrite:
+        raise FileExistsError(f"{what} {path} exists; pass {how} to replace it.")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"the directory of {what} {path} does not exist.")
+    check_writable(parent, f"the directory of {what}")
+
+
+def write_file_whole(path, write) -> str:
+    """Write a single file whole or not at all: ``write(tmp)`` on a temporary name next to
+    ``path`` with the same extension (a writer may read the format from it), then
+    renamed over ``path``; the temporary is removed whatever happens."""
+    path = os.path.abspath(os.fspath(path))
+    root, ext = os.path.splitext(path)
+    tmp = f"{partial_name(root)}{ext}"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def write_whole(path, write, what, *, overwrite, how="overwrite=True", tmp=None):
     """Write a local store whole or not at all: ``path`` checked (:func:`check_target`),
     ``write(tmp)`` run on a temporary name next to it, the target checked again (it may
     have changed meanwhile) and the result renamed into place; the temporary is removed
-    whatever happens.  Returns the absolute path."""
-    path = os.path.abspath(os.fspath(path))
+    whatever happens.  ``tmp``: the temporary name (default: a fresh
+    :func:`partial_name`), for a caller that must also remove it later (after the
+    workers writing into it have stopped).  Returns the absolute path."""
+    path = os.path.abspath(local_path(path))
     check_target(path, what, overwrite=overwrite, how=how)
-    tmp = partial_name(path)
+    tmp = tmp or partial_name(path)
     try:
         write(tmp)
         check_target(path, what, overwrite=overwrite, how=how)

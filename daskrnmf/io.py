@@ -36,9 +36,10 @@ Readers (:func:`open_array`, :func:`daskrnmf.load`) trust only the prefix the po
 names (:func:`resolve`).  A write interrupted at any moment therefore leaves no readable
 half-result and the previous result (the pointer's old target) intact; after the commit,
 the old version and prefixes abandoned by interrupted writes are deleted.  One writer at
-a time per location.  Local paths keep the write-then-``rename`` rule.  ONMFO checkpoints
-on an object store follow the same rule with their own pointer (``LATEST``), see
-:mod:`daskrnmf._checkpoint`.
+a time per location.  Local paths keep the write-then-``rename`` rule.  Both rules are
+behind :func:`write_whole` (the checks before the work behind :func:`check_destination`),
+which ``model.save`` and the CLI's outputs use.  ONMFO checkpoints on an object store
+follow the same rule with their own pointer (``LATEST``), see :mod:`daskrnmf._checkpoint`.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import uuid
 import numpy as np
 import zarr
 
-from . import _files, _reader
+from . import _files, _reader, _stores
 from ._reader import BLOCK_BYTES
 from ._stores import is_url, local_path  # noqa: F401  (public here)
 from ._typing import PathLike
@@ -254,6 +255,46 @@ def discard(version: str, storage_options: dict | None = None) -> None:
             return
         fs, path = filesystem(version, storage_options)
         fs.rm(path, recursive=True)
+
+
+# ---------------------------------------------------------------- writing a result
+def check_destination(path: PathLike, what: str = "output", *, overwrite: bool,
+                      how: str = "overwrite=True", storage_options: dict | None = None):
+    """A store to be written at ``path``, a local path or a URL, checked before any work:
+    absent, or replaced (``overwrite``) only when daskrnmf wrote it, and writable (a URL:
+    a probe object written and deleted, so that wrong credentials and a missing bucket
+    fail now).  Local paths: :func:`daskrnmf._stores.check_destination`."""
+    if not is_url(path):
+        return _stores.check_destination(path, what, overwrite=overwrite, how=how)
+    if location_exists(path, storage_options):
+        if not overwrite:
+            raise FileExistsError(f"{what} {path} exists; pass {how} to replace it.")
+        check_replaceable(path, what, how=how, storage_options=storage_options)
+    check_writable(path, storage_options, what)
+
+
+def write_whole(path: PathLike, write, what: str = "output", *, overwrite: bool,
+                how: str = "overwrite=True", storage_options: dict | None = None,
+                tmp: str | None = None) -> str:
+    """Write a store whole or not at all: ``write(tmp)`` at a temporary location that is
+    then made the one at ``path``: renamed into place for a local path
+    (:func:`daskrnmf._stores.write_whole`), committed for a URL (the commit-marker rule);
+    the temporary is removed whatever happens (:func:`discard` keeps a committed one).
+    ``tmp`` (from :func:`daskrnmf._stores.partial_name` or :func:`new_version`): for a
+    caller that must also remove it later.  Returns the path (local: absolute)."""
+    if not is_url(path):
+        return _stores.write_whole(path, write, what, overwrite=overwrite, how=how, tmp=tmp)
+    tmp = tmp or new_version(path)
+    try:
+        write(tmp)
+        try:
+            commit(path, tmp, storage_options, overwrite=overwrite)
+        except FileExistsError:                  # another writer committed meanwhile
+            raise FileExistsError(f"{what} {path} exists; pass {how} to replace it.") \
+                from None
+    finally:
+        discard(tmp, storage_options)
+    return path
 
 
 def open_array(url: PathLike, component: str | None = None, *,

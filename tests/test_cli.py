@@ -14,6 +14,7 @@ import zarr
 
 import daskrnmf
 from daskrnmf import RFNMF, cli
+from daskrnmf.cli._params import parse_parameters_section
 from daskrnmf.cluster import connect, load_config, make_cluster
 from daskrnmf.metrics import clustering_accuracy
 
@@ -348,6 +349,7 @@ def test_fit_help_lists_each_models_parameters_from_its_signature_and_docstring(
                 flag = "--" + param.replace("_", "-")
                 assert flag in out, (name, flag)
         assert ("--labels" in out) == spec.needs_y and ("--resume" in out) == spec.resumable
+        assert ("--checkpoint DIR" in out) == spec.resumable
     capsys.readouterr()
     assert cli.main(["fit", "RFNMF", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
@@ -376,7 +378,7 @@ def test_numpydoc_parameters_parser():
     d_ : int
         Not a parameter.
     """
-    parsed = cli.parse_parameters_section(doc)
+    parsed = parse_parameters_section(doc)
     assert parsed == {"a": ("int, default=1", "First line second line with code and numpy.median."),
                       "b": ("int, default=1", "First line second line with code and numpy.median."),
                       "c": ('{"x", "y"}', ""), "callback": ("callable, optional", "")}

@@ -250,6 +250,52 @@ def test_choose_k_checks_its_arguments_before_a_cluster_starts(labels, no_start,
     assert not no_start
 
 
+@pytest.mark.parametrize("model, extra, message", [
+    # the command knows no model's parameters: the model says what it has and accepts
+    ("RFNMTF", ["--loss", "l1"], "--loss is not a parameter of RFNMTF."),
+    ("RFNMF", ["--n-column-clusters", "2"], "--n-column-clusters is not a parameter of RFNMF."),
+    ("RFNMF", ["--loss", "l3"], "The 'loss' parameter of RFNMF must be a str among"),
+])
+def test_choose_k_model_options_are_the_models_own(labels, no_start, capsys, tmp_path, model,
+                                                   extra, message):
+    g = zarr.open_group(str(tmp_path / "x.zarr"), mode="w")
+    g.create_array("X", shape=(6, 2), dtype="f8", chunks=(3, 2))[...] = 1.0
+    capsys.readouterr()
+    assert cli.main(["choose-k", model, str(tmp_path / "x.zarr" / "X"), "--ks", "2-3",
+                     *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert not no_start
+
+
+def test_a_table_or_figure_is_written_whole(tmp_path):
+    """choose-k's files: a write that fails leaves the earlier file as it was and no
+    temporary beside it."""
+    from daskrnmf import _stores
+
+    table = tmp_path / "k.md"
+    table.write_text("earlier")
+
+    def dies(tmp):
+        with open(tmp, "w") as fh:
+            fh.write("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        _stores.write_file_whole(table, dies)
+    assert table.read_text() == "earlier" and os.listdir(tmp_path) == ["k.md"]
+    seen = []
+
+    def writes(tmp):
+        seen.append(tmp)
+        with open(tmp, "w") as fh:
+            fh.write("new")
+
+    _stores.write_file_whole(table, writes)
+    assert table.read_text() == "new" and seen[0].endswith(".md")   # formats read from it
+    assert os.listdir(tmp_path) == ["k.md"]
+
+
 @pytest.mark.parametrize("config, message", [
     ({"cluster": "local", "n_workers": 1, "processes": False, "memory_limit": "lots"},
      "Could not interpret 'lots' as a byte unit"),

@@ -1,6 +1,7 @@
 """The ``daskrnmf`` command as a newcomer meets it: option spellings, help texts, a pipe
 closed early, output names (issue 41).  No cluster is started."""
 
+import argparse
 import subprocess
 import sys
 
@@ -9,11 +10,12 @@ import pytest
 import zarr
 
 from daskrnmf import RFNMTF, cli
+from daskrnmf.cli import _fit, _parser
 
 
 def _params(argv):
-    argv, model = cli._normalise_model(argv)
-    return vars(cli._parser(model).parse_args(argv))
+    argv, model = _parser.normalise_model(argv)
+    return vars(_parser.build(model).parse_args(argv))
 
 
 def test_option_names_are_taken_in_any_case_when_unambiguous():
@@ -50,7 +52,7 @@ def test_help_gives_each_default_once_and_every_command_a_description(capsys):
     assert cli.main(["make-data", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: None)" not in text and "(default: 20000)" in text   # --chunk-rows
-    (sub,) = [a for a in cli._parser()._actions if isinstance(a, cli.argparse._SubParsersAction)]
+    (sub,) = [a for a in _parser.build()._actions if isinstance(a, argparse._SubParsersAction)]
     assert sorted(sub.choices) == sorted(cli.COMMANDS)
     for name, parser in sub.choices.items():
         assert parser.description and len(parser.description) > 40, name
@@ -75,7 +77,7 @@ def test_rfnmtf_writes_its_row_labels_once_as_labels():
 
     X = make_coclusters(60, 8, random_state=0)[0]
     model = RFNMTF(3, 2, n_init=1, max_iter=5, random_state=0).fit(X)
-    arrays = cli._fit_outputs(model, X)
+    arrays = _fit.fit_outputs(model, X)
     assert "labels" in arrays and "row_labels" not in arrays
     np.testing.assert_array_equal(np.asarray(arrays["labels"]), model.row_labels_)
     assert "column_labels" in arrays and "block_medians" in arrays
