@@ -20,7 +20,7 @@ import pytest
 
 from daskrnmf import RFNMF
 from daskrnmf.cluster import connect, load_config, make_cluster
-from tests.test_examples import _lines, _run, batch  # noqa: F401  (batch: a fixture)
+from tests import test_examples as examples
 
 pytest.importorskip("dask_jobqueue")
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "cluster_configs")
@@ -199,7 +199,13 @@ def test_the_pbs_config_submits_its_jobs_whose_workers_fit_and_are_deleted(pbs_s
     np.testing.assert_allclose(model.cluster_centers_, local.cluster_centers_, rtol=1e-12)
 
 
-def test_pbs_job_starts_its_workers_without_ssh(batch):  # noqa: F811
+@pytest.fixture
+def batch(tmp_path):
+    """tests/test_examples.py's stand-ins for the batch system and the environment."""
+    return examples.batch.__wrapped__(tmp_path)
+
+
+def test_pbs_job_starts_its_workers_without_ssh(batch):
     """Every remote start goes through pbsdsh (PBS's task manager): an ssh, rsh, pdsh or
     scp, stand-ins here that log and fail, is never called, also for a node that is not
     the first."""
@@ -213,9 +219,9 @@ def test_pbs_job_starts_its_workers_without_ssh(batch):  # noqa: F811
     env.update({"PBS_NODEFILE": str(tmp / "nodes"), "PBS_JOBID": "9", "PBS_O_WORKDIR": str(tmp),
                 "INPUT": "in.zarr/X", "OUTPUT": str(tmp / "out.zarr"), "EXPECT_WORKERS": "3",
                 "TMPDIR": str(tmp)})
-    proc = _run("pbs_job.sh", env)
+    proc = examples._run("pbs_job.sh", env)
     assert proc.returncode == 0, proc.stderr
-    lines = _lines(log)
+    lines = examples._lines(log)
     assert not [line for line in lines if line[0].split()[0] in ("ssh", "rsh", "pdsh", "scp")]
     assert sorted(args.split(" -- ")[0] for program, _, args in lines
                   if program == "pbsdsh") == ["-n 0", "-n 2", "-n 3"]

@@ -249,11 +249,14 @@ def test_a_worker_job_cancelled_mid_fit_loses_nothing(slurm):
                                                     for n in names)
                           if m and "Registered to" in (logs / m.group(0)).read_text())
 
-        end = time.monotonic() + 120
+        end, spilled = time.monotonic() + 120, False
         while not (len(registered()) == 2 and "iteration 3," in log.read_text()):
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < end, "no two workers and three iterations in 120 s"
+            spilled = spilled or any(scratch.rglob("b*.pkl"))
             time.sleep(0.05)
+        # H, chained from pass to pass, is on the scratch disk, a file per block
+        assert spilled or any(scratch.rglob("b*.pkl"))
         job = registered()[0]
         _run(env, "scancel", str(job))
         assert _wait(env, job, timeout=30) == ("CANCELLED", 0)
