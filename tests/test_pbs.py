@@ -174,6 +174,8 @@ def test_the_pbs_config_submits_its_jobs_whose_workers_fit_and_are_deleted(pbs_s
         np.eye(3, 4) * 5, 200, axis=0)
     with connect(config, worker_timeout=120) as client:
         client.wait_for_workers(2, timeout=120)        # both jobs' workers joined
+        # a fit whose workers are all gone fails after the worker timeout, not never
+        assert client.cluster.scheduler.no_workers_timeout == 120
         model = RFNMF(3, random_state=0, max_iter=10).fit(da.from_array(X, chunks=200))
         # each worker's local directory is in its job's TMPDIR, as set on the node
         dirs = sorted(client.run(lambda dask_worker: dask_worker.local_directory).values())

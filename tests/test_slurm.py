@@ -220,27 +220,29 @@ def test_a_job_stopped_at_its_walltime_is_finished_by_the_next_identically(slurm
     assert not _leftovers(where, job) and not _leftovers(where, nxt)
 
 
-def test_a_worker_job_cancelled_mid_fit_loses_nothing(slurm):
-    """Two worker jobs; once both workers are registered and NMF has done a few
-    iterations, one job is cancelled (SLURM's SIGTERM to its nanny and worker, as a
-    preempted or failed node's job gets). The fit goes on with the other worker and ends
-    with exactly the result of a fit that lost nothing; a hang ends the test."""
-    where, env, X = slurm
-    logs = where / "loss-logs"
-    config = where / "loss.yaml"
+NMF_PARAMS = dict(n_components=3, max_iter=60, tol=0, random_state=0)
+
+
+def _fit_losing_a_worker_job(where, env, name, jobs, timeout=120):
+    """``daskrnmf fit NMF`` with a jobqueue config of ``jobs`` worker jobs and a scratch
+    directory; once every worker is registered and the fit has done three iterations,
+    one worker job is cancelled (SLURM's SIGTERM to its nanny and worker, as a preempted
+    or failed node's job gets).  Returns the fit's exit status, its log, the scratch
+    directory and the output; a fit that has not ended ``timeout`` seconds after the
+    cancel fails the test (it hung)."""
+    logs, config = where / f"{name}-logs", where / f"{name}.yaml"
     config.write_text(yaml.safe_dump({
-        "cluster": "slurm", "jobs": 2, "cores": 1, "processes": 1, "memory": "1GiB",
+        "cluster": "slurm", "jobs": jobs, "cores": 1, "processes": 1, "memory": "1GiB",
         "walltime": "00:05:00", "interface": "lo", "scheduler_options": {"interface": "lo"},
-        "local_directory": str(where / "loss-local"), "log_directory": str(logs)}))
-    out, scratch, log = where / "loss.zarr", where / "loss-scratch", where / "loss.log"
+        "local_directory": str(where / f"{name}-local"), "log_directory": str(logs)}))
+    out, scratch, log = where / f"{name}.zarr", where / f"{name}-scratch", where / f"{name}.log"
     # the workers' INFO lines (in their job logs only) say when each has registered
     env = {**env, "DASK_LOGGING__DISTRIBUTED": "info"}
-    params = dict(n_components=3, max_iter=60, tol=0, random_state=0)
     with open(log, "w") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "daskrnmf", "fit", "NMF", str(where / "in.zarr" / "X"),
              "--output", str(out), "--cluster", str(config), "--scratch", str(scratch),
-             "--progress"] + [f"--{k.replace('_', '-')}={v}" for k, v in params.items()],
+             "--progress"] + [f"--{k.replace('_', '-')}={v}" for k, v in NMF_PARAMS.items()],
             env=env, stdout=fh, stderr=subprocess.STDOUT)
     try:
         def registered():
@@ -250,9 +252,9 @@ def test_a_worker_job_cancelled_mid_fit_loses_nothing(slurm):
                           if m and "Registered to" in (logs / m.group(0)).read_text())
 
         end, spilled = time.monotonic() + 120, False
-        while not (len(registered()) == 2 and "iteration 3," in log.read_text()):
+        while not (len(registered()) == jobs and "iteration 3," in log.read_text()):
             assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < end, "no two workers and three iterations in 120 s"
+            assert time.monotonic() < end, f"no {jobs} workers and three iterations in 120 s"
             spilled = spilled or any(scratch.rglob("b*.pkl"))
             time.sleep(0.05)
         # H, chained from pass to pass, is on the scratch disk, a file per block
@@ -264,7 +266,7 @@ def test_a_worker_job_cancelled_mid_fit_loses_nothing(slurm):
         assert proc.poll() is None, "the fit ended before the worker job was cancelled"
         assert "Received signal SIGTERM" in (logs / f"dask-worker-{job}.err").read_text()
         try:
-            proc.wait(timeout=120)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             raise AssertionError("the fit hung after losing a worker job:\n"
@@ -274,12 +276,24 @@ def test_a_worker_job_cancelled_mid_fit_loses_nothing(slurm):
             proc.kill()
             proc.wait()
         subprocess.run(["scancel", "--name=dask-worker"], env=env)
-    text = log.read_text()
-    assert proc.returncode == 0, text
-    assert "Traceback" not in text and "iteration 60," in text
+    for _ in range(40):                                  # no worker job left
+        if _run(env, "squeue", "-h").strip() == "":
+            break
+        time.sleep(0.25)
+    assert _run(env, "squeue", "-h").strip() == ""
     assert not os.listdir(scratch)                   # the fit's scratch state removed
+    return proc.returncode, log.read_text(), out
+
+
+def test_a_worker_job_cancelled_mid_fit_loses_nothing(slurm):
+    """Two worker jobs, one cancelled in the middle of the fit: the fit goes on with the
+    other worker and ends with exactly the result of a fit that lost nothing."""
+    where, env, X = slurm
+    status, text, out = _fit_losing_a_worker_job(where, env, "loss", jobs=2)
+    assert status == 0, text
+    assert "Traceback" not in text and "iteration 60," in text
     stored = zarr.open_group(str(out), mode="r")
-    local = NMF(**params)
+    local = NMF(**NMF_PARAMS)
     with pytest.warns(Warning, match="did not converge"):
         H = local.fit_transform(X)
     np.testing.assert_allclose(stored["components"][:], local.components_, rtol=1e-11,
@@ -289,8 +303,21 @@ def test_a_worker_job_cancelled_mid_fit_loses_nothing(slurm):
                                rtol=1e-11)
     scalars = stored.attrs["scalars"]
     assert (scalars["n_iter_"], scalars["n_passes_"]) == (local.n_iter_, local.n_passes_)
-    for _ in range(40):                                  # no worker job left
-        if _run(env, "squeue", "-h").strip() == "":
-            break
-        time.sleep(0.25)
-    assert _run(env, "squeue", "-h").strip() == ""
+
+
+def test_the_only_worker_job_cancelled_mid_fit_ends_it_with_one_clear_line(slurm):
+    """The only worker job cancelled: nothing can recompute the work, and no new worker
+    comes (dask-jobqueue submits none). The fit ends, after the scheduler's no-workers
+    timeout, with one line naming the cause, no output and no scratch left (it waited
+    for ever: until the job's walltime on a real cluster)."""
+    where, env, X = slurm
+    env = {**env, "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "2s"}
+    status, text, out = _fit_losing_a_worker_job(where, env, "lost", jobs=1, timeout=60)
+    assert status == 1, text
+    errors = [line for line in text.splitlines() if "rror" in line]
+    assert errors == [line for line in errors if line.startswith("daskrnmf: error: ")] \
+        and len(errors) == 1, text
+    assert re.search(r"the slurm cluster's scheduler at \S+ lost all its workers and had "
+                     r"none for 2 s \(were its workers' batch jobs cancelled", errors[0])
+    assert "Traceback" not in text and "marked as failed" not in text
+    assert not out.exists() and not [p for p in os.listdir(where) if p.startswith("lost.zarr")]
