@@ -309,15 +309,16 @@ def test_the_only_worker_job_cancelled_mid_fit_ends_it_with_one_clear_line(slurm
     """The only worker job cancelled: nothing can recompute the work, and no new worker
     comes (dask-jobqueue submits none). The fit ends, after the scheduler's no-workers
     timeout, with one line naming the cause, no output and no scratch left (it waited
-    for ever: until the job's walltime on a real cluster)."""
+    for ever: until the job's walltime on a real cluster).  The timeout is 5 s here
+    through dask config; by default it is the worker timeout (tests/test_pbs.py)."""
     where, env, X = slurm
-    env = {**env, "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "2s"}
+    env = {**env, "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "5s"}
     status, text, out = _fit_losing_a_worker_job(where, env, "lost", jobs=1, timeout=60)
     assert status == 1, text
     errors = [line for line in text.splitlines() if "rror" in line]
     assert errors == [line for line in errors if line.startswith("daskrnmf: error: ")] \
         and len(errors) == 1, text
     assert re.search(r"the slurm cluster's scheduler at \S+ lost all its workers and had "
-                     r"none for 2 s \(were its workers' batch jobs cancelled", errors[0])
+                     r"none for 5 s \(were its workers' batch jobs cancelled", errors[0])
     assert "Traceback" not in text and "marked as failed" not in text
     assert not out.exists() and not [p for p in os.listdir(where) if p.startswith("lost.zarr")]
