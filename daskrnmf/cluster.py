@@ -39,8 +39,9 @@ queue longer than that: raise it for them.  A cluster started here (``local``, `
 ``pbs``) that loses all its workers during the work (batch jobs of workers cancelled or
 ended; dask-jobqueue submits no new ones) waits for a new one as long, then fails the
 work with :class:`NoWorkersError` (its scheduler's ``no-workers-timeout``, unless dask
-config ``distributed.scheduler.no-workers-timeout`` sets it).  A worker lost while others
-remain loses nothing: Dask recomputes what it held.
+config ``distributed.scheduler.no-workers-timeout`` sets it); a scheduler of a batch
+script that sets that timeout (``examples/*_job.sh``: 10 minutes) gives the same error.
+A worker lost while others remain loses nothing: Dask recomputes what it held.
 """
 
 from __future__ import annotations
@@ -592,9 +593,13 @@ def connect(config: str | os.PathLike | dict | None = None, *,
         address = _read_scheduler_file(path)
         with _quiet_shutdown() as quiet, _client(address, timeout=timeout) as client:
             try:
-                _wait_for_workers(client, wait, f"the scheduler at {address} (scheduler file "
-                                                f"{path})")
-                yield client
+                what = f"the scheduler at {address} (scheduler file {path})"
+                _wait_for_workers(client, wait, what)
+                try:
+                    yield client
+                except Exception as exc:
+                    _raise_if_workers_lost(exc, what, kind)
+                    raise
             finally:
                 quiet()
         return
@@ -607,8 +612,13 @@ def connect(config: str | os.PathLike | dict | None = None, *,
         with _quiet_shutdown() as quiet, \
                 _client(config["address"], security=security, timeout=timeout) as client:
             try:
-                _wait_for_workers(client, wait, f"the scheduler at {config['address']}")
-                yield client
+                what = f"the scheduler at {config['address']}"
+                _wait_for_workers(client, wait, what)
+                try:
+                    yield client
+                except Exception as exc:
+                    _raise_if_workers_lost(exc, what, kind)
+                    raise
             finally:
                 quiet()
         return

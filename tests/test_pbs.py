@@ -12,6 +12,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import time
 
 import dask.array as da
 import numpy as np
@@ -216,3 +217,50 @@ def test_pbs_job_starts_its_workers_without_ssh(batch):
                   if program == "pbsdsh") == ["-n 0", "-n 2", "-n 3"]
     assert len([1 for program, _, args in lines
                 if program == "dask" and args.startswith("worker")]) == 3
+
+
+@pytest.mark.parametrize("script", ["pbs_job.sh", "slurm_job.sh"])
+def test_the_job_scripts_scheduler_fails_work_that_no_worker_is_left_for(batch, script):
+    """Both job scripts (the SLURM one too: its stand-in run needs no SLURM) start their
+    scheduler with a no-workers timeout, so a job whose worker tasks are all gone ends
+    its fit with an error instead of holding it until the walltime."""
+    tmp, log, env = batch
+    # the scheduler's stand-in records the timeout it was started with
+    examples._script(tmp / "env with space" / "bin" / "dask", (
+        f'printf "dask|%s|%s\\n" "${{DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT:-unset}}" '
+        f'"$*" >> {shlex.quote(str(log))}\n'))
+    (tmp / "nodes").write_text("node-a\n")
+    env.update({"PBS_NODEFILE": str(tmp / "nodes"), "PBS_JOBID": "5", "PBS_O_WORKDIR": str(tmp),
+                "INPUT": "in.zarr/X", "OUTPUT": str(tmp / "out.zarr"), "TMPDIR": str(tmp),
+                "SLURM_NTASKS": "1", "SLURM_CPUS_PER_TASK": "1", "SLURM_JOB_ID": "5",
+                "SLURM_SUBMIT_DIR": str(tmp), "SLURM_NTASKS_PER_NODE": "1",
+                "SLURM_MEM_PER_NODE": "1024"})
+    args = ["RFNMF", "in.zarr/X", str(tmp / "out.zarr")] if script == "slurm_job.sh" else []
+    proc = examples._run(script, env, args)
+    assert proc.returncode == 0, proc.stderr
+    (timeout,) = [value for program, value, args in examples._lines(log)
+                  if program == "dask" and args.startswith("scheduler")]
+    from dask.utils import parse_timedelta
+
+    assert parse_timedelta(timeout) == 600
+
+
+def test_a_scheduler_that_lost_every_worker_fails_the_work_in_one_clear_error():
+    """A scheduler started elsewhere (a job script's) with a no-workers timeout: work it
+    cannot run for want of workers ends in NoWorkersError naming the scheduler."""
+    import dask
+    from distributed import LocalCluster
+
+    from daskrnmf.cluster import NoWorkersError
+
+    with dask.config.set({"distributed.scheduler.no-workers-timeout": "0.5s"}):
+        started = LocalCluster(n_workers=1, processes=False, dashboard_address=":0")
+    with started, pytest.raises(NoWorkersError, match=(
+            f"^the scheduler at {re.escape(started.scheduler_address)} lost all its workers "
+            r"and had none for 0\.5 s; the fit stopped\.$")):
+        with connect(scheduler_address=started.scheduler_address) as client:
+            assert client.submit(sum, [1, 2]).result() == 3
+            started.scale(0)                                # the last worker gone
+            while client.scheduler_info()["workers"]:
+                time.sleep(0.05)
+            da.ones(10, chunks=5).sum().compute()
