@@ -35,7 +35,13 @@ least one worker, and waits for one at most ``worker_timeout`` seconds (dask con
 ``daskrnmf.worker-timeout``, default 600 s; the command's ``--worker-timeout``), then
 raises :class:`NoWorkersError` naming the scheduler.  Work submitted to a scheduler
 without workers would otherwise wait for ever.  Batch jobs of workers may wait in the
-queue longer than that: raise it for them.
+queue longer than that: raise it for them.  A cluster started here (``local``, ``slurm``,
+``pbs``) that loses all its workers during the work (batch jobs of workers cancelled or
+ended; dask-jobqueue submits no new ones) waits for a new one as long, then fails the
+work with :class:`NoWorkersError` (its scheduler's ``no-workers-timeout``, unless dask
+config ``distributed.scheduler.no-workers-timeout`` sets it); a scheduler of a batch
+script that sets that timeout (``examples/*_job.sh``: 10 minutes) gives the same error.
+A worker lost while others remain loses nothing: Dask recomputes what it held.
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ SILENT = logging.CRITICAL + 1
 WORKER_TIMEOUT = 600.0
 #: the command that submits a batch job of workers, per jobqueue kind
 _SUBMIT = {"slurm": "sbatch", "pbs": "qsub"}
+#: the command that lists the batch jobs, per jobqueue kind
+_QUEUE = {"slurm": "squeue", "pbs": "qstat"}
 
 
 class NoWorkersError(TimeoutError):
@@ -585,9 +593,13 @@ def connect(config: str | os.PathLike | dict | None = None, *,
         address = _read_scheduler_file(path)
         with _quiet_shutdown() as quiet, _client(address, timeout=timeout) as client:
             try:
-                _wait_for_workers(client, wait, f"the scheduler at {address} (scheduler file "
-                                                f"{path})")
-                yield client
+                what = f"the scheduler at {address} (scheduler file {path})"
+                _wait_for_workers(client, wait, what)
+                try:
+                    yield client
+                except Exception as exc:
+                    _raise_if_workers_lost(exc, what, kind)
+                    raise
             finally:
                 quiet()
         return
@@ -600,18 +612,29 @@ def connect(config: str | os.PathLike | dict | None = None, *,
         with _quiet_shutdown() as quiet, \
                 _client(config["address"], security=security, timeout=timeout) as client:
             try:
-                _wait_for_workers(client, wait, f"the scheduler at {config['address']}")
-                yield client
+                what = f"the scheduler at {config['address']}"
+                _wait_for_workers(client, wait, what)
+                try:
+                    yield client
+                except Exception as exc:
+                    _raise_if_workers_lost(exc, what, kind)
+                    raise
             finally:
                 quiet()
         return
     jobs = int(config.get("jobs", 1))
     try:
-        started = make_cluster(config)
+        with _no_workers_timeout(wait):
+            started = make_cluster(config)
     except (TypeError, ValueError) as exc:   # a value (or jobqueue key) the cluster refuses
         text = str(exc).strip().splitlines()
         raise ValueError(f"{where}: {text[0] if text else type(exc).__name__}") from exc
-    with _quiet_shutdown() as quiet, started as cluster:
+    scheduler_log = logging.getLogger("distributed.scheduler")   # the scheduler runs here
+    with contextlib.ExitStack() as stack:
+        scheduler_log.addFilter(_NO_TIMED_OUT_TASKS)
+        stack.callback(scheduler_log.removeFilter, _NO_TIMED_OUT_TASKS)
+        quiet = stack.enter_context(_quiet_shutdown())
+        cluster = stack.enter_context(started)
         if kind in ("slurm", "pbs"):
             cluster.scale(jobs=jobs)
         with _client(cluster, timeout=timeout) as client:
@@ -628,9 +651,58 @@ def connect(config: str | os.PathLike | dict | None = None, *,
                                   + (f" ({jobs} batch job(s) submitted with "
                                      f"{_SUBMIT[kind]}: are they still queued?)"
                                      if kind in _SUBMIT else ""), check=refused)
-                yield client
+                try:
+                    yield client
+                except Exception as exc:
+                    _raise_if_workers_lost(exc, f"the {kind} cluster's scheduler at "
+                                                f"{cluster.scheduler_address}", kind)
+                    raise
             finally:
                 quiet(client)     # then the client closes, then the cluster
+
+
+@contextlib.contextmanager
+def _no_workers_timeout(seconds):
+    """A scheduler started inside fails the tasks it cannot run for want of any worker
+    after ``seconds`` (the worker timeout), instead of holding them for ever: a fit
+    whose workers are all gone (their batch jobs cancelled, failed or at their walltime;
+    dask-jobqueue submits no new ones) then ends with :class:`NoWorkersError`, not a
+    wait until the job's own walltime.  Dask config
+    ``distributed.scheduler.no-workers-timeout``, when set, is left as it is."""
+    import dask
+
+    if dask.config.get("distributed.scheduler.no-workers-timeout", None) is not None:
+        yield
+        return
+    with dask.config.set({"distributed.scheduler.no-workers-timeout": f"{seconds}s"}):
+        yield
+
+
+class _NoTimedOutTasks(logging.Filter):
+    """Drops the scheduler's ERROR record for every task it failed for want of workers
+    (one per waiting task: hundreds in a large fit); the client reports the loss once,
+    as :class:`NoWorkersError`."""
+
+    def filter(self, record):
+        return not (record.name == "distributed.scheduler"
+                    and str(record.msg).startswith("Task %s marked as failed because it "
+                                                   "timed out waiting"))
+
+
+_NO_TIMED_OUT_TASKS = _NoTimedOutTasks()
+
+
+def _raise_if_workers_lost(exc, what, kind):
+    """:class:`NoWorkersError` naming ``what`` (the scheduler) for distributed's
+    NoWorkerError: the scheduler failed a task after it had no worker for the
+    no-workers timeout."""
+    from distributed.scheduler import NoWorkerError
+
+    if isinstance(exc, NoWorkerError):
+        jobs = (" (were its workers' batch jobs cancelled, failed or at their walltime? "
+                f"see {_QUEUE[kind]})" if kind in _QUEUE else "")
+        raise NoWorkersError(f"{what} lost all its workers and had none for "
+                             f"{exc.timeout:g} s{jobs}; the fit stopped.") from exc
 
 
 def _worker_timeout(value):

@@ -56,6 +56,9 @@ SCRATCH=${TMPDIR:-/tmp}/daskrnmf-job-${PBS_JOBID:-local}
 export DASK_TEMPORARY_DIRECTORY=$SCRATCH
 rm -f "$SCHEDULER_FILE"
 
+# a scheduler left without any worker (every worker task gone) fails the fit's work after
+# this long, instead of holding it until the walltime
+export DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT=${DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT:-10m}
 dask scheduler --scheduler-file "$SCHEDULER_FILE" --dashboard-address :0 &
 SCHEDULER=$!
 # one launcher per node through PBS's own task manager (pbsdsh -n INDEX: the node's first

@@ -86,6 +86,9 @@ export DASK_TEMPORARY_DIRECTORY=$SCRATCH     # everything Dask writes locally, r
 SCHEDULER_FILE=${SLURM_SUBMIT_DIR:-$PWD}/scheduler-$SLURM_JOB_ID.json
 rm -f "$SCHEDULER_FILE"
 
+# a scheduler left without any worker (every worker task gone) fails the fit's work after
+# this long, instead of holding it until the walltime
+export DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT=${DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT:-10m}
 dask scheduler --scheduler-file "$SCHEDULER_FILE" --dashboard-address :0 "${NET[@]}" &
 SCHEDULER=$!
 # srun passes this shell's environment (the activated one, the logging setting) to the

@@ -8,7 +8,11 @@ Debian's packages by tests/slurm/start.sh (``.ci/run`` installs ``slurm-wlm`` an
 - a dask-jobqueue configuration submits worker jobs that are gone afterwards;
 - a job stopped at its walltime (SIGTERM to the batch shell, as ``--signal=B:TERM``
   sends it) checkpoints, resubmits itself, and the next job finishes with exactly the
-  uninterrupted result.
+  uninterrupted result;
+- a worker job of a dask-jobqueue cluster cancelled (``scancel``) in the middle of a fit
+  loses nothing: the fit's chained per-block state is on the scratch directory
+  (``--scratch``, dask config ``daskrnmf.scratch-directory``), Dask recomputes what the
+  worker held, and the fit ends with the uninterrupted result.
 """
 
 import os
@@ -25,7 +29,7 @@ import pytest
 import yaml
 import zarr
 
-from daskrnmf import ONMFO, RFNMF
+from daskrnmf import NMF, ONMFO, RFNMF
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, os.pardir, "examples")
@@ -214,3 +218,107 @@ def test_a_job_stopped_at_its_walltime_is_finished_by_the_next_identically(slurm
     local = ONMFO(n_components=3, batch_size=500, max_iter=6, tol=0, random_state=0).fit(X)
     np.testing.assert_allclose(W, local.components_, rtol=1e-10, atol=1e-12)
     assert not _leftovers(where, job) and not _leftovers(where, nxt)
+
+
+NMF_PARAMS = dict(n_components=3, max_iter=60, tol=0, random_state=0)
+
+
+def _fit_losing_a_worker_job(where, env, name, jobs, timeout=120):
+    """``daskrnmf fit NMF`` with a jobqueue config of ``jobs`` worker jobs and a scratch
+    directory; once every worker is registered and the fit has done three iterations,
+    one worker job is cancelled (SLURM's SIGTERM to its nanny and worker, as a preempted
+    or failed node's job gets).  Returns the fit's exit status, its log, the scratch
+    directory and the output; a fit that has not ended ``timeout`` seconds after the
+    cancel fails the test (it hung)."""
+    logs, config = where / f"{name}-logs", where / f"{name}.yaml"
+    config.write_text(yaml.safe_dump({
+        "cluster": "slurm", "jobs": jobs, "cores": 1, "processes": 1, "memory": "1GiB",
+        "walltime": "00:05:00", "interface": "lo", "scheduler_options": {"interface": "lo"},
+        "local_directory": str(where / f"{name}-local"), "log_directory": str(logs)}))
+    out, scratch, log = where / f"{name}.zarr", where / f"{name}-scratch", where / f"{name}.log"
+    # the workers' INFO lines (in their job logs only) say when each has registered
+    env = {**env, "DASK_LOGGING__DISTRIBUTED": "info"}
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daskrnmf", "fit", "NMF", str(where / "in.zarr" / "X"),
+             "--output", str(out), "--cluster", str(config), "--scratch", str(scratch),
+             "--progress"] + [f"--{k.replace('_', '-')}={v}" for k, v in NMF_PARAMS.items()],
+            env=env, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        def registered():
+            names = os.listdir(logs) if logs.exists() else []
+            return sorted(int(m.group(1)) for m in (re.fullmatch(r"dask-worker-(\d+)\.err", n)
+                                                    for n in names)
+                          if m and "Registered to" in (logs / m.group(0)).read_text())
+
+        end, spilled = time.monotonic() + 120, False
+        while not (len(registered()) == jobs and "iteration 3," in log.read_text()):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < end, f"no {jobs} workers and three iterations in 120 s"
+            spilled = spilled or any(scratch.rglob("b*.pkl"))
+            time.sleep(0.05)
+        # H, chained from pass to pass, is on the scratch disk, a file per block
+        assert spilled or any(scratch.rglob("b*.pkl"))
+        job = registered()[0]
+        _run(env, "scancel", str(job))
+        assert _wait(env, job, timeout=30) == ("CANCELLED", 0)
+        # the worker job is gone and the fit is still running: it has lost a worker
+        assert proc.poll() is None, "the fit ended before the worker job was cancelled"
+        assert "Received signal SIGTERM" in (logs / f"dask-worker-{job}.err").read_text()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError("the fit hung after losing a worker job:\n"
+                                 + log.read_text()) from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["scancel", "--name=dask-worker"], env=env)
+    for _ in range(40):                                  # no worker job left
+        if _run(env, "squeue", "-h").strip() == "":
+            break
+        time.sleep(0.25)
+    assert _run(env, "squeue", "-h").strip() == ""
+    assert not os.listdir(scratch)                   # the fit's scratch state removed
+    return proc.returncode, log.read_text(), out
+
+
+def test_a_worker_job_cancelled_mid_fit_loses_nothing(slurm):
+    """Two worker jobs, one cancelled in the middle of the fit: the fit goes on with the
+    other worker and ends with exactly the result of a fit that lost nothing."""
+    where, env, X = slurm
+    status, text, out = _fit_losing_a_worker_job(where, env, "loss", jobs=2)
+    assert status == 0, text
+    assert "Traceback" not in text and "iteration 60," in text
+    stored = zarr.open_group(str(out), mode="r")
+    local = NMF(**NMF_PARAMS)
+    with pytest.warns(Warning, match="did not converge"):
+        H = local.fit_transform(X)
+    np.testing.assert_allclose(stored["components"][:], local.components_, rtol=1e-11,
+                               atol=1e-12)
+    np.testing.assert_allclose(stored["H"][:], H, rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(stored["objective_history"][:], local.objective_history_,
+                               rtol=1e-11)
+    scalars = stored.attrs["scalars"]
+    assert (scalars["n_iter_"], scalars["n_passes_"]) == (local.n_iter_, local.n_passes_)
+
+
+def test_the_only_worker_job_cancelled_mid_fit_ends_it_with_one_clear_line(slurm):
+    """The only worker job cancelled: nothing can recompute the work, and no new worker
+    comes (dask-jobqueue submits none). The fit ends, after the scheduler's no-workers
+    timeout, with one line naming the cause, no output and no scratch left (it waited
+    for ever: until the job's walltime on a real cluster).  The timeout is 5 s here
+    through dask config; by default it is the worker timeout (tests/test_pbs.py)."""
+    where, env, X = slurm
+    env = {**env, "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "5s"}
+    status, text, out = _fit_losing_a_worker_job(where, env, "lost", jobs=1, timeout=60)
+    assert status == 1, text
+    errors = [line for line in text.splitlines() if "rror" in line]
+    assert errors == [line for line in errors if line.startswith("daskrnmf: error: ")] \
+        and len(errors) == 1, text
+    assert re.search(r"the slurm cluster's scheduler at \S+ lost all its workers and had "
+                     r"none for 5 s \(were its workers' batch jobs cancelled", errors[0])
+    assert "Traceback" not in text and "marked as failed" not in text
+    assert not out.exists() and not [p for p in os.listdir(where) if p.startswith("lost.zarr")]
