@@ -9,8 +9,7 @@ Imports are lazy: a Dask worker that unpickles a kernel imports ``daskrnmf.kerne
 
 import importlib
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from .models import REGISTRY
 
 _LAZY = {

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from . import _stores
+from ._version import __version__
 
 FORMAT = "daskrnmf-model"
 FORMAT_VERSION = 2
@@ -203,7 +204,7 @@ def write_group(model, path: str, storage_options: dict | None = None) -> None:
     under a fresh prefix and commit it)."""
     import zarr
 
-    from . import __version__, io
+    from . import io
 
     name = _check_registered(model)
     params, dropped = _json_params(model)
