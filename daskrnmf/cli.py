@@ -779,7 +779,7 @@ def cmd_fit(args, parser):
     import dask.array as da
     import zarr
 
-    from . import _validation as v
+    from . import _validation as v, io
     from .models import get
 
     spec = get(args.model)
@@ -837,7 +837,7 @@ def cmd_fit(args, parser):
         bar = ProgressBar(spec.name, log=args.progress)
         model.set_params(callback=bar)
     v.validate_params(model, model._parameter_constraints)
-    X = v.check_array(z, estimator_name=spec.name)
+    X = io.check_array(z, estimator_name=spec.name)
     if isinstance(z, zarr.Array):
         row_chunk = int(z.chunks[0])        # the outputs are stored like the input's rows
     else:                                   # a .npy file or an HDF5 dataset: its blocks

@@ -10,7 +10,7 @@ from distributed import Client, LocalCluster
 
 from daskrnmf import RFNMF
 from daskrnmf._blocks import BLOCK_COPIES, WORKER_BASELINE, worker_block_budget
-from daskrnmf._validation import check_array
+from daskrnmf.io import check_array
 
 
 def test_zarr_blocks_sized_from_the_limit(tmp_path):

@@ -15,8 +15,7 @@ from daskrnmf import NMF, ONMFO, ORNMF, RNMF, RobustNMF
 from daskrnmf._blocks import RowBlocks
 from daskrnmf._stream import batch_order, piece_sum
 from daskrnmf.kernels.blocks import check_values
-from daskrnmf.kernels.missing import (feature_grams, observed, row_grams, stats_chunk,
-                                      stats_combine)
+from daskrnmf.kernels.missing import feature_grams, observed, row_grams
 from daskrnmf.kernels.nnls import nnls_codes, nnls_codes_each
 from daskrnmf.kernels.outliers import (initial_codes, solve_codes,
                                        solve_codes_cd, update_components,
@@ -24,6 +23,7 @@ from daskrnmf.kernels.outliers import (initial_codes, solve_codes,
 from daskrnmf.models._outliers import (SolveSpec, add_statistics, batch_chunk_cd,
                                        initial_components, solve_batch_piece)
 from daskrnmf.models.ornmf import MUSpec, _MUFit, mu_chunk, mu_combine
+from daskrnmf.reductions import missing_stats_chunk, missing_stats_combine
 
 from .test_common import EXPECTED_FAILED
 
@@ -183,8 +183,8 @@ def masked_mu_reference(X, W0, H0, n_iter, loss="fro", alpha=0.0):
 def _masked_stats(blocks):
     import functools
 
-    return blocks.map_reduce(stats_chunk, functools.partial(stats_combine, sample_size=0),
-                             args=(0,))
+    return blocks.map_reduce(missing_stats_chunk,
+                             functools.partial(missing_stats_combine, sample_size=0), args=(0,))
 
 
 @pytest.mark.parametrize("loss, alpha", [("fro", 0.0), ("l21", 0.0), ("l21", 0.3)])
