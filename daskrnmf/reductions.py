@@ -600,37 +600,6 @@ def _floor_pow2(x):
     return 1 << (max(1, int(x)).bit_length() - 1)
 
 
-def grouped_medians(blocks, labels, n_clusters, n_restarts, lo, hi, *, tol=0.0):
-    """Median of every feature within every cluster, for labels kept per block.
-
-    Parameters
-    ----------
-    blocks : RowBlocks
-    labels : list of (n_rows_b, n_restarts) int arrays (or persisted Dask blocks)
-    n_clusters, n_restarts : int
-    lo, hi : ndarray (n_features,)
-        Bounds of every feature's values (e.g. from :func:`feature_stats`).
-    tol : float
-        Relative tolerance (0: exact, equal to :func:`numpy.median`).
-
-    Returns
-    -------
-    medians : ndarray (n_restarts, n_clusters, n_features), NaN for empty clusters
-    n_rounds : int, passes over X spent
-    """
-    d = lo.shape[0]
-    reps = n_restarts * n_clusters
-    search = MedianSearch(np.tile(lo, reps), np.tile(hi, reps), tol=tol,
-                          n_total=blocks.shape[0] * d * n_restarts)
-    plan = search.first_plan()
-    while plan is not None:
-        part = blocks.map_reduce(median_refine_chunk, merge_median_round, args=(n_clusters, plan),
-                                 state=labels, name="median round")
-        search.update(plan, part)
-        plan = search.next_plan()
-    return search.value.reshape(n_restarts, n_clusters, d), search.rounds
-
-
 # ---------------------------------------------------------------- row sample
 def sample_rows_chunk(block, start, seed, stream, size, threshold=1.0):
     """The block's candidates for a uniform sample of ``size`` rows: its rows with keys
