@@ -90,6 +90,7 @@ FITTED = {
     "ONMFO": _FACTORS + ("n_inner_iter_", "n_steps_", "n_samples_seen_"),
     "RobustNMF": _FACTORS,
 }
+_MODELS = "daskrnmf.models."        # where the registered models' classes are defined
 # Shapes of fitted arrays, per axis the name of the attribute (else parameter) that sets
 # it: an int, or the length of a list/array (``pairs_``).  Per attribute name, the same
 # for every model (a name a model does not have is skipped, as is a rule whose sizes it
@@ -248,13 +249,16 @@ def _meta_digest(attrs):
 
 
 def _check_registered(model) -> str:
-    from .models import REGISTRY
-
-    name = type(model).__name__
-    spec = REGISTRY.get(name)
-    if spec is None or spec.cls is not type(model):
+    """The model's name, when it is one of the registered models (a name of
+    :data:`FITTED`, a class of :mod:`daskrnmf.models`): a subclass, or another class of
+    the same name, would be loaded back as the registered class, not as itself.  (The
+    registry itself is read where a model is loaded, :func:`daskrnmf.load`; this module
+    sits below the models.)"""
+    cls = type(model)
+    name = cls.__name__
+    if name not in FITTED or not cls.__module__.startswith(_MODELS):
         raise TypeError(f"only the registered daskrnmf models can be saved "
-                        f"({', '.join(REGISTRY)}); got {type(model).__module__}.{name}.")
+                        f"({', '.join(FITTED)}); got {cls.__module__}.{name}.")
     return name
 
 
@@ -290,46 +294,30 @@ def _display_only(callback) -> bool:
 
 
 # ---------------------------------------------------------------- load
-def load(path: str | os.PathLike, *, storage_options: dict | None = None):
-    """Load a model saved by :meth:`~daskrnmf._base.BaseModel.save`, or the model in a
-    ``daskrnmf fit`` output store.
+def load(path: str | os.PathLike, registry, *, storage_options: dict | None = None):
+    """The model saved at ``path``, its class taken from ``registry``: what
+    :func:`daskrnmf.load` does with :data:`daskrnmf.models.REGISTRY` (documented there).
 
     Parameters
     ----------
     path : str or os.PathLike
-        A saved model's directory or fsspec URL (``s3://bucket/model.zarr``), or a CLI
-        output store, whose ``model`` subgroup holds the fitted model.  On an object
-        store, only the version the location's commit pointer names is read.
+        A saved model's directory or fsspec URL, or a CLI output store.
+    registry : mapping
+        Model name -> its :class:`~daskrnmf.models.ModelSpec` (``.cls``): the only
+        classes a file may name.
     storage_options : dict, optional
-        Options of the URL's fsspec file system (credentials, endpoint, ...).
+        Options of the URL's fsspec file system.
 
     Returns
     -------
     model : estimator
-        The fitted estimator, with the saved parameters (``callback=None``) and fitted
-        attributes: ``predict``, ``transform``, ``decompose`` give what they gave before
-        saving.
+        The fitted estimator (``callback=None``).
 
     Raises
     ------
     ValueError
-        If ``path`` holds no saved model, a newer format, an unknown model, or a
-        parameter or attribute the model does not have.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> import numpy as np
-    >>> import daskrnmf
-    >>> from daskrnmf import RFNMF
-    >>> X = np.random.default_rng(0).random((40, 3))
-    >>> model = RFNMF(n_clusters=2, random_state=0).fit(X)
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> path = model.save(os.path.join(tmp.name, "rfnmf.zarr"))
-    >>> again = daskrnmf.load(path)
-    >>> bool((again.predict(X) == model.predict(X)).all())
-    True
-    >>> tmp.cleanup()
+        If ``path`` holds no saved model, a newer format, a model ``registry`` does not
+        hold, or a parameter or attribute the model does not have.
     """
     where = os.fspath(path)
     try:
@@ -360,7 +348,7 @@ def load(path: str | os.PathLike, *, storage_options: dict | None = None):
                          f"{attrs.get('daskrnmf_version', '?')}), before model files carried "
                          "checksums: its arrays cannot be verified, so it is not loaded. Load "
                          "it with the daskrnmf that saved it and save it again, or refit.")
-    cls = _registered_class(attrs.get("model"), where)
+    cls = _registered_class(attrs.get("model"), where, registry)
     model = cls(**_decode_params(cls, attrs.get("params"), where))
     model._validate_params()
     decoder = _Decoder(group, where, attrs.get("arrays"))
@@ -455,13 +443,11 @@ def _member(group, name):
     return node if isinstance(node, zarr.Group) else None
 
 
-def _registered_class(name, where):
-    from .models import REGISTRY
-
-    if not isinstance(name, str) or name not in REGISTRY:
+def _registered_class(name, where, registry):
+    if not isinstance(name, str) or name not in registry:
         raise ValueError(f"{where} holds a model {name!r} that this daskrnmf does not know; "
-                         f"it knows {', '.join(REGISTRY)}.")
-    return REGISTRY[name].cls
+                         f"it knows {', '.join(registry)}.")
+    return registry[name].cls
 
 
 def _decode_params(cls, params, where):
