@@ -49,6 +49,7 @@ attribute names are refused with a ValueError.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
@@ -56,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _stores
+from . import _stores, io
 from ._version import __version__
 
 FORMAT = "daskrnmf-model"
@@ -166,8 +167,6 @@ def save(model, path: str | os.PathLike, *, overwrite: bool = False,
 
     See :meth:`daskrnmf._base.BaseModel.save`.
     """
-    from . import io
-
     path = os.fspath(path)
     _check_registered(model)
     if io.is_url(path):
@@ -181,8 +180,6 @@ def save(model, path: str | os.PathLike, *, overwrite: bool = False,
 
 def _save_committed(model, url, overwrite, storage_options):
     """``save`` to an object store: under a fresh prefix, then the commit pointer."""
-    from . import io
-
     if io.location_exists(url, storage_options):
         if not overwrite:
             raise FileExistsError(f"{url} exists; pass overwrite=True to replace it.")
@@ -204,8 +201,6 @@ def write_group(model, path: str, storage_options: dict | None = None) -> None:
     atomicity: :func:`save` and the CLI write under a temporary name and rename, or
     under a fresh prefix and commit it)."""
     import zarr
-
-    from . import io
 
     name = _check_registered(model)
     params, dropped = _json_params(model)
@@ -241,8 +236,6 @@ def write_group(model, path: str, storage_options: dict | None = None) -> None:
 def _meta_digest(attrs):
     """SHA-256 of a model group's attributes but ``sha256`` itself, as canonical JSON
     (sorted keys; floats as Python writes them, which reads back to the same float)."""
-    import hashlib
-
     body = {k: v for k, v in attrs.items() if k != "sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -428,9 +421,7 @@ def _check_consistent(model, where):
 def _open_saved(where, storage_options):
     """The group at ``where``: a local path, or for a URL the version its (or a
     parent's) commit pointer names (:func:`daskrnmf.io._open_node`)."""
-    from .io import _open_node
-
-    return _open_node(where, None, storage_options, group=True)
+    return io._open_node(where, None, storage_options, group=True)
 
 
 def _member(group, name):
