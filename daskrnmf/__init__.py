@@ -9,7 +9,7 @@ Imports are lazy: a Dask worker that unpickles a kernel imports ``daskrnmf.kerne
 
 import importlib
 
-from ._version import __version__
+from ._version import __version__ as __version__
 from .models import REGISTRY
 
 _LAZY = {
@@ -25,7 +25,7 @@ _LAZY = {
     "selection": ("daskrnmf.selection", None),
 }
 
-__all__ = [*_LAZY, "load"]
+__all__ = list(_LAZY) + ["load"]
 
 
 def load(path, *, storage_options=None):
@@ -72,7 +72,7 @@ def load(path, *, storage_options=None):
     True
     >>> tmp.cleanup()
     """
-    from . import _persist     # the format's module, imported when a model is loaded
+    from . import _persist  # the format's module, imported when a model is loaded
 
     return _persist.load(path, REGISTRY, storage_options=storage_options)
 

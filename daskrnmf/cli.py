@@ -779,7 +779,8 @@ def cmd_fit(args, parser):
     import dask.array as da
     import zarr
 
-    from . import _validation as v, io
+    from . import _validation as v
+    from . import io
     from .models import get
 
     spec = get(args.model)
