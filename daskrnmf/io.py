@@ -49,10 +49,10 @@ import json
 import re
 import os
 import uuid
+from typing import TYPE_CHECKING
 
 import dask
 import numpy as np
-import zarr
 
 from . import _files, _reader
 from . import _validation as v
@@ -60,6 +60,9 @@ from ._blocks import check_block_fits, check_stored_chunk_fits, worker_block_bud
 from ._reader import BLOCK_BYTES
 from ._stores import is_url, local_path  # noqa: F401  (public here)
 from ._typing import PathLike
+
+if TYPE_CHECKING:       # zarr is imported where a store is opened: a model's import needs none
+    import zarr
 
 POINTER = "daskrnmf-commit.json"
 POINTER_FORMAT = "daskrnmf-commit"
@@ -308,6 +311,8 @@ def open_array(url: PathLike, component: str | None = None, *,
     ValueError: ... is a Zarr group, not an array; ... its arrays: ['X', 'outlier', 'y'].
     >>> tmp.cleanup()
     """
+    import zarr
+
     url = os.fspath(url)
     where = url if component is None else f"{url} (component {component!r})"
     _refuse_user_file(url)
@@ -428,6 +433,8 @@ def _open_node(url, component, storage_options, group=False):
     read-only.  For a URL the commit pointer comes first: when ``url`` or a parent is a
     committed location, the version its pointer names is read, never what an
     interrupted cleanup may have left at the location itself."""
+    import zarr
+
     open_ = zarr.open_group if group else zarr.open
     if not is_url(url):
         return open_(store=url, path=component or "", mode="r")
@@ -500,6 +507,7 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
         X is of none of the accepted kinds, or its dtype is not a real number's.
     """
     import dask.array as da
+    import zarr
 
     where = f"{input_name} passed to {estimator_name}"
     if v.is_path(X) or v.is_path_pair(X):
