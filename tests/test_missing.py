@@ -11,7 +11,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from daskrnmf import NMF, ONMFO, ORNMF, RNMF, RobustNMF
+from daskrnmf import NMF, ONMFO, ORNMF, RNMF, RobustNMF, reductions
 from daskrnmf._blocks import RowBlocks
 from daskrnmf._stream import batch_order, piece_sum
 from daskrnmf.kernels.blocks import check_values
@@ -23,7 +23,6 @@ from daskrnmf.kernels.outliers import (initial_codes, solve_codes,
 from daskrnmf.models._outliers import (SolveSpec, add_statistics, batch_chunk_cd,
                                        initial_components, solve_batch_piece)
 from daskrnmf.models.ornmf import MUSpec, _MUFit, mu_chunk, mu_combine
-from daskrnmf.reductions import missing_stats_chunk, missing_stats_combine
 
 from .test_common import EXPECTED_FAILED
 
@@ -183,8 +182,9 @@ def masked_mu_reference(X, W0, H0, n_iter, loss="fro", alpha=0.0):
 def _masked_stats(blocks):
     import functools
 
-    return blocks.map_reduce(missing_stats_chunk,
-                             functools.partial(missing_stats_combine, sample_size=0), args=(0,))
+    return blocks.map_reduce(reductions.missing_stats_chunk,
+                             functools.partial(reductions.missing_stats_combine, sample_size=0),
+                             args=(0,))
 
 
 @pytest.mark.parametrize("loss, alpha", [("fro", 0.0), ("l21", 0.0), ("l21", 0.3)])
