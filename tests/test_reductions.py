@@ -5,7 +5,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from daskrnmf import _median_search, reductions
+from daskrnmf import reductions
 from daskrnmf._blocks import RowBlocks, tree_reduce
 from daskrnmf.kernels import rng as krng
 from daskrnmf.reductions import feature_stats, sample_rows
@@ -119,8 +119,8 @@ def test_grouped_medians_exact(case, budget, monkeypatch):
     labels = np.random.default_rng(1).integers(0, 3, size=(X.shape[0], 2))
     labels[:, 1] = np.minimum(labels[:, 1], 1)  # restart 1 leaves cluster 2 empty
     if budget == "histogram-rounds":  # force several histogram rounds before collecting
-        monkeypatch.setattr(_median_search, "COLLECT_VALUES", 64)
-        monkeypatch.setattr(_median_search, "HIST_CELLS", 256)
+        monkeypatch.setattr(reductions, "COLLECT_VALUES", 64)
+        monkeypatch.setattr(reductions, "HIST_CELLS", 256)
     lo, hi = X.min(0), X.max(0)
     for name, blocks in _blockings(X).items():
         med, rounds = grouped_medians(blocks, _labels_per_block(blocks, labels), 3, 2, lo, hi)
@@ -140,8 +140,8 @@ def test_grouped_medians_exact(case, budget, monkeypatch):
 
 
 def test_grouped_medians_tolerance(rng, monkeypatch):
-    monkeypatch.setattr(_median_search, "COLLECT_VALUES", 16)
-    monkeypatch.setattr(_median_search, "HIST_CELLS", 64)
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 16)
+    monkeypatch.setattr(reductions, "HIST_CELLS", 64)
     X = rng.normal(size=(5000, 4))
     labels = rng.integers(0, 2, size=(5000, 1))
     lo, hi = X.min(0), X.max(0)
@@ -204,12 +204,12 @@ def test_warm_window_collection_is_bounded(monkeypatch):
     before) is capped at twice the budget in every partial result; the medians stay exact."""
     from daskrnmf.kernels.median import merge_median_round
 
-    monkeypatch.setattr(_median_search, "COLLECT_VALUES", 64)
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 64)
     X = np.random.default_rng(0).normal(size=(3000, 3))
     blocks = RowBlocks(X, block_rows=500)
     labels = [np.zeros((n, 1), dtype=np.int64) for n in blocks.sizes]
     warm = (np.full(3, -0.5), np.full(3, 0.5), np.full(3, 10))
-    search = _median_search.MedianSearch(X.min(0), X.max(0), warm=warm)
+    search = reductions.MedianSearch(X.min(0), X.max(0), warm=warm)
     plan, held = search.first_plan(), []
 
     def merge(parts):
@@ -239,8 +239,8 @@ def test_warm_windows_resized_to_the_budget_resolve_in_one_round(monkeypatch, mo
     beside the collections), the side of the window each median left."""
     from daskrnmf.kernels.median import merge_median_round
 
-    monkeypatch.setattr(_median_search, "COLLECT_VALUES", 3000)
-    monkeypatch.setattr(_median_search, "HIST_CELLS", 256)
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 3000)
+    monkeypatch.setattr(reductions, "HIST_CELLS", 256)
     rs = np.random.default_rng(2)
     k = 3
     lab = rs.integers(0, k, size=20000)
@@ -253,7 +253,7 @@ def test_warm_windows_resized_to_the_budget_resolve_in_one_round(monkeypatch, mo
         for n in blocks.sizes:
             labels.append(lab[s:s + n, None].astype(np.int64))
             s += n
-        search = _median_search.MedianSearch(np.tile(X.min(0), k), np.tile(X.max(0), k),
+        search = reductions.MedianSearch(np.tile(X.min(0), k), np.tile(X.max(0), k),
                                          warm=warm, counts_given=known,
                                          trust_warm=known and warm is not None)
         plan = search.first_plan()
@@ -291,11 +291,11 @@ def test_sample_bracket_holds_the_population_medians():
     med = np.stack([np.median(P[lab == c], axis=0) for c in range(2)]).ravel()
     for _ in range(200):
         idx = rs.choice(P.shape[0], 400, replace=False)
-        lo, hi = _median_search.sample_bracket(P[idx], lab[idx], 2)
+        lo, hi = reductions.sample_bracket(P[idx], lab[idx], 2)
         assert np.all((lo <= med) & (med <= hi))
-    lo, hi = _median_search.sample_bracket(P[:40], lab[:40], 2)          # 40 of cluster 0
+    lo, hi = reductions.sample_bracket(P[:40], lab[:40], 2)          # 40 of cluster 0
     assert np.isnan(lo[3:]).all() and np.isfinite(lo[:3]).all()
-    lo, hi = _median_search.sample_bracket(P[:40], lab[:40], 2, z=10.0)  # wider than the sample
+    lo, hi = reductions.sample_bracket(P[:40], lab[:40], 2, z=10.0)  # wider than the sample
     assert np.all(lo[:3] == -np.inf) and np.all(hi[:3] == np.inf)
 
 
@@ -312,7 +312,7 @@ def test_first_round_from_a_bracket_is_exact_when_the_bracket_misses(side):
     med = np.median(X, axis=0)
     shift = {"below": 1.0, "above": -1.0, "inside": 0.0}[side]
     bracket = (med + shift - 0.05, med + shift + 0.05)
-    search = _median_search.MedianSearch(X.min(0), X.max(0), counts_given=True, bracket=bracket)
+    search = reductions.MedianSearch(X.min(0), X.max(0), counts_given=True, bracket=bracket)
     plan = search.first_plan()
     np.testing.assert_array_equal(plan["hlo"], bracket[0])
     n_values = np.full(2, X.shape[0])

@@ -54,10 +54,10 @@ def test_matches_exact_reference(small, chunks):
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_matches_reference_with_histogram_rounds(small, monkeypatch):
     # budgets forced small: the S step histograms and refines over several passes
-    from daskrnmf import _median_search
+    from daskrnmf import reductions
 
-    monkeypatch.setattr(_median_search, "COLLECT_VALUES", 500)
-    monkeypatch.setattr(_median_search, "HIST_CELLS", 64)
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 500)
+    monkeypatch.setattr(reductions, "HIST_CELLS", 64)
     X, _, _ = small
     S0, c0 = _start(X, 4, 3, 1)
     m = RFNMTF(4, 3, init=(S0, c0), max_iter=4, tol=0.0).fit(da.from_array(X, chunks=(37, 40)))
@@ -255,7 +255,7 @@ def test_first_s_step_bracketed_by_the_sample_gives_the_same_fit(planted, monkey
     (histograms of the brackets, then collections: here two rounds, not four); the fit is
     the one without the brackets, bit for bit — also with budgets so small that
     brackets miss, are dropped and refine over more rounds."""
-    from daskrnmf import _median_search
+    from daskrnmf import reductions
     from daskrnmf.models import rfnmtf
     X, _, _, _ = planted
     data = da.from_array(X, chunks=(250, X.shape[1]))
@@ -268,8 +268,8 @@ def test_first_s_step_bracketed_by_the_sample_gives_the_same_fit(planted, monkey
         np.testing.assert_array_equal(a.column_labels_, b.column_labels_)
         np.testing.assert_array_equal(np.asarray(a.row_labels_), np.asarray(b.row_labels_))
 
-    monkeypatch.setattr(_median_search, "COLLECT_VALUES", 2**14)
-    monkeypatch.setattr(_median_search, "HIST_CELLS", 2**10)
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 2**14)
+    monkeypatch.setattr(reductions, "HIST_CELLS", 2**10)
     with_bracket = fit()
     real = rfnmtf.block_bracket
     monkeypatch.setattr(rfnmtf, "block_bracket", lambda *a: tuple(
@@ -278,8 +278,8 @@ def test_first_s_step_bracketed_by_the_sample_gives_the_same_fit(planted, monkey
     same(with_bracket, without)
     assert with_bracket.median_rounds_[0] == 2 < without.median_rounds_[0]
     monkeypatch.setattr(rfnmtf, "block_bracket", real)
-    monkeypatch.setattr(_median_search, "COLLECT_VALUES", 300)
-    monkeypatch.setattr(_median_search, "HIST_CELLS", 64)
+    monkeypatch.setattr(reductions, "COLLECT_VALUES", 300)
+    monkeypatch.setattr(reductions, "HIST_CELLS", 64)
     same(fit(), without)
 
 

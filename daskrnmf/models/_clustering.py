@@ -21,7 +21,6 @@ from .._base import BaseModel, float_tags
 
 from .._blocks import RowBlocks
 from .._driver import iterate
-from .._median_search import MedianSearch, sample_bracket
 from .._typing import Array, Data
 from ..kernels.assign import (distances, nearest, pairwise_distances, seed_potentials,
                               seed_potentials_gram, seed_potentials_pairwise, seed_update,
@@ -29,8 +28,8 @@ from ..kernels.assign import (distances, nearest, pairwise_distances, seed_poten
 from ..kernels.blocks import as_kernel_block, available_cpus, sum_arrays
 from ..kernels.kmedians import kmedians_fit, seed_draw
 from ..kernels.median import group_medians, group_medians_ranked, group_order, merge_median_round
-from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, AssignSpec, assign_chunk,
-                          assign_combine, feature_stats, median_refine_chunk,
+from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, AssignSpec, MedianSearch, assign_chunk,
+                          assign_combine, feature_stats, median_refine_chunk, sample_bracket,
                           sample_rows)
 
 # Seeding runs in memory on a uniform row sample drawn in the first pass: at least

@@ -32,7 +32,6 @@ import numpy as np
 from .. import _validation as v
 from .._blocks import RowBlocks
 from .._driver import iterate
-from .._median_search import BRACKET_MIN, BRACKET_Z, MedianSearch
 from ..kernels import rng
 from ..kernels.assign import nearest
 from ..kernels.blocks import as_float_block, as_kernel_block, available_cpus, sum_arrays
@@ -41,8 +40,8 @@ from ..kernels.median import (RANKED_MAX_ROWS, SortedValues, block_medians, grou
                               group_medians_ranked, group_order, median_round,
                               merge_median_round, rank_rows)
 from ..kernels.sums import merge_worst_fit, worst_fit
-from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, feature_stats, median_refine_chunk,
-                          random_labels, sample_rows)
+from ..reductions import (BRACKET_MIN, BRACKET_Z, SAMPLE_SEED, SAMPLE_STREAM, MedianSearch,
+                          feature_stats, median_refine_chunk, random_labels, sample_rows)
 from ._clustering import (ClusterBase, kmedians_labels, objective_chunk, objective_combine,
                           restart_column)
 
@@ -646,10 +645,10 @@ def block_bracket(sample, labels, C, K, L, z=BRACKET_Z, min_count=BRACKET_MIN):
     A block's sample values come in rows that may move together, so the bracket counts
     rows, not values: with m_c sample rows in the cluster, the quantiles ``1/2 -+ z /
     (2 sqrt(m_c))`` of the block's sample values (the rank interval of
-    :func:`~daskrnmf._median_search.sample_bracket` for m_c values, wider than one for all
+    :func:`~daskrnmf.reductions.sample_bracket` for m_c values, wider than one for all
     of them).  NaN where a cluster has fewer than ``min_count`` sample rows, -inf / inf
     where the interval leaves the sample.  A median outside continues on its side
-    (:class:`~daskrnmf._median_search.MedianSearch`).
+    (:class:`~daskrnmf.reductions.MedianSearch`).
 
     Returns ``(lo, hi)`` of shape (R * K * L,).
     """
