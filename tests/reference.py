@@ -87,6 +87,40 @@ def rfnmtf_reference(X, S0, c0, n_iter):
     return S, c, r, np.array(history)
 
 
+# ---------------------------------------------------------------- the median search
+def grouped_medians(blocks, labels, n_clusters, n_restarts, lo, hi, *, tol=0.0):
+    """Median of every feature within every cluster, for labels kept per block: the
+    median search (:class:`daskrnmf.reductions.MedianSearch`) run to its end on its own,
+    as the models run it inside their passes.
+
+    Parameters
+    ----------
+    blocks : RowBlocks
+    labels : list of (n_rows_b, n_restarts) int arrays (or persisted Dask blocks)
+    n_clusters, n_restarts : int
+    lo, hi : ndarray (n_features,)
+        Bounds of every feature's values (e.g. from ``reductions.feature_stats``).
+    tol : float
+        Relative tolerance (0: exact, equal to :func:`numpy.median`).
+
+    Returns
+    -------
+    medians : ndarray (n_restarts, n_clusters, n_features), NaN for empty clusters
+    n_rounds : int, passes over X spent
+    """
+    d = lo.shape[0]
+    reps = n_restarts * n_clusters
+    search = reductions.MedianSearch(np.tile(lo, reps), np.tile(hi, reps), tol=tol,
+                                     n_total=blocks.shape[0] * d * n_restarts)
+    plan = search.first_plan()
+    while plan is not None:
+        part = blocks.map_reduce(reductions.median_refine_chunk, merge_median_round,
+                                 args=(n_clusters, plan), state=labels, name="median round")
+        search.update(plan, part)
+        plan = search.next_plan()
+    return search.value.reshape(n_restarts, n_clusters, d), search.rounds
+
+
 def ornmf_reference(X, W0, H0, alpha, n_iter, loss="l21", pair_floor=1e-2):
     """ORNMF (eq. 4) with the paper's dense matrices, literally: D_1 (eq. 7), D_2 (eq. 8,
     norms floored at ``pair_floor`` times the RMS row norm of the current H), R = R^+ - R^- (eq. 11), R_a..R_d, the H rule (13) without its
@@ -248,36 +282,3 @@ def robust_nmf_reference(V, W0, H0, R0, lam, n_iter):
         W = _mu(W * (V @ H.T), (W @ H + R) @ H.T)                          # (6)
     return W, H, R, np.array(hist)
 
-
-# ---------------------------------------------------------------- the median search
-def grouped_medians(blocks, labels, n_clusters, n_restarts, lo, hi, *, tol=0.0):
-    """Median of every feature within every cluster, for labels kept per block: the
-    median search (:class:`daskrnmf.reductions.MedianSearch`) run to its end on its own,
-    as the models run it inside their passes.
-
-    Parameters
-    ----------
-    blocks : RowBlocks
-    labels : list of (n_rows_b, n_restarts) int arrays (or persisted Dask blocks)
-    n_clusters, n_restarts : int
-    lo, hi : ndarray (n_features,)
-        Bounds of every feature's values (e.g. from ``reductions.feature_stats``).
-    tol : float
-        Relative tolerance (0: exact, equal to :func:`numpy.median`).
-
-    Returns
-    -------
-    medians : ndarray (n_restarts, n_clusters, n_features), NaN for empty clusters
-    n_rounds : int, passes over X spent
-    """
-    d = lo.shape[0]
-    reps = n_restarts * n_clusters
-    search = reductions.MedianSearch(np.tile(lo, reps), np.tile(hi, reps), tol=tol,
-                                     n_total=blocks.shape[0] * d * n_restarts)
-    plan = search.first_plan()
-    while plan is not None:
-        part = blocks.map_reduce(reductions.median_refine_chunk, merge_median_round,
-                                 args=(n_clusters, plan), state=labels, name="median round")
-        search.update(plan, part)
-        plan = search.next_plan()
-    return search.value.reshape(n_restarts, n_clusters, d), search.rounds
