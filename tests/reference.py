@@ -281,4 +281,3 @@ def robust_nmf_reference(V, W0, H0, R0, lam, n_iter):
         hist.append(0.5 * np.sum((V - W @ H - R) ** 2) + lam * R.sum())
         W = _mu(W * (V @ H.T), (W @ H + R) @ H.T)                          # (6)
     return W, H, R, np.array(hist)
-
