@@ -41,7 +41,7 @@ def main():
     from distributed import Client, LocalCluster
 
     from daskrnmf import RFNMF
-    from daskrnmf._validation import check_array
+    from daskrnmf.io import check_array
     from daskrnmf.datasets import make_zarr_blobs
 
     emit = Report()

@@ -40,6 +40,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from . import _validation as v
+from . import io
 from ._driver import Progress, iterate, warn_if_not_converged
 from ._files import is_file_memmap, is_h5py_dataset
 from ._reader import release_after
@@ -143,7 +144,7 @@ class BaseModel(BaseEstimator):
         ``feature_names_in_``); otherwise the feature count must match the fit's.
         """
         if _is_lazy(X):
-            X = v.check_array(X, estimator_name=self._name, allow_nan=self._allow_nan)
+            X = io.check_array(X, estimator_name=self._name, allow_nan=self._allow_nan)
             if reset:
                 self.n_features_in_ = int(X.shape[1])
                 if hasattr(self, "feature_names_in_"):
@@ -220,8 +221,8 @@ class BaseModel(BaseEstimator):
         W = self.components_
         lazy = _is_lazy(H)
         if lazy:
-            H = v.check_array(H, estimator_name=f"{self._name}.inverse_transform",
-                              input_name="H")
+            H = io.check_array(H, estimator_name=f"{self._name}.inverse_transform",
+                               input_name="H")
         else:
             H = check_array(H, dtype=list(FLOAT_DTYPES), ensure_all_finite=False,
                             input_name="H", estimator=self)

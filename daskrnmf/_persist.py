@@ -49,6 +49,7 @@ attribute names are refused with a ValueError.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
@@ -56,7 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _stores
+from . import _stores, io
+from ._version import __version__
 
 FORMAT = "daskrnmf-model"
 FORMAT_VERSION = 2
@@ -89,6 +91,7 @@ FITTED = {
     "ONMFO": _FACTORS + ("n_inner_iter_", "n_steps_", "n_samples_seen_"),
     "RobustNMF": _FACTORS,
 }
+_MODELS = "daskrnmf.models."        # where the registered models' classes are defined
 # Shapes of fitted arrays, per axis the name of the attribute (else parameter) that sets
 # it: an int, or the length of a list/array (``pairs_``).  Per attribute name, the same
 # for every model (a name a model does not have is skipped, as is a rule whose sizes it
@@ -164,8 +167,6 @@ def save(model, path: str | os.PathLike, *, overwrite: bool = False,
 
     See :meth:`daskrnmf._base.BaseModel.save`.
     """
-    from . import io
-
     path = os.fspath(path)
     _check_registered(model)
     what = "the model's location" if io.is_url(path) else "the model's path"
@@ -179,8 +180,6 @@ def write_group(model, path: str, storage_options: dict | None = None) -> None:
     atomicity: :func:`save` and the CLI write under a temporary name and rename, or
     under a fresh prefix and commit it)."""
     import zarr
-
-    from . import __version__, io
 
     name = _check_registered(model)
     params, dropped = _json_params(model)
@@ -216,21 +215,22 @@ def write_group(model, path: str, storage_options: dict | None = None) -> None:
 def _meta_digest(attrs):
     """SHA-256 of a model group's attributes but ``sha256`` itself, as canonical JSON
     (sorted keys; floats as Python writes them, which reads back to the same float)."""
-    import hashlib
-
     body = {k: v for k, v in attrs.items() if k != "sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _check_registered(model) -> str:
-    from .models import REGISTRY
-
-    name = type(model).__name__
-    spec = REGISTRY.get(name)
-    if spec is None or spec.cls is not type(model):
+    """The model's name, when it is one of the registered models (a name of
+    :data:`FITTED`, a class of :mod:`daskrnmf.models`): a subclass, or another class of
+    the same name, would be loaded back as the registered class, not as itself.  (The
+    registry itself is read where a model is loaded, :func:`daskrnmf.load`; this module
+    sits below the models.)"""
+    cls = type(model)
+    name = cls.__name__
+    if name not in FITTED or not cls.__module__.startswith(_MODELS):
         raise TypeError(f"only the registered daskrnmf models can be saved "
-                        f"({', '.join(REGISTRY)}); got {type(model).__module__}.{name}.")
+                        f"({', '.join(FITTED)}); got {cls.__module__}.{name}.")
     return name
 
 
@@ -266,46 +266,30 @@ def _display_only(callback) -> bool:
 
 
 # ---------------------------------------------------------------- load
-def load(path: str | os.PathLike, *, storage_options: dict | None = None):
-    """Load a model saved by :meth:`~daskrnmf._base.BaseModel.save`, or the model in a
-    ``daskrnmf fit`` output store.
+def load(path: str | os.PathLike, registry, *, storage_options: dict | None = None):
+    """The model saved at ``path``, its class taken from ``registry``: what
+    :func:`daskrnmf.load` does with :data:`daskrnmf.models.REGISTRY` (documented there).
 
     Parameters
     ----------
     path : str or os.PathLike
-        A saved model's directory or fsspec URL (``s3://bucket/model.zarr``), or a CLI
-        output store, whose ``model`` subgroup holds the fitted model.  On an object
-        store, only the version the location's commit pointer names is read.
+        A saved model's directory or fsspec URL, or a CLI output store.
+    registry : mapping
+        Model name -> its :class:`~daskrnmf.models.ModelSpec` (``.cls``): the only
+        classes a file may name.
     storage_options : dict, optional
-        Options of the URL's fsspec file system (credentials, endpoint, ...).
+        Options of the URL's fsspec file system.
 
     Returns
     -------
     model : estimator
-        The fitted estimator, with the saved parameters (``callback=None``) and fitted
-        attributes: ``predict``, ``transform``, ``decompose`` give what they gave before
-        saving.
+        The fitted estimator (``callback=None``).
 
     Raises
     ------
     ValueError
-        If ``path`` holds no saved model, a newer format, an unknown model, or a
-        parameter or attribute the model does not have.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> import numpy as np
-    >>> import daskrnmf
-    >>> from daskrnmf import RFNMF
-    >>> X = np.random.default_rng(0).random((40, 3))
-    >>> model = RFNMF(n_clusters=2, random_state=0).fit(X)
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> path = model.save(os.path.join(tmp.name, "rfnmf.zarr"))
-    >>> again = daskrnmf.load(path)
-    >>> bool((again.predict(X) == model.predict(X)).all())
-    True
-    >>> tmp.cleanup()
+        If ``path`` holds no saved model, a newer format, a model ``registry`` does not
+        hold, or a parameter or attribute the model does not have.
     """
     where = os.fspath(path)
     try:
@@ -336,7 +320,7 @@ def load(path: str | os.PathLike, *, storage_options: dict | None = None):
                          f"{attrs.get('daskrnmf_version', '?')}), before model files carried "
                          "checksums: its arrays cannot be verified, so it is not loaded. Load "
                          "it with the daskrnmf that saved it and save it again, or refit.")
-    cls = _registered_class(attrs.get("model"), where)
+    cls = _registered_class(attrs.get("model"), where, registry)
     model = cls(**_decode_params(cls, attrs.get("params"), where))
     model._validate_params()
     decoder = _Decoder(group, where, attrs.get("arrays"))
@@ -416,9 +400,7 @@ def _check_consistent(model, where):
 def _open_saved(where, storage_options):
     """The group at ``where``: a local path, or for a URL the version its (or a
     parent's) commit pointer names (:func:`daskrnmf.io._open_node`)."""
-    from .io import _open_node
-
-    return _open_node(where, None, storage_options, group=True)
+    return io._open_node(where, None, storage_options, group=True)
 
 
 def _member(group, name):
@@ -431,13 +413,11 @@ def _member(group, name):
     return node if isinstance(node, zarr.Group) else None
 
 
-def _registered_class(name, where):
-    from .models import REGISTRY
-
-    if not isinstance(name, str) or name not in REGISTRY:
+def _registered_class(name, where, registry):
+    if not isinstance(name, str) or name not in registry:
         raise ValueError(f"{where} holds a model {name!r} that this daskrnmf does not know; "
-                         f"it knows {', '.join(REGISTRY)}.")
-    return REGISTRY[name].cls
+                         f"it knows {', '.join(registry)}.")
+    return registry[name].cls
 
 
 def _decode_params(cls, params, where):

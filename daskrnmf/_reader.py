@@ -46,6 +46,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._blocks import active_client
+from .kernels.blocks import available_cpus
+
 # Bytes of a block of Zarr input: several blocks per worker thread on data of a few
 # hundred MB, so that a pass is balanced over the workers (1M x 64 float32 on 2 workers:
 # blocks of 128 MiB, two to a pass, made the pass time vary 0.35-1.1 s as both went to
@@ -73,8 +76,6 @@ def _reading_threads():
 
         return max(1, int(get_worker().state.nthreads))
     except (ImportError, ValueError, AttributeError):     # not in a worker's task
-        from .kernels.blocks import available_cpus
-
         return available_cpus()
 
 
@@ -469,8 +470,6 @@ def release_after(X):
     cannot be reached keeps its buffers (at most :data:`POOL_BUFFERS` blocks)."""
     if not str(getattr(X, "name", "")).startswith((NAME_PREFIX, FILE_PREFIX)):
         return
-    from ._blocks import active_client
-
     release()
     client = active_client()
     if client is not None:

@@ -1,8 +1,13 @@
-"""Parameter constraints with one error format, and input checks.
+"""Parameter constraints with one error format, and the checks and messages of the input.
 
 Parameter errors read like scikit-learn's::
 
     The 'max_iter' parameter of RFNMF must be an int in the range [1, inf). Got -3 instead.
+
+The input's own checks say what is wrong with X and how to mend it (its shape and dtype,
+NaN and infinite values, ``missing="mask"``'s hint); turning what the user passed (an
+array, a path, a file) into the array a fit reads is :func:`daskrnmf.io.check_array`'s.
+This module imports nothing of the package: everything else may use it.
 """
 
 import contextlib
@@ -13,15 +18,6 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-
-from ._files import FileRows, as_dask as _file_blocks, rows_of
-from ._reader import BLOCK_BYTES, native_dtype as _native_rule
-from .kernels.missing import MASK_HINT  # noqa: F401  (the NaN error's hint, re-exported)
-
-ACCEPTED_INPUT = ("a NumPy array, a dask array, a zarr.Array, an np.memmap, an h5py.Dataset, "
-                  "or the path of a Zarr array (or URL), of a .npy file or of an HDF5 "
-                  "dataset ('data.h5/X'), or a pair (path, component) for an array inside a "
-                  "Zarr group or an HDF5 file")
 
 
 @dataclass(frozen=True)
@@ -220,6 +216,9 @@ class Location:
 #:   for what every model does with the mask.
 MISSING = Options(("mask", "raise"))
 
+#: What the NaN error of a model that accepts ``missing="mask"`` adds to its message.
+MASK_HINT = " To treat NaN entries as missing values, pass missing='mask'."
+
 
 @dataclass(frozen=True)
 class CallableOrNone:
@@ -324,66 +323,6 @@ def using_storage_options(options):
         _STORAGE_OPTIONS.reset(token)
 
 
-def check_array(X, *, estimator_name, input_name="X", storage_options=None, allow_nan=False):
-    """Validate X and return it as a NumPy array or a row-chunked Dask array.
-
-    Accepted: a NumPy array, a Dask array chunked along rows only, a ``zarr.Array`` or a
-    path/fsspec URL of a Zarr array (opened read-only; a URL with ``storage_options``,
-    by default the running fit's, and read by the workers in parallel); the path of a
-    ``.npy`` file or of an HDF5/NetCDF-4 dataset (``data.h5/X``), a pair ``(path,
-    component)``, an ``np.memmap`` or an ``h5py.Dataset`` (read by the workers in row
-    blocks, see :mod:`daskrnmf._files`).  Checks
-    dimensionality, emptiness and dtype; for NumPy input also finiteness (Dask input is
-    checked for NaN/inf during the first pass over it, see :func:`check_finite_count`).
-    ``allow_nan``: NaN entries are missing values (``missing="mask"``), only inf is refused.
-    """
-    import dask.array as da
-    import zarr
-
-    from .io import open_input
-
-    where = f"{input_name} passed to {estimator_name}"
-    if is_path(X) or is_path_pair(X):
-        if storage_options is None:
-            storage_options = current_storage_options()
-        path, component = X if isinstance(X, tuple) else (X, None)
-        X = open_input(path, component, storage_options=storage_options)
-    else:       # a memmap or an h5py Dataset: read by the workers from its file
-        X = rows_of(X) or X
-    if isinstance(X, FileRows):
-        X = _file_to_dask(X, where)
-    if isinstance(X, zarr.Array):
-        X = _zarr_to_dask(X, where)
-    if isinstance(X, np.ndarray):
-        _check_shape_dtype(X, where)
-        X = native_dtype(X)
-        n_nan, n_inf = count_nonfinite(X)
-        check_missing_count(n_nan, n_inf, where, allow_nan=allow_nan)
-        return X
-    if isinstance(X, da.Array):
-        _check_shape_dtype(X, where)
-        X = native_dtype(X)
-        if any(np.isnan(c) for c in X.chunks[0]) or any(np.isnan(c) for c in X.chunks[1]):
-            raise ValueError(f"{where} has unknown chunk sizes; call X.compute_chunk_sizes() "
-                             "before fitting.")
-        if len(X.chunks[1]) != 1:
-            raise ValueError(f"{where} is chunked along its columns {X.chunks[1][:4]}...; daskrnmf "
-                             "needs every sample's features in one chunk. Use "
-                             f"X.rechunk({{1: {X.shape[1]}}}).")
-        return X
-    raise TypeError(f"{where} must be {ACCEPTED_INPUT}; got an object of type "
-                    f"{type(X).__module__}.{type(X).__qualname__}.")
-
-
-def native_dtype(X):
-    """X (NumPy or Dask, lazily) in a dtype the compiled kernels take: float16 as float64
-    (what scikit-learn's ``check_array`` gives NumPy input, and what integers become),
-    a non-native byte order (``'>f8'``) as the native one.  Numba has no float16 and
-    compiles for native byte order only; other dtypes are returned unchanged."""
-    dt = _native_rule(X.dtype)          # the one rule, shared with the reader
-    return X if dt == X.dtype else X.astype(dt)
-
-
 def count_nonfinite(X):
     """``(number of NaN, number of +-inf)`` in a NumPy array (0, 0 for integers)."""
     X = np.asarray(X)
@@ -418,8 +357,6 @@ def check_finite_count(n_bad, where, hint=""):
                          f"them before fitting.{hint}")
 
 
-
-
 def check_missing_count(n_nan, n_inf, where, *, allow_nan, hint=""):
     """The finiteness check of X with the ``missing`` policy: with ``allow_nan`` (``missing=
     "mask"``) NaN entries are missing values and only infinite ones are an error;
@@ -430,55 +367,3 @@ def check_missing_count(n_nan, n_inf, where, *, allow_nan, hint=""):
         raise ValueError(f"{where} contains {n_inf} infinite value(s); with missing='mask' NaN "
                          "entries are missing values, but infinite values are not allowed. "
                          "Replace them (e.g. by NaN) before fitting.")
-
-
-
-
-def _zarr_to_dask(z, where):
-    """A Zarr array as a Dask array of whole rows: blocks of whole stored chunks, about
-    :data:`BLOCK_BYTES` (less if dask's ``array.chunk-size`` is smaller), and small enough
-    for the workers' memory limit (see :func:`daskrnmf._blocks.worker_block_budget`; the
-    kernels hold a float64 copy of a block).  When even one stored chunk is too large for
-    that, blocks split stored chunks (each block then decompresses its whole stored chunk:
-    the time of several decodes per pass, and one decoded stored chunk transiently in a
-    task)."""
-    from ._reader import as_dask
-
-    if z.ndim != 2:
-        _check_shape_dtype(z, where)
-    rows = _block_rows(z.shape, z.dtype, z.chunks[0], where)
-    # read by daskrnmf's reader (whole chunks decoded into reused buffers; zarr itself
-    # for layouts it does not read)
-    return as_dask(z, rows)
-
-
-def _block_rows(shape, dtype, stored, where):
-    """Rows per block of an array of ``shape`` stored in chunks of ``stored`` rows (1 for
-    a file without chunks): :data:`BLOCK_BYTES` of whole stored chunks, fewer when the
-    workers' memory limit asks for it (see :func:`_zarr_to_dask`)."""
-    import dask
-
-    from ._blocks import check_block_fits, check_stored_chunk_fits, worker_block_budget
-
-    limit = min(BLOCK_BYTES, dask.utils.parse_bytes(dask.config.get("array.chunk-size")))
-    row_bytes = max(1, shape[1] * np.dtype(dtype).itemsize)
-    stored = max(1, int(stored))
-    rows = max(stored, (limit // row_bytes) // stored * stored)
-    budget = worker_block_budget()
-    if budget is not None and budget <= 0:
-        check_block_fits(None, where)      # the limit cannot hold a worker's baseline
-    if budget is not None and budget > 0:
-        check_stored_chunk_fits(stored * row_bytes, budget, where)
-        fit = budget // max(1, shape[1] * 8)        # rows whose float64 copy fits
-        if rows > fit:
-            rows = fit // stored * stored if fit >= stored else max(1, fit)
-    return min(rows, max(1, shape[0]))
-
-
-def _file_to_dask(src, where):
-    """A user's file (:class:`daskrnmf._files.FileRows`) as a Dask array of whole rows,
-    blocks sized as a Zarr array's (an HDF5 dataset's chunks taken as stored chunks: a
-    read decodes every chunk it touches)."""
-    _check_shape_dtype(src, where)
-    stored = getattr(src, "chunk_rows", None) or 1
-    return _file_blocks(src, _block_rows(src.shape, src.dtype, stored, where))

@@ -1,8 +1,9 @@
-"""Input files: Zarr arrays read-only from paths or URLs, ``.npy`` and HDF5 files;
-object-store locations.
+"""The estimators' input, normalised once (:func:`check_array`): Zarr arrays read-only
+from paths or URLs, ``.npy`` and HDF5 files; object-store locations.
 
 The estimators accept a ``zarr.Array`` or the path of one wherever they take data;
-:func:`open_input` is what they use to open a path.  They read a user's own files out of
+:func:`check_array` turns whatever they are given into the array a fit reads, and
+:func:`open_input` is what it uses to open a path.  They read a user's own files out of
 core too, each block by a worker task that opens the file itself (the client reads a
 header only; see :mod:`daskrnmf._files`):
 
@@ -49,14 +50,20 @@ import json
 import re
 import os
 import uuid
+from typing import TYPE_CHECKING
 
+import dask
 import numpy as np
-import zarr
 
 from . import _files, _reader, _stores
+from . import _validation as v
+from ._blocks import check_block_fits, check_stored_chunk_fits, worker_block_budget
 from ._reader import BLOCK_BYTES
 from ._stores import is_url, local_path  # noqa: F401  (public here)
 from ._typing import PathLike
+
+if TYPE_CHECKING:       # zarr is imported where a store is opened: a model's import needs none
+    import zarr
 
 POINTER = "daskrnmf-commit.json"
 POINTER_FORMAT = "daskrnmf-commit"
@@ -345,6 +352,8 @@ def open_array(url: PathLike, component: str | None = None, *,
     ValueError: ... is a Zarr group, not an array; ... its arrays: ['X', 'outlier', 'y'].
     >>> tmp.cleanup()
     """
+    import zarr
+
     url = os.fspath(url)
     where = url if component is None else f"{url} (component {component!r})"
     _refuse_user_file(url)
@@ -403,8 +412,6 @@ def open_dask_array(url: PathLike, component: str | None = None, *,
     ((6, 2), 66.0)
     >>> tmp.cleanup()
     """
-    from ._validation import _file_to_dask, _zarr_to_dask
-
     node = open_input(url, component, storage_options=storage_options)
     where = os.fspath(url) if component is None else f"{url}/{component}"
     if isinstance(node, _files.FileRows):
@@ -467,6 +474,8 @@ def _open_node(url, component, storage_options, group=False):
     read-only.  For a URL the commit pointer comes first: when ``url`` or a parent is a
     committed location, the version its pointer names is read, never what an
     interrupted cleanup may have left at the location itself."""
+    import zarr
+
     open_ = zarr.open_group if group else zarr.open
     if not is_url(url):
         return open_(store=url, path=component or "", mode="r")
@@ -489,6 +498,142 @@ def _missing_bucket(url, storage_options):
     except Exception:
         return None
     return None
+
+
+# ---------------------------------------------------------------- the estimators' input
+#: What the estimators take as X (the TypeError of :func:`check_array` lists it).
+ACCEPTED_INPUT = ("a NumPy array, a dask array, a zarr.Array, an np.memmap, an h5py.Dataset, "
+                  "or the path of a Zarr array (or URL), of a .npy file or of an HDF5 "
+                  "dataset ('data.h5/X'), or a pair (path, component) for an array inside a "
+                  "Zarr group or an HDF5 file")
+
+
+def check_array(X, *, estimator_name, input_name="X", storage_options=None, allow_nan=False):
+    """X as the estimators read it: a checked NumPy array or a row-chunked Dask array.
+
+    What the user passed is opened and wrapped here, once for every model: a path or
+    fsspec URL of a Zarr array (read-only; its blocks whole stored chunks, read by the
+    workers), the path of a ``.npy`` file or of an HDF5/NetCDF-4 dataset
+    (``data.h5/X``), a pair ``(path, component)``, an ``np.memmap`` or an
+    ``h5py.Dataset`` (read by the workers in row blocks, see :mod:`daskrnmf._files`).
+    The messages are :mod:`daskrnmf._validation`'s.
+
+    Parameters
+    ----------
+    X : array-like, dask.array.Array, zarr.Array, str, os.PathLike or (path, component)
+        Any of :data:`ACCEPTED_INPUT`.
+    estimator_name : str
+        Who asks, named in the messages (``"X passed to RFNMF"``).
+    input_name : str, default="X"
+        The input's name in the messages (``"H"`` for ``inverse_transform``).
+    storage_options : dict, default=None
+        Options of a URL's fsspec file system; None takes the running fit's
+        (:func:`daskrnmf._validation.current_storage_options`).
+    allow_nan : bool, default=False
+        NaN entries are missing values (``missing="mask"``): only inf is refused.
+
+    Returns
+    -------
+    X : ndarray or dask.array.Array of shape (n_samples, n_features)
+        In a dtype the kernels take (:func:`native_dtype`); a Dask array is chunked
+        along its rows only.
+
+    Raises
+    ------
+    ValueError
+        X is not 2-D, is empty, holds NaN or inf (NumPy input: a lazy X is checked in
+        the first pass over it, :func:`daskrnmf.reductions.checked_blocks`), has unknown
+        chunk sizes or is chunked along its columns.
+    TypeError
+        X is of none of the accepted kinds, or its dtype is not a real number's.
+    """
+    import dask.array as da
+    import zarr
+
+    where = f"{input_name} passed to {estimator_name}"
+    if v.is_path(X) or v.is_path_pair(X):
+        if storage_options is None:
+            storage_options = v.current_storage_options()
+        path, component = X if isinstance(X, tuple) else (X, None)
+        X = open_input(path, component, storage_options=storage_options)
+    else:       # a memmap or an h5py Dataset: read by the workers from its file
+        X = _files.rows_of(X) or X
+    if isinstance(X, _files.FileRows):
+        X = _file_to_dask(X, where)
+    if isinstance(X, zarr.Array):
+        X = _zarr_to_dask(X, where)
+    if isinstance(X, np.ndarray):
+        v._check_shape_dtype(X, where)
+        X = native_dtype(X)
+        n_nan, n_inf = v.count_nonfinite(X)
+        v.check_missing_count(n_nan, n_inf, where, allow_nan=allow_nan)
+        return X
+    if isinstance(X, da.Array):
+        v._check_shape_dtype(X, where)
+        X = native_dtype(X)
+        if any(np.isnan(c) for c in X.chunks[0]) or any(np.isnan(c) for c in X.chunks[1]):
+            raise ValueError(f"{where} has unknown chunk sizes; call X.compute_chunk_sizes() "
+                             "before fitting.")
+        if len(X.chunks[1]) != 1:
+            raise ValueError(f"{where} is chunked along its columns {X.chunks[1][:4]}...; daskrnmf "
+                             "needs every sample's features in one chunk. Use "
+                             f"X.rechunk({{1: {X.shape[1]}}}).")
+        return X
+    raise TypeError(f"{where} must be {ACCEPTED_INPUT}; got an object of type "
+                    f"{type(X).__module__}.{type(X).__qualname__}.")
+
+
+def native_dtype(X):
+    """X (NumPy or Dask, lazily) in a dtype the compiled kernels take: float16 as float64
+    (what scikit-learn's ``check_array`` gives NumPy input, and what integers become),
+    a non-native byte order (``'>f8'``) as the native one.  Numba has no float16 and
+    compiles for native byte order only; other dtypes are returned unchanged."""
+    dt = _reader.native_dtype(X.dtype)          # the one rule, shared with the reader
+    return X if dt == X.dtype else X.astype(dt)
+
+
+def _zarr_to_dask(z, where):
+    """A Zarr array as a Dask array of whole rows: blocks of whole stored chunks, about
+    :data:`BLOCK_BYTES` (less if dask's ``array.chunk-size`` is smaller), and small enough
+    for the workers' memory limit (see :func:`daskrnmf._blocks.worker_block_budget`; the
+    kernels hold a float64 copy of a block).  When even one stored chunk is too large for
+    that, blocks split stored chunks (each block then decompresses its whole stored chunk:
+    the time of several decodes per pass, and one decoded stored chunk transiently in a
+    task)."""
+    if z.ndim != 2:
+        v._check_shape_dtype(z, where)
+    rows = _block_rows(z.shape, z.dtype, z.chunks[0], where)
+    # read by daskrnmf's reader (whole chunks decoded into reused buffers; zarr itself
+    # for layouts it does not read)
+    return _reader.as_dask(z, rows)
+
+
+def _block_rows(shape, dtype, stored, where):
+    """Rows per block of an array of ``shape`` stored in chunks of ``stored`` rows (1 for
+    a file without chunks): :data:`BLOCK_BYTES` of whole stored chunks, fewer when the
+    workers' memory limit asks for it (see :func:`_zarr_to_dask`)."""
+    limit = min(BLOCK_BYTES, dask.utils.parse_bytes(dask.config.get("array.chunk-size")))
+    row_bytes = max(1, shape[1] * np.dtype(dtype).itemsize)
+    stored = max(1, int(stored))
+    rows = max(stored, (limit // row_bytes) // stored * stored)
+    budget = worker_block_budget()
+    if budget is not None and budget <= 0:
+        check_block_fits(None, where)      # the limit cannot hold a worker's baseline
+    if budget is not None and budget > 0:
+        check_stored_chunk_fits(stored * row_bytes, budget, where)
+        fit = budget // max(1, shape[1] * 8)        # rows whose float64 copy fits
+        if rows > fit:
+            rows = fit // stored * stored if fit >= stored else max(1, fit)
+    return min(rows, max(1, shape[0]))
+
+
+def _file_to_dask(src, where):
+    """A user's file (:class:`daskrnmf._files.FileRows`) as a Dask array of whole rows,
+    blocks sized as a Zarr array's (an HDF5 dataset's chunks taken as stored chunks: a
+    read decodes every chunk it touches)."""
+    v._check_shape_dtype(src, where)
+    stored = getattr(src, "chunk_rows", None) or 1
+    return _files.as_dask(src, _block_rows(src.shape, src.dtype, stored, where))
 
 
 # ---------------------------------------------------------------- daskrnmf convert

@@ -14,11 +14,14 @@ run by :meth:`daskrnmf._blocks.RowBlocks.map_reduce` as a pairwise tree.
 """
 
 import functools
+from collections import Counter
 from dataclasses import dataclass
 
 import dask
 import numpy as np
 
+from ._blocks import RowBlocks, tree_reduce
+from ._validation import check_missing_count
 from .kernels import rng
 from .kernels.assign import nearest
 from .kernels.blocks import as_kernel_block, sum_arrays
@@ -78,6 +81,29 @@ def feature_stats_combine(parts, sample_size=0):
     return out
 
 
+def missing_stats_chunk(block, start, sample_size=0, threshold=1.0):
+    """:func:`feature_stats_chunk` with the NaN entries counted apart from the infinite
+    ones: ``nan`` (int) and ``observed`` (d,) — each feature's number of non-NaN entries
+    (``missing="mask"``'s first pass, see :mod:`daskrnmf.kernels.missing`)."""
+    out = feature_stats_chunk(block, start, sample_size, threshold)
+    x = np.asarray(block)
+    if x.dtype.kind == "f" and out["nonfinite"]:
+        miss = np.isnan(x)
+        out["nan"] = int(miss.sum())
+        out["observed"] = x.shape[0] - miss.sum(axis=0).astype(np.int64)
+    else:
+        out["nan"] = 0
+        out["observed"] = np.full(x.shape[1], x.shape[0], dtype=np.int64)
+    return out
+
+
+def missing_stats_combine(parts, sample_size=0):
+    out = feature_stats_combine(parts, sample_size)
+    out["nan"] = sum(p["nan"] for p in parts)
+    out["observed"] = np.sum([p["observed"] for p in parts], axis=0)
+    return out
+
+
 def _order_sample(stats):
     if "sample" in stats:
         res = stats["sample"]
@@ -112,12 +138,9 @@ def feature_stats(blocks, sample_size=0, missing=False):
     Rows holding NaN/inf may be drawn; the caller checks ``nonfinite`` first.
 
     ``missing`` (``missing="mask"``): NaN counted apart, ``stats["nan"]``, and each
-    feature's observed count, ``stats["observed"]`` (:func:`daskrnmf.kernels.missing.
-    stats_chunk`).
+    feature's observed count, ``stats["observed"]`` (:func:`missing_stats_chunk`).
     """
-    from .kernels import missing as _missing
-
-    chunk, combine = ((_missing.stats_chunk, _missing.stats_combine) if missing
+    chunk, combine = ((missing_stats_chunk, missing_stats_combine) if missing
                       else (feature_stats_chunk, feature_stats_combine))
     size = int(min(sample_size, blocks.shape[0]))
     stats = blocks.map_reduce(chunk, functools.partial(combine, sample_size=size),
@@ -137,14 +160,11 @@ def checked_blocks(X, where, sample_size=0, allow_nan=False, hint="", on_pass=No
     inf is, and the stats count each feature's observed entries.  ``hint`` ends the NaN
     error's message; ``on_pass`` reports every pass over X, this first one included
     (:class:`~daskrnmf._blocks.RowBlocks`)."""
-    from . import _validation as v
-    from ._blocks import RowBlocks
-
     blocks = RowBlocks(X, on_pass=on_pass)
     stats = feature_stats(blocks, sample_size, missing=allow_nan)
     n_nan = stats.get("nan", 0)
-    v.check_missing_count(n_nan, stats["nonfinite"] - n_nan, where, allow_nan=allow_nan,
-                          hint=hint)
+    check_missing_count(n_nan, stats["nonfinite"] - n_nan, where, allow_nan=allow_nan,
+                        hint=hint)
     return blocks, stats
 
 
@@ -601,37 +621,6 @@ def _floor_pow2(x):
     return 1 << (max(1, int(x)).bit_length() - 1)
 
 
-def grouped_medians(blocks, labels, n_clusters, n_restarts, lo, hi, *, tol=0.0):
-    """Median of every feature within every cluster, for labels kept per block.
-
-    Parameters
-    ----------
-    blocks : RowBlocks
-    labels : list of (n_rows_b, n_restarts) int arrays (or persisted Dask blocks)
-    n_clusters, n_restarts : int
-    lo, hi : ndarray (n_features,)
-        Bounds of every feature's values (e.g. from :func:`feature_stats`).
-    tol : float
-        Relative tolerance (0: exact, equal to :func:`numpy.median`).
-
-    Returns
-    -------
-    medians : ndarray (n_restarts, n_clusters, n_features), NaN for empty clusters
-    n_rounds : int, passes over X spent
-    """
-    d = lo.shape[0]
-    reps = n_restarts * n_clusters
-    search = MedianSearch(np.tile(lo, reps), np.tile(hi, reps), tol=tol,
-                          n_total=blocks.shape[0] * d * n_restarts)
-    plan = search.first_plan()
-    while plan is not None:
-        part = blocks.map_reduce(median_refine_chunk, merge_median_round, args=(n_clusters, plan),
-                                 state=labels, name="median round")
-        search.update(plan, part)
-        plan = search.next_plan()
-    return search.value.reshape(n_restarts, n_clusters, d), search.rounds
-
-
 # ---------------------------------------------------------------- row sample
 def sample_rows_chunk(block, start, seed, stream, size, threshold=1.0):
     """The block's candidates for a uniform sample of ``size`` rows: its rows with keys
@@ -688,8 +677,6 @@ def label_counts_chunk(y):
     a Counter for an object block (labels of mixed types cannot be sorted)."""
     y = np.asarray(y).ravel()
     if y.dtype == object:
-        from collections import Counter
-
         return dict(Counter(y.tolist()))
     values, counts = np.unique(y, return_counts=True)
     return dict(zip(values.tolist(), counts.tolist()))
@@ -706,9 +693,5 @@ def label_counts_combine(parts):
 def label_counts(y):
     """``{label: count}`` of a 1-D Dask array of labels of any dtype, tree-reduced over
     its blocks (one pass over y; nothing of its length gathered)."""
-    import dask
-
-    from ._blocks import tree_reduce
-
     parts = [dask.delayed(label_counts_chunk, pure=True)(b) for b in y.to_delayed().ravel()]
     return dask.compute(tree_reduce(parts, label_counts_combine, 8, wrap=dask.delayed))[0]

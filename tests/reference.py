@@ -1,6 +1,10 @@
-"""Small exact in-memory implementations of the papers' update rules (test oracles)."""
+"""Small exact in-memory implementations of the papers' update rules (test oracles),
+and the median search run on its own (:func:`grouped_medians`)."""
 
 import numpy as np
+
+from daskrnmf import reductions
+from daskrnmf.kernels.median import merge_median_round
 
 
 def rfnmf_reference(X, F0, loss, n_iter, eps):
@@ -81,6 +85,40 @@ def rfnmtf_reference(X, S0, c0, n_iter):
                 newS[k, l] = np.median(X[worst[slot]][c == l])
         S = newS
     return S, c, r, np.array(history)
+
+
+# ---------------------------------------------------------------- the median search
+def grouped_medians(blocks, labels, n_clusters, n_restarts, lo, hi, *, tol=0.0):
+    """Median of every feature within every cluster, for labels kept per block: the
+    median search (:class:`daskrnmf.reductions.MedianSearch`) run to its end on its own,
+    as the models run it inside their passes.
+
+    Parameters
+    ----------
+    blocks : RowBlocks
+    labels : list of (n_rows_b, n_restarts) int arrays (or persisted Dask blocks)
+    n_clusters, n_restarts : int
+    lo, hi : ndarray (n_features,)
+        Bounds of every feature's values (e.g. from ``reductions.feature_stats``).
+    tol : float
+        Relative tolerance (0: exact, equal to :func:`numpy.median`).
+
+    Returns
+    -------
+    medians : ndarray (n_restarts, n_clusters, n_features), NaN for empty clusters
+    n_rounds : int, passes over X spent
+    """
+    d = lo.shape[0]
+    reps = n_restarts * n_clusters
+    search = reductions.MedianSearch(np.tile(lo, reps), np.tile(hi, reps), tol=tol,
+                                     n_total=blocks.shape[0] * d * n_restarts)
+    plan = search.first_plan()
+    while plan is not None:
+        part = blocks.map_reduce(reductions.median_refine_chunk, merge_median_round,
+                                 args=(n_clusters, plan), state=labels, name="median round")
+        search.update(plan, part)
+        plan = search.next_plan()
+    return search.value.reshape(n_restarts, n_clusters, d), search.rounds
 
 
 def ornmf_reference(X, W0, H0, alpha, n_iter, loss="l21", pair_floor=1e-2):

@@ -16,7 +16,7 @@ import pytest
 from daskrnmf import REGISTRY
 
 MODULES = sorted({spec.module for spec in REGISTRY.values()}) + [
-    "daskrnmf.datasets", "daskrnmf.metrics", "daskrnmf.io", "daskrnmf.plotting",
+    "daskrnmf", "daskrnmf.datasets", "daskrnmf.metrics", "daskrnmf.io", "daskrnmf.plotting",
     "daskrnmf._persist"]
 
 

@@ -10,7 +10,7 @@ from distributed import Client, LocalCluster
 
 from daskrnmf import RFNMF
 from daskrnmf._blocks import BLOCK_COPIES, WORKER_BASELINE, worker_block_budget
-from daskrnmf._validation import check_array
+from daskrnmf.io import check_array
 
 # Each test starts a cluster of its own, not the session's (tests/conftest.py): the worker
 # memory limit is what it tests, and each test needs another one.

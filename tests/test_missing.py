@@ -11,12 +11,11 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from daskrnmf import NMF, ONMFO, ORNMF, RNMF, RobustNMF
+from daskrnmf import NMF, ONMFO, ORNMF, RNMF, RobustNMF, reductions
 from daskrnmf._blocks import RowBlocks
 from daskrnmf._stream import batch_order, piece_sum
 from daskrnmf.kernels.blocks import check_values
-from daskrnmf.kernels.missing import (feature_grams, observed, row_grams, stats_chunk,
-                                      stats_combine)
+from daskrnmf.kernels.missing import feature_grams, observed, row_grams
 from daskrnmf.kernels.nnls import nnls_codes, nnls_codes_each
 from daskrnmf.kernels.outliers import (initial_codes, solve_codes,
                                        solve_codes_cd, update_components,
@@ -174,7 +173,8 @@ def masked_mu_reference(X, W0, H0, n_iter, loss="fro", alpha=0.0):
 def _masked_stats(blocks):
     import functools
 
-    return blocks.map_reduce(stats_chunk, functools.partial(stats_combine, sample_size=0),
+    return blocks.map_reduce(reductions.missing_stats_chunk,
+                             functools.partial(reductions.missing_stats_combine, sample_size=0),
                              args=(0,))
 
 

@@ -148,7 +148,7 @@ def test_fit_from_s3_equals_the_local_fit(data, s3, make):
 def test_reading_is_left_to_the_workers(data, s3):
     """The client builds a graph that holds the store, not the data: each task reads its
     chunk from S3 where it runs."""
-    from daskrnmf._validation import check_array
+    from daskrnmf.io import check_array
 
     X = check_array(data["url"], estimator_name="RFNMF", storage_options=s3["options"])
     assert X.numblocks[0] == 1 or X.chunks[0][0] % 200 == 0

@@ -32,6 +32,20 @@ def test_license_file_and_declaration_agree():
     assert yaml.safe_load(_read("CITATION.cff"))["license"] == "BSD-3-Clause"
 
 
+def test_version_is_defined_once():
+    """One version: daskrnmf/_version.py; the build reads it (dynamic version), the
+    package and the model files take it from there."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads(_read("pyproject.toml"))
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "daskrnmf._version.__version__"}
+    from daskrnmf import _persist, _version
+
+    assert daskrnmf.__version__ == _version.__version__
+    assert _persist.__version__ is _version.__version__
+
+
 def test_changelog_has_the_current_version():
     text = _read("CHANGELOG.md")
     assert re.search(rf"^## \[{re.escape(daskrnmf.__version__)}\]", text, re.M)

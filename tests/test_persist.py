@@ -238,6 +238,9 @@ def test_only_registered_models_are_saved(tmp_path):
 
     with pytest.raises(TypeError, match="only the registered daskrnmf models"):
         Mine().save(tmp_path / "m")
+    Namesake = type("NMF", (NMF,), {})      # a registered name, but not daskrnmf's class
+    with pytest.raises(TypeError, match="only the registered daskrnmf models"):
+        Namesake().save(tmp_path / "m")
     assert not os.listdir(tmp_path)
 
 

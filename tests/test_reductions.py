@@ -8,9 +8,10 @@ import pytest
 from daskrnmf import reductions
 from daskrnmf._blocks import RowBlocks, tree_reduce
 from daskrnmf.kernels import rng as krng
-from daskrnmf.reductions import feature_stats, grouped_medians, sample_rows
+from daskrnmf.reductions import feature_stats, sample_rows
 
 from .conftest import median_cases
+from .reference import grouped_medians
 
 
 def _blockings(X):

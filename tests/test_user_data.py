@@ -15,8 +15,7 @@ import pytest
 import zarr
 
 from daskrnmf import RFNMF, cli
-from daskrnmf import _validation as v
-from daskrnmf.io import open_dask_array
+from daskrnmf.io import check_array, open_dask_array
 
 h5py = pytest.importorskip("h5py")
 # five iterations are enough to compare two fits
@@ -45,7 +44,7 @@ def files(tmp_path_factory, X):
 
 
 def _lazy(data, **kw):
-    return v.check_array(data, estimator_name="RFNMF", **kw)
+    return check_array(data, estimator_name="RFNMF", **kw)
 
 
 def _graph_data_bytes(A):

@@ -71,7 +71,7 @@ def cmd_fit(args, parser):
         bar = ProgressBar(spec.name, log=args.progress)
         model.set_params(callback=bar)
     v.validate_params(model, model._parameter_constraints)
-    X = v.check_array(z, estimator_name=spec.name)
+    X = io.check_array(z, estimator_name=spec.name)
     if isinstance(z, zarr.Array):
         row_chunk = int(z.chunks[0])        # the outputs are stored like the input's rows
     else:                                   # a .npy file or an HDF5 dataset: its blocks

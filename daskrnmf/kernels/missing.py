@@ -91,9 +91,6 @@ import numpy as np
 # Per-row / per-feature Gram matrices are formed this many float64 entries at a time.
 GRAM_ENTRIES = 2 ** 22
 
-#: What the NaN error of a model that accepts ``missing="mask"`` adds to its message.
-MASK_HINT = " To treat NaN entries as missing values, pass missing='mask'."
-
 
 def observed(x):
     """``(x0, mask)`` of one float block: ``mask = ~isnan(x)`` and ``x0`` = x with its NaN
@@ -179,30 +176,3 @@ def feature_products(Bm, W):
     """``[B_j w_j]_j`` (k, d): the per-feature Gram matrices times W's columns."""
     return np.einsum("jab,bj->aj", Bm, W)
 
-
-# ---------------------------------------------------------------- the first pass
-def stats_chunk(block, start, sample_size=0, threshold=1.0):
-    """:func:`daskrnmf.reductions.feature_stats_chunk` with the NaN entries counted apart
-    from the infinite ones: ``nan`` (int) and ``observed`` (d,) — each feature's number of
-    non-NaN entries (``missing="mask"``'s first pass)."""
-    from ..reductions import feature_stats_chunk
-
-    out = feature_stats_chunk(block, start, sample_size, threshold)
-    x = np.asarray(block)
-    if x.dtype.kind == "f" and out["nonfinite"]:
-        miss = np.isnan(x)
-        out["nan"] = int(miss.sum())
-        out["observed"] = x.shape[0] - miss.sum(axis=0).astype(np.int64)
-    else:
-        out["nan"] = 0
-        out["observed"] = np.full(x.shape[1], x.shape[0], dtype=np.int64)
-    return out
-
-
-def stats_combine(parts, sample_size=0):
-    from ..reductions import feature_stats_combine
-
-    out = feature_stats_combine(parts, sample_size)
-    out["nan"] = sum(p["nan"] for p in parts)
-    out["observed"] = np.sum([p["observed"] for p in parts], axis=0)
-    return out

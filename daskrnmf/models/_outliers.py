@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._validation import MASK_HINT
 from ..kernels.blocks import check_values
-from ..kernels.missing import MASK_HINT, feature_grams, gram_rows, observed, row_grams
+from ..kernels.missing import feature_grams, gram_rows, observed, row_grams
 from ..kernels.nnls import support_table
 from ..kernels.outliers import (block_statistics, hals_codes, hals_codes_each, huber_rows,
                                 initial_codes, residual_target, solve_codes, solve_codes_cd,
