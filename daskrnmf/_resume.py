@@ -70,7 +70,8 @@ def flatten(obj, key, arrays, blocks=None):
         if obj.dtype.kind not in "biuf":
             raise TypeError(f"cannot checkpoint an array of dtype {obj.dtype}")
         arrays[key] = obj
-        return {"t": "nd", "k": key}
+        # a 0-d array is stored as shape (1,) (np.ascontiguousarray): its shape is kept
+        return {"t": "nd", "k": key, **({"0d": True} if obj.ndim == 0 else {})}
     if isinstance(obj, np.generic):
         arrays[key] = np.asarray(obj)
         return {"t": "np", "k": key}
@@ -106,9 +107,10 @@ def unflatten(skel, arrays, template=None, blocks=None):
     if kind == "blocks":
         return blocks(skel["k"], int(skel["n"]))
     if kind == "nd":
-        return np.array(arrays[skel["k"]])          # writable, owned
+        value = np.array(arrays[skel["k"]])         # writable, owned
+        return value.reshape(()) if skel.get("0d") else value
     if kind == "np":
-        return arrays[skel["k"]][()]
+        return arrays[skel["k"]].reshape(())[()]
     if kind == "float":
         return float(skel["v"])
     if kind == "py":

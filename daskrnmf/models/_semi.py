@@ -43,6 +43,12 @@ class SemiProblem:
     seed : int
     """
 
+    # what a checkpoint holds besides the driver's state (daskrnmf._resume): every
+    # block's labels, H and kept features (per block, written by the workers), the last
+    # pass's statistics (the next basis) and H's pending scale; ``xbar`` is the first
+    # pass's and is computed again
+    checkpoint_attributes = ("state", "stats", "scale")
+
     def __init__(self, blocks, labels, *, k, seed):
         self.blocks, self.k = blocks, k
         self.stats, self.state = blocks.map_reduce(init_chunk, sum_combine, args=(k, seed),
