@@ -61,7 +61,7 @@ def _model(name, **extra):
     if name == "RFNMF":
         params.update(loss="l1", n_init=2, tol=1e-12)
     if name == "MNMF":
-        params.update(semi_max_iter=5, max_inner_iter=3, max_iter=5)
+        params.update(semi_max_iter=3, max_inner_iter=2, max_iter=4)
     return cls(**{**params, **extra})
 
 
@@ -144,6 +144,25 @@ def test_killed_and_resumed_is_the_uninterrupted_fit(name, kind, where, tmp_path
     # resuming the finished fit again changes nothing
     again = _model(name, checkpoint=path).fit(X, y, resume=True)
     _same(reference, again)
+
+
+@pytest.mark.parametrize("kind, where", [("numpy", "mid"), ("dask", "between")])
+def test_mnmf_killed_in_a_later_binary_problem(kind, where, tmp_path):
+    """MNMF makes a driver run per binary problem: killed in the second, the resumed fit
+    takes the first from the checkpoint as it ended and continues the second; nothing
+    per row is saved (a step recomputes H and the features), only small arrays."""
+    X, y = _as(_data("MNMF"), kind), _labels("MNMF", _data("MNMF"), kind)
+    reference = _model("MNMF").fit(X, y)
+    assert len(reference.pairs_) == 3
+    path = tmp_path / "ckpt"
+    _kill(_model("MNMF", checkpoint=str(path)), X, 2, where, y, run=1)
+    from daskrnmf import _checkpoint
+
+    arrays, attrs = _checkpoint.load(str(path), finite=False)
+    assert [r["name"] for r in attrs["runs"]] == ["MNMF ('a' vs 'b')", "MNMF ('a' vs 'c')"]
+    assert not attrs.get("block_sha256") and max(a.size for a in arrays.values()) <= 8 * 3
+    resumed = _model("MNMF", checkpoint=str(path)).fit(X, y, resume=True)
+    _same(reference, resumed)
 
 
 @pytest.mark.parametrize("name", ["NMF", "RobustNMF"])

@@ -43,10 +43,10 @@ class SemiProblem:
     seed : int
     """
 
-    # what a checkpoint holds besides the driver's state (daskrnmf._resume): every
-    # block's labels, H and kept features (per block, written by the workers), the last
-    # pass's statistics (the next basis) and H's pending scale; ``xbar`` is the first
-    # pass's and is computed again
+    # what a checkpoint of a semi-NMF run holds besides G (daskrnmf._resume): every
+    # block's state (its H, which Ding's update multiplies, and labels; written by the
+    # workers), the last pass's statistics and H's pending scale; ``xbar`` is the first
+    # pass's and is computed again.  (MNMF's runs save less: _MarginFit.)
     checkpoint_attributes = ("state", "stats", "scale")
 
     def __init__(self, blocks, labels, *, k, seed):

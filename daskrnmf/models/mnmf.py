@@ -303,6 +303,17 @@ class _MarginFit:
     the previous step left: the objective cannot rise.
     """
 
+    # what a checkpoint holds besides the driver's state (daskrnmf._resume): the last H
+    # pass's statistics (the next G step's basis) and H's pending scale.  Nothing per
+    # row: of the blocks' state a step reads only the labels (made again from y), and
+    # its H pass computes H and the features G^T x afresh (exact NNLS codes for the new
+    # G), so a resumed run recomputes them exactly where the NMF family must save H
+    checkpoint_attributes = ("stats", "scale")
+    stats = property(lambda self: self.problem.stats,
+                     lambda self, value: setattr(self.problem, "stats", value))
+    scale = property(lambda self: self.problem.scale,
+                     lambda self, value: setattr(self.problem, "scale", value))
+
     def __init__(self, problem, *, C, reconstruction_weight, intercept_scaling,
                  max_inner_iter, inner_tol):
         self.problem = problem
@@ -438,12 +449,12 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         [1e-50, 1e50].
     checkpoint : str, os.PathLike or None, default=None
         Directory (or fsspec URL) where the fit saves its state after every outer
-        iteration of every binary problem (G, the classifier, and H and the features
-        G^T x chunked like X, written by the workers), atomically; ``fit(X, y,
-        resume=True)`` continues from it with exactly the uninterrupted result (the
-        binary problems already fitted are taken from it).  The library owns it (a
-        marker file and its own subfolder; nothing else in it is touched); it must be
-        visible to every worker (see :mod:`daskrnmf._resume`).
+        iteration of every binary problem (G, the classifier and the last pass's
+        statistics: small arrays; H and the features G^T x are computed afresh by each
+        iteration and not saved), atomically; ``fit(X, y, resume=True)`` continues from
+        it with exactly the uninterrupted result (the binary problems already fitted are
+        taken from it).  The library owns it (a marker file and its own subfolder;
+        nothing else in it is touched).
     random_state : None, int, RandomState or Generator, default=None
         Seed of the initial H.  Never modified.
     verbose : int, default=0
@@ -652,7 +663,7 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         state = fit.initial_state(semi.G)
         history, n_iter = np.zeros(0), 0
         if self.max_iter > 0:
-            state, log = self._run(fit.step, state, blocks=blocks, name=name, problem=problem)
+            state, log = self._run(fit.step, state, blocks=blocks, name=name, problem=fit)
             # warns if it did not converge; the per-problem values are collected below
             self._set_iterations(log, name=name)
             history, n_iter = self.objective_history_, self.n_iter_
