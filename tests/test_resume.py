@@ -165,6 +165,16 @@ def test_mnmf_killed_in_a_later_binary_problem(kind, where, tmp_path):
     _same(reference, resumed)
 
 
+def test_mnmf_resumed_with_a_larger_max_iter(tmp_path):
+    """Every binary problem of a finished fit continues to the new max_iter, the first
+    ones too: the passes they add count in n_passes_ as in a fit made with it."""
+    X, y = _data("MNMF"), _labels("MNMF", _data("MNMF"))
+    path = str(tmp_path / "ckpt")
+    _model("MNMF", checkpoint=path, max_iter=2).fit(X, y)
+    longer = _model("MNMF", checkpoint=path, max_iter=4).fit(X, y, resume=True)
+    _same(_model("MNMF", max_iter=4).fit(X, y), longer)
+
+
 @pytest.mark.parametrize("name", ["NMF", "RobustNMF"])
 def test_per_block_state_written_block_by_block(name, tmp_path):
     X = da.from_array(_data(name), chunks=(50, 8))
