@@ -70,7 +70,8 @@ def flatten(obj, key, arrays, blocks=None):
         if obj.dtype.kind not in "biuf":
             raise TypeError(f"cannot checkpoint an array of dtype {obj.dtype}")
         arrays[key] = obj
-        return {"t": "nd", "k": key}
+        # a 0-d array is stored as shape (1,) (np.ascontiguousarray): its shape is kept
+        return {"t": "nd", "k": key, **({"0d": True} if obj.ndim == 0 else {})}
     if isinstance(obj, np.generic):
         arrays[key] = np.asarray(obj)
         return {"t": "np", "k": key}
@@ -106,9 +107,10 @@ def unflatten(skel, arrays, template=None, blocks=None):
     if kind == "blocks":
         return blocks(skel["k"], int(skel["n"]))
     if kind == "nd":
-        return np.array(arrays[skel["k"]])          # writable, owned
+        value = np.array(arrays[skel["k"]])         # writable, owned
+        return value.reshape(()) if skel.get("0d") else value
     if kind == "np":
-        return arrays[skel["k"]][()]
+        return arrays[skel["k"]].reshape(())[()]
     if kind == "float":
         return float(skel["v"])
     if kind == "py":
@@ -410,6 +412,11 @@ class RunCheckpoint:
         self.fit = fit
         self.index = index
         self.name = name
+        rb = fit.row_blocks
+        # the passes made before the run: a run restored adds its own passes to the
+        # resumed fit's count (an earlier run may have made more, with a larger max_iter)
+        self.passes_at_start = None if rb is None else [int(rb.n_passes),
+                                                        int(rb.n_state_passes)]
         fit.runs.append(None)
 
     def restore(self, state, problem):
@@ -446,8 +453,9 @@ class RunCheckpoint:
             setattr(problem, attr, val)
         blocks = self.fit.row_blocks
         if blocks is not None and saved.get("n_passes") is not None:
-            blocks.n_passes = int(saved["n_passes"])
-            blocks.n_state_passes = int(saved.get("n_state_passes") or 0)
+            before = saved.get("passes_at_start") or [blocks.n_passes, blocks.n_state_passes]
+            blocks.n_passes += int(saved["n_passes"]) - int(before[0])
+            blocks.n_state_passes += int(saved.get("n_state_passes") or 0) - int(before[1])
         # what the next save writes of this run until the run saves again
         run_info = {k: v for k, v in saved.items() if k != "skeleton"}
         self.fit.runs[self.index] = (skel, {k: a for k, a in self.fit.saved[0].items()
@@ -468,7 +476,8 @@ class RunCheckpoint:
                 "n_iter": log.n_iter.tolist(), "converged": log.converged.tolist(),
                 "stopped": bool(log.stopped_by_callback),
                 "n_passes": None if rb is None else int(rb.n_passes),
-                "n_state_passes": None if rb is None else int(rb.n_state_passes)}
+                "n_state_passes": None if rb is None else int(rb.n_state_passes),
+                "passes_at_start": self.passes_at_start}
         self.fit.runs[self.index] = (skel, arrays, blocks, info)
         self.fit.save()
 

@@ -531,3 +531,24 @@ def test_mnmf_weights_beyond_float64_are_refused(small_toy, param, value):
                                          r"in the range \[1e-50, 1e\+50\]\. Got "):
         est.fit(X, y)
     assert not hasattr(est, "coef_")
+
+
+def test_mnmf_fit_takes_basemodels_keywords(small_toy, tmp_path):
+    """MNMF.fit, which defines its own, has BaseModel.fit's keywords: the checkpoint's
+    ``resume`` / ``overwrite_checkpoint``, and still ``component`` and ``storage_options``
+    (added to every fit by BaseModel)."""
+    X, y = small_toy
+    store = str(tmp_path / "d.zarr")
+    da.from_array(X, chunks=(20, X.shape[1])).to_zarr(store, component="X")
+    params = dict(n_components=2, max_iter=2, semi_max_iter=5, random_state=0)
+    a = MNMF(**params).fit(X, y)
+    b = MNMF(**params).fit(store, y, component="X", storage_options={})
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9)   # summed in other blocks
+    with pytest.raises(ValueError, match="resume=True needs the 'checkpoint' parameter of MNMF"):
+        MNMF(**params).fit(X, y, resume=True)
+    path = str(tmp_path / "ckpt")
+    MNMF(**params, checkpoint=path).fit(X, y)
+    with pytest.raises(ValueError, match="holds an earlier run's checkpoint"):
+        MNMF(**params, checkpoint=path).fit(X, y)
+    c = MNMF(**params, checkpoint=path).fit(X, y, overwrite_checkpoint=True)
+    np.testing.assert_array_equal(a.coef_, c.coef_)

@@ -35,9 +35,20 @@ def _data(name):
     centres = rng.uniform(0, 5, size=(3, 8))
     X = np.abs(np.concatenate([c + 0.4 * rng.laplace(size=(60, 8)) for c in centres]))
     X = X[rng.permutation(X.shape[0])]
-    if REGISTRY[name].needs_y:      # pragma: no cover - none of the resumable ones yet
-        raise NotImplementedError
+    if name in ("SemiNMF", "MNMF"):
+        X = X - X.mean(axis=0)      # data of any sign
     return X
+
+
+def _labels(name, X, kind="numpy"):
+    """y of a classifier (None for the other models)."""
+    if name == "MNMF":
+        # three classes (three binary problems, each a driver run of its own), string
+        # labels; a Dask y for Dask X (never gathered)
+        y = np.array(["a", "b", "c"])[np.argmax(X[:, :3], axis=1)]
+        return y if kind == "numpy" else da.from_array(y, chunks=50)
+    assert not REGISTRY[name].needs_y, name
+    return None
 
 
 def _model(name, **extra):
@@ -53,6 +64,8 @@ def _model(name, **extra):
         # a sample smaller than X: the fit on X starts from the sample's best candidate
         # and takes several iterations
         params.update(n_row_clusters=3, n_column_clusters=2, n_init=2, init_size=20)
+    if name == "MNMF":
+        params.update(semi_max_iter=3, max_inner_iter=2, max_iter=4)
     return cls(**{**params, **extra})
 
 
@@ -63,33 +76,48 @@ FITTED += ("block_medians_", "column_labels_", "row_labels_")      # RFNMTF's
 
 
 def _same(a, b):
-    for attr in FITTED:
+    for attr in FITTED + PER_PROBLEM:
         if hasattr(a, attr):
             x, y = getattr(a, attr), getattr(b, attr)
-            assert np.array_equal(np.asarray(x), np.asarray(y)), attr
+            assert _equal(x, y), attr
 
 
-def _kill(model, X, at, where):
-    """Fit ``model`` and stop it at iteration ``at``: ``"mid"`` before that iteration
-    is saved, ``"between"`` right after."""
+# MNMF's fitted attributes per binary problem (lists: one array per problem)
+PER_PROBLEM = ("coef_", "intercept_", "pairs_", "inner_passes_", "inner_gaps_")
+
+
+def _equal(x, y):
+    if isinstance(x, list):
+        return (isinstance(y, list) and len(x) == len(y)
+                and all(_equal(p, q) for p, q in zip(x, y)))
+    return np.array_equal(np.asarray(x), np.asarray(y))
+
+
+def _kill(model, X, at, where, y=None, run=0):
+    """Fit ``model`` and stop it at iteration ``at`` of its driver run ``run`` (counted
+    from 0): ``"mid"`` before that iteration is saved, ``"between"`` right after."""
     if where == "mid":
+        runs = []
+
         def callback(info):
-            if info["iteration"] == at:
+            if info["iteration"] == 1:
+                runs.append(info["model"])
+            if len(runs) == run + 1 and info["iteration"] == at:
                 raise Killed
         model.set_params(callback=callback)
         with pytest.raises(Killed):
-            model.fit(X)
+            model.fit(X, y)
         return
     original = RunCheckpoint.save
 
     def save(self, state, problem, log, iteration):
         original(self, state, problem, log, iteration)
-        if iteration == at:
+        if self.index == run and iteration == at:
             raise Killed
     RunCheckpoint.save = save
     try:
         with pytest.raises(Killed):
-            model.fit(X)
+            model.fit(X, y)
     finally:
         RunCheckpoint.save = original
 
@@ -110,16 +138,46 @@ def _as(X, kind):
 @pytest.mark.parametrize("name", DRIVER_RESUMABLE)
 def test_killed_and_resumed_is_the_uninterrupted_fit(name, kind, where, tmp_path):
     X = _as(_data(name), kind)
-    reference = _model(name).fit(X)
+    y = _labels(name, _data(name), kind)
+    reference = _model(name).fit(X, y)
     at = 1 if where == "mid" else 2
-    assert reference.n_iter_ > at
+    assert np.all(np.asarray(reference.n_iter_) > at)
     path = str(tmp_path / "ckpt")
-    _kill(_model(name, checkpoint=path), X, at, where)
-    resumed = _model(name, checkpoint=path).fit(X, resume=True)
+    _kill(_model(name, checkpoint=path), X, at, where, y)
+    resumed = _model(name, checkpoint=path).fit(X, y, resume=True)
     _same(reference, resumed)
     # resuming the finished fit again changes nothing
-    again = _model(name, checkpoint=path).fit(X, resume=True)
+    again = _model(name, checkpoint=path).fit(X, y, resume=True)
     _same(reference, again)
+
+
+@pytest.mark.parametrize("kind, where", [("numpy", "mid"), ("dask", "between")])
+def test_mnmf_killed_in_a_later_binary_problem(kind, where, tmp_path):
+    """MNMF makes a driver run per binary problem: killed in the second, the resumed fit
+    takes the first from the checkpoint as it ended and continues the second; nothing
+    per row is saved (a step recomputes H and the features), only small arrays."""
+    X, y = _as(_data("MNMF"), kind), _labels("MNMF", _data("MNMF"), kind)
+    reference = _model("MNMF").fit(X, y)
+    assert len(reference.pairs_) == 3
+    path = tmp_path / "ckpt"
+    _kill(_model("MNMF", checkpoint=str(path)), X, 2, where, y, run=1)
+    from daskrnmf import _checkpoint
+
+    arrays, attrs = _checkpoint.load(str(path), finite=False)
+    assert [r["name"] for r in attrs["runs"]] == ["MNMF ('a' vs 'b')", "MNMF ('a' vs 'c')"]
+    assert not attrs.get("block_sha256") and max(a.size for a in arrays.values()) <= 8 * 3
+    resumed = _model("MNMF", checkpoint=str(path)).fit(X, y, resume=True)
+    _same(reference, resumed)
+
+
+def test_mnmf_resumed_with_a_larger_max_iter(tmp_path):
+    """Every binary problem of a finished fit continues to the new max_iter, the first
+    ones too: the passes they add count in n_passes_ as in a fit made with it."""
+    X, y = _data("MNMF"), _labels("MNMF", _data("MNMF"))
+    path = str(tmp_path / "ckpt")
+    _model("MNMF", checkpoint=path, max_iter=2).fit(X, y)
+    longer = _model("MNMF", checkpoint=path, max_iter=4).fit(X, y, resume=True)
+    _same(_model("MNMF", max_iter=4).fit(X, y), longer)
 
 
 @pytest.mark.parametrize("name", ["NMF", "RobustNMF"])

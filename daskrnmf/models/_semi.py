@@ -43,6 +43,12 @@ class SemiProblem:
     seed : int
     """
 
+    # what a checkpoint of a semi-NMF run holds besides G (daskrnmf._resume): every
+    # block's state (its H, which Ding's update multiplies, and labels; written by the
+    # workers), the last pass's statistics and H's pending scale; ``xbar`` is the first
+    # pass's and is computed again.  (MNMF's runs save less: _MarginFit.)
+    checkpoint_attributes = ("state", "stats", "scale")
+
     def __init__(self, blocks, labels, *, k, seed):
         self.blocks, self.k = blocks, k
         self.stats, self.state = blocks.map_reduce(init_chunk, sum_combine, args=(k, seed),

@@ -104,6 +104,7 @@ _COMMON = {
     **BaseModel._parameter_constraints,
     "n_components": [v.Interval(int, 1, None)],
     "tol": [v.Interval(float, 0, None)],
+    "checkpoint": [v.Location()],
 }
 
 
@@ -131,6 +132,12 @@ class SemiNMF(FactorizationMixin, BaseModel):
         Maximum number of iterations (passes over X).
     tol : float, default=1e-4
         Stop when the objective decreases by no more than ``tol`` relative.
+    checkpoint : str, os.PathLike or None, default=None
+        Directory (or fsspec URL) where the fit saves its state after every iteration
+        (G, and H chunked like X, written by the workers), atomically;
+        ``fit(X, resume=True)`` continues from it with exactly the uninterrupted result.
+        The library owns it (a marker file and its own subfolder; nothing else in it is
+        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
     random_state : None, int, RandomState or Generator, default=None
         Seed of the initial H.  Never modified.
     verbose : int, default=0
@@ -187,11 +194,12 @@ class SemiNMF(FactorizationMixin, BaseModel):
 
     _parameter_constraints = {**_COMMON, "max_iter": [v.Interval(int, 1, None)]}
 
-    def __init__(self, n_components=8, *, max_iter=200, tol=1e-4, random_state=None, verbose=0,
-                 callback=None):
+    def __init__(self, n_components=8, *, max_iter=200, tol=1e-4, checkpoint=None,
+                 random_state=None, verbose=0, callback=None):
         self.n_components = n_components
         self.max_iter = max_iter
         self.tol = tol
+        self.checkpoint = checkpoint
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback
@@ -217,7 +225,7 @@ class SemiNMF(FactorizationMixin, BaseModel):
         problem = _semi.SemiProblem(blocks, _per_block(blocks, _semi.ones, blocks.sizes),
                                     k=self.n_components, seed=seed)
         state, log = self._run(problem.ding_step, _semi.DingState(G=problem.basis()[0]),
-                               blocks=blocks)
+                               blocks=blocks, problem=problem)
         self._set_iterations(log)
         loss = problem.h_pass(state.G, "nnls")      # the final codes: exact for the final G
         self.components_ = state.G.T
@@ -294,6 +302,17 @@ class _MarginFit:
     and each step minimises J over its block of variables (G; H; w, c0) from the point
     the previous step left: the objective cannot rise.
     """
+
+    # what a checkpoint holds besides the driver's state (daskrnmf._resume): the last H
+    # pass's statistics (the next G step's basis) and H's pending scale.  Nothing per
+    # row: of the blocks' state a step reads only the labels (made again from y), and
+    # its H pass computes H and the features G^T x afresh (exact NNLS codes for the new
+    # G), so a resumed run recomputes them exactly where the NMF family must save H
+    checkpoint_attributes = ("stats", "scale")
+    stats = property(lambda self: self.problem.stats,
+                     lambda self, value: setattr(self.problem, "stats", value))
+    scale = property(lambda self: self.problem.scale,
+                     lambda self, value: setattr(self.problem, "scale", value))
 
     def __init__(self, problem, *, C, reconstruction_weight, intercept_scaling,
                  max_inner_iter, inner_tol):
@@ -428,6 +447,14 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
     intercept_scaling : float, default=1.0
         The constant feature that carries the intercept (as LinearSVC's), in
         [1e-50, 1e50].
+    checkpoint : str, os.PathLike or None, default=None
+        Directory (or fsspec URL) where the fit saves its state after every outer
+        iteration of every binary problem (G, the classifier and the last pass's
+        statistics: small arrays; H and the features G^T x are computed afresh by each
+        iteration and not saved), atomically; ``fit(X, y, resume=True)`` continues from
+        it with exactly the uninterrupted result (the binary problems already fitted are
+        taken from it).  The library owns it (a marker file and its own subfolder;
+        nothing else in it is touched).
     random_state : None, int, RandomState or Generator, default=None
         Seed of the initial H.  Never modified.
     verbose : int, default=0
@@ -520,8 +547,8 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
 
     def __init__(self, n_components=8, *, C=100.0, reconstruction_weight=0.01, max_iter=10,
                  tol=1e-3, semi_max_iter=200, max_inner_iter=8, inner_tol=1e-3,
-                 intercept_scaling=1.0, random_state=None, verbose=0, callback=None,
-                 **renamed):
+                 intercept_scaling=1.0, checkpoint=None, random_state=None, verbose=0,
+                 callback=None, **renamed):
         self.n_components = n_components
         self.C = C
         self.reconstruction_weight = reconstruction_weight
@@ -531,13 +558,15 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         self.max_inner_iter = max_inner_iter
         self.inner_tol = inner_tol
         self.intercept_scaling = intercept_scaling
+        self.checkpoint = checkpoint
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback
         self._take_renamed(renamed)
 
     # ------------------------------------------------------------ fit
-    def fit(self, X: Data, y: Labels) -> MNMF:
+    def fit(self, X: Data, y: Labels, *, resume: bool = False,
+            overwrite_checkpoint: bool = False) -> MNMF:
         """Fit on samples X and their class labels y.
 
         Parameters
@@ -546,12 +575,25 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         y : array-like or dask array of shape (n_samples,)
             Class labels.  A Dask y stays lazy for Dask/Zarr X: it is rechunked to X's row
             chunks and never gathered (only its distinct values are).
+        resume : bool, default=False
+            Continue from the ``checkpoint`` directory if it holds a run of this model on
+            this X (same data, chunking, parameters and seed; ``max_iter`` may differ):
+            the result is exactly the uninterrupted fit's.  Without a checkpoint there
+            the fit starts afresh.  A damaged checkpoint, or one made from other data or
+            parameters, is a ValueError.  Needs the parameter ``checkpoint``.
+        overwrite_checkpoint : bool, default=False
+            Without ``resume``, a ``checkpoint`` directory that holds an earlier run's
+            checkpoint is a ValueError unless this is True (the earlier run is then
+            replaced at the first save).
 
         Returns
         -------
         self
         """
-        self._fit(X, y)
+        fit_params = {}
+        if resume or overwrite_checkpoint:
+            fit_params.update(resume=resume, overwrite_checkpoint=overwrite_checkpoint)
+        self._fit(X, y, **fit_params)
         return self
 
     def _validate_target(self, X, y):
@@ -621,7 +663,7 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         state = fit.initial_state(semi.G)
         history, n_iter = np.zeros(0), 0
         if self.max_iter > 0:
-            state, log = self._run(fit.step, state, blocks=blocks, name=name)
+            state, log = self._run(fit.step, state, blocks=blocks, name=name, problem=fit)
             # warns if it did not converge; the per-problem values are collected below
             self._set_iterations(log, name=name)
             history, n_iter = self.objective_history_, self.n_iter_
