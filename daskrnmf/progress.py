@@ -10,7 +10,7 @@ stream with the pass for ONMFO, and a last line with what the model stores (``n_
 ``objective_``, ``n_passes_``) and the whole fit's time.  In a non-interactive batch log
 it stays quiet unless ``log=True``, in which case it writes the same lines, one per
 event: through the ``daskrnmf`` logger when logging is configured (the CLI's
-``--progress``), else to stderr (:func:`daskrnmf._driver.say`).
+``--progress``), else to stderr.
 """
 
 import sys
@@ -55,10 +55,10 @@ class ProgressBar:
     steps : int
         Iterations seen so far; ``last`` the most recent iteration's ``info`` dict.
     final : dict or None
-        The fit's final event (:mod:`daskrnmf._driver`), once the fit is over.
+        The fit's final event (the user guide's page *Progress, verbose and callbacks*), once the fit is over.
     """
 
-    #: the driver also sends the pass and final events (see :mod:`daskrnmf._driver`)
+    #: the driver also sends the pass and final events (see the user guide's page *Progress, verbose and callbacks*)
     progress_events = True
 
     def __init__(self, desc=None, *, log=False, stream=None, every=1):
@@ -75,7 +75,7 @@ class ProgressBar:
         self._iters = None
 
     def describe(self, info):
-        """One line for the driver's ``info`` dict (:mod:`daskrnmf._driver`).
+        """One line for the driver's ``info`` dict (the user guide's page *Progress, verbose and callbacks*).
 
         A pass event shows the pass; the final event what the model stores (a stream's
         bar full when it converged before its planned passes).  Streams (an ``info``

@@ -137,14 +137,14 @@ class SemiNMF(FactorizationMixin, BaseModel):
         (G, and H chunked like X, written by the workers), atomically;
         ``fit(X, resume=True)`` continues from it with exactly the uninterrupted result.
         The library owns it (a marker file and its own subfolder; nothing else in it is
-        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
+        touched); it must be visible to every worker (the user guide's page *Checkpoints and resuming a fit*).
     random_state : None, int, RandomState or Generator, default=None
         Seed of the initial H.  Never modified.
     verbose : int, default=0
         >= 1 logs the objective per iteration on the ``daskrnmf`` logger.
     callback : callable, default=None
         ``callback(info) -> bool`` after every iteration, ``info`` the driver's dict
-        (``iteration``, ``objective``, ``n_passes``, ...; see :mod:`daskrnmf._driver`);
+        (``iteration``, ``objective``, ``n_passes``, ...; see the user guide's page *Progress, verbose and callbacks*);
         returning True stops the fit.
 
     Attributes
@@ -461,7 +461,7 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         >= 1 logs the objective per outer iteration on the ``daskrnmf`` logger.
     callback : callable, default=None
         ``callback(info) -> bool`` after each outer iteration of each binary problem
-        (the driver's dict, see :mod:`daskrnmf._driver`); returning True stops that
+        (the driver's dict, see the user guide's page *Progress, verbose and callbacks*); returning True stops that
         problem's iterations.
     lam, inner_max_iter
         Deprecated names of ``reconstruction_weight`` and ``max_inner_iter``: accepted

@@ -220,7 +220,7 @@ class NMF(_FactorizationBase):
         (W, and H chunked like X, written by the workers), atomically;
         ``fit(X, resume=True)`` continues from it with exactly the uninterrupted result.
         The library owns it (a marker file and its own subfolder; nothing else in it is
-        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
+        touched); it must be visible to every worker (the user guide's page *Checkpoints and resuming a fit*).
     random_state : None, int, numpy RandomState or Generator, default=None
         Seeds the initialisation; results depend on it alone, not on the chunking or
         the number of workers.
@@ -228,7 +228,7 @@ class NMF(_FactorizationBase):
         >= 1 logs the objective per iteration on the ``daskrnmf`` logger.
     callback : callable, default=None
         ``callback(info) -> bool`` after each iteration (the dict described in
-        :mod:`daskrnmf._driver`); returning True stops the fit.
+        the user guide's page *Progress, verbose and callbacks*); returning True stops the fit.
 
     Attributes
     ----------
@@ -309,7 +309,7 @@ class RNMF(NMF):
         (W, and H chunked like X, written by the workers), atomically;
         ``fit(X, resume=True)`` continues from it with exactly the uninterrupted result.
         The library owns it (a marker file and its own subfolder; nothing else in it is
-        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
+        touched); it must be visible to every worker (the user guide's page *Checkpoints and resuming a fit*).
     random_state : None, int, numpy RandomState or Generator, default=None
         Seeds the initialisation; results depend on it alone, not on the chunking or
         the number of workers.
@@ -317,7 +317,7 @@ class RNMF(NMF):
         >= 1 logs the objective per iteration on the ``daskrnmf`` logger.
     callback : callable, default=None
         ``callback(info) -> bool`` after each iteration (the dict described in
-        :mod:`daskrnmf._driver`); returning True stops the fit.
+        the user guide's page *Progress, verbose and callbacks*); returning True stops the fit.
 
     Attributes
     ----------

@@ -58,7 +58,7 @@ class ORNMF(NMF):
         (W, and H chunked like X, written by the workers), atomically;
         ``fit(X, resume=True)`` continues from it with exactly the uninterrupted result.
         The library owns it (a marker file and its own subfolder; nothing else in it is
-        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
+        touched); it must be visible to every worker (the user guide's page *Checkpoints and resuming a fit*).
     random_state : None, int, numpy RandomState or Generator, default=None
         Seeds the initialisation (and the k-means of ``labels_``).
     verbose : int, default=0

@@ -51,8 +51,8 @@ class RFNMF(ClusterBase):
         one matrix product) with the distances clipped at their 90 % quantile, so that
         gross outliers are not taken as centres;
         run in memory on a uniform sample of X drawn in the fit's first pass (10 000
-        rows, or 100 per cluster; all of X when smaller): no pass of its own (see
-        :func:`daskrnmf.models._clustering.robust_kmedians_pp`).
+        rows, or 100 per cluster; all of X when smaller): no pass of its own (the user
+        guide's page *In Python or a notebook*).
         An array gives the starting centres (then a single restart is run).
     max_iter : int, default=100
     tol : float, default=1e-4
@@ -75,7 +75,7 @@ class RFNMF(ClusterBase):
         X), atomically; ``fit(X, resume=True)`` continues from it with exactly the
         uninterrupted result.  The library owns it (a marker file and its own
         subfolder; nothing else in it is touched); it must be visible to every worker
-        (see :mod:`daskrnmf._resume`).
+        (the user guide's page *Checkpoints and resuming a fit*).
     random_state : None, int, numpy RandomState or Generator, default=None
         Results depend on it alone, not on the chunking or the number of workers.
     verbose : int, default=0

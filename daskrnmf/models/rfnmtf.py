@@ -95,7 +95,7 @@ class RFNMTF(ClusterBase):
         co-cluster and per feature, nothing per sample), atomically; ``fit(X,
         resume=True)`` continues from it with exactly the uninterrupted result.  The
         library owns it (a marker file and its own subfolder; nothing else in it is
-        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
+        touched); it must be visible to every worker (the user guide's page *Checkpoints and resuming a fit*).
     random_state : None, int, numpy RandomState or Generator, default=None
         Results depend on it alone, not on the chunking or the number of workers.
     verbose : int, default=0

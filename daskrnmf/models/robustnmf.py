@@ -171,7 +171,7 @@ class RobustNMF(_OutlierFactorization):
         (W, and H and R chunked like X, written by the workers), atomically;
         ``fit(X, resume=True)`` continues from it with exactly the uninterrupted result.
         The library owns it (a marker file and its own subfolder; nothing else in it is
-        touched); it must be visible to every worker (see :mod:`daskrnmf._resume`).
+        touched); it must be visible to every worker (the user guide's page *Checkpoints and resuming a fit*).
     random_state : int, RandomState instance, Generator or None, default=None
         Seeds W's start.
     verbose : int, default=0
@@ -179,7 +179,7 @@ class RobustNMF(_OutlierFactorization):
         a last one (``daskrnmf`` logger, INFO, when logging is configured; else stderr).
     callback : callable or None, default=None
         ``callback(info) -> bool`` after each iteration with the driver's dict
-        (:mod:`daskrnmf._driver`); True stops the fit.
+        (the user guide's page *Progress, verbose and callbacks*); True stops the fit.
     **renamed
         ``lam`` (the old name of ``alpha_R``) is accepted with a FutureWarning until
         daskrnmf 0.3.
