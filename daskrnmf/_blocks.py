@@ -248,6 +248,44 @@ class RowBlocks:
                                    for st, a in zip(state, lead)])
         return np.concatenate([np.asarray(p) for p in parts])
 
+    def as_array(self, state, width, dtype, fn=None, *args):
+        """Per-block state as one array of shape (n_samples, width), rows in order:
+        NumPy for NumPy input; for Dask input a lazy Dask array chunked like X's rows,
+        each chunk ``fn(block_state, *args)`` (or the block's state) computed where the
+        state is — never gathered here.  Its values are the state's at the time of the
+        call (a later pass's state is another list)."""
+        if not self.is_dask:
+            parts = [fn(st, *args) if fn is not None else st for st in state]
+            return np.concatenate(parts).astype(dtype, copy=False)
+        import dask.array as da
+
+        make = delayed(fn or _identity, pure=True)
+        dargs = [delayed(a, traverse=False) if isinstance(a, (np.ndarray, dict)) else a
+                 for a in args]
+        return da.concatenate([da.from_delayed(make(st, *dargs), (n, width), dtype=dtype)
+                               for st, n in zip(state, self.sizes)])
+
+    def per_block(self, fn, values, *args):
+        """``fn(value, *args)`` for the ``values`` given one per block: computed now for
+        NumPy input, as tasks (per-block state for :meth:`map_reduce`) for Dask input."""
+        if not self.is_dask:
+            return BlockState(fn(a, *args) for a in values)
+        make = delayed(fn, pure=True)
+        return BlockState(make(a, *args) for a in values)
+
+    def split(self, y):
+        """A 1-D array of n_samples values (NumPy or Dask) cut into X's row blocks:
+        NumPy pieces, or for Dask input the tasks of ``y`` rechunked to X's row chunks
+        (a NumPy ``y`` is sent once, in those pieces; a Dask ``y`` is never gathered)."""
+        if not self.is_dask:
+            y = np.asarray(y)
+            return [y[s:s + n] for s, n in zip(self.starts, self.sizes)]
+        import dask.array as da
+
+        yd = y if isinstance(y, da.Array) else da.from_array(np.asarray(y),
+                                                               chunks=(self.sizes,))
+        return list(yd.rechunk((self.sizes,)).to_delayed().ravel())
+
     def close(self):
         """Remove the scratch directory of spilled state now (the fit is over, or failed):
         not when garbage collection gets to it, which an exception's traceback can delay

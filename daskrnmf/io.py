@@ -361,7 +361,7 @@ def open_array(url: PathLike, component: str | None = None, *,
         node = _open_node(url, component, storage_options)
     except (PermissionError, ImportError, ConnectionError):
         raise
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as exc:
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError):
         if is_url(url):
             missing = _missing_bucket(url, storage_options)
             exc = missing or "nothing there"

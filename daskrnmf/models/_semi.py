@@ -120,16 +120,7 @@ class SemiProblem:
 
     def codes(self, dtype):
         """H (n_samples, k) in ``dtype``: NumPy, or a Dask array of the persisted blocks."""
-        if not self.blocks.is_dask:
-            return np.concatenate([st["H"] * self.scale for st in self.state]).astype(
-                dtype, copy=False)
-        import dask.array as da
-        from dask import delayed
-
-        parts = [da.from_delayed(delayed(scaled_codes, pure=True)(st, self.scale, dtype),
-                                 (n, self.k), dtype=dtype)
-                 for st, n in zip(self.state, self.blocks.sizes)]
-        return da.concatenate(parts)
+        return self.blocks.as_array(self.state, self.k, dtype, scaled_codes, self.scale, dtype)
 
 
 # ---------------------------------------------------------------- per-block functions

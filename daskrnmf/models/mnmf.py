@@ -222,7 +222,7 @@ class SemiNMF(FactorizationMixin, BaseModel):
         return self._fit(X)
 
     def _fit_blocks(self, X, blocks, stats, seed, y):
-        problem = _semi.SemiProblem(blocks, _per_block(blocks, _semi.ones, blocks.sizes),
+        problem = _semi.SemiProblem(blocks, blocks.per_block(_semi.ones, blocks.sizes),
                                     k=self.n_components, seed=seed)
         state, log = self._run(problem.ding_step, _semi.DingState(G=problem.basis()[0]),
                                blocks=blocks, problem=problem)
@@ -631,12 +631,12 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
 
     def _fit_blocks(self, X, blocks, stats, seed, y):
         classes = self.classes_
-        y_blocks = _label_blocks(y, blocks)
+        y_blocks = blocks.split(y)
         n = len(classes)
         pairs = [(1, 0)] if n == 2 else [(i, j) for i in range(n) for j in range(i + 1, n)]
         out = []
         for a, b in pairs:
-            labels = _per_block(blocks, _semi.pair_labels, y_blocks, classes[a], classes[b])
+            labels = blocks.per_block(_semi.pair_labels, y_blocks, classes[a], classes[b])
             name = self._name if n == 2 else (f"{self._name} ({_plain(classes[a])!r} vs "
                                                f"{_plain(classes[b])!r})")
             out.append(self._fit_pair(blocks, labels, seed, name))
@@ -810,25 +810,3 @@ def _refuse_mixed_labels(y):
     (np.unique could not sort them)."""
     if y.dtype == object and len({isinstance(label, str) for label in y}) > 1:
         raise ValueError("Mix of label input types (string and number)")
-
-
-def _label_blocks(y, blocks):
-    """y cut into X's row blocks: NumPy pieces, or Delayed pieces of a Dask y rechunked
-    to X's row chunks (never gathered)."""
-    if not blocks.is_dask:
-        y = np.asarray(y)
-        return [y[s:s + n] for s, n in zip(blocks.starts, blocks.sizes)]
-    import dask.array as da
-
-    yd = y if _is_dask_array(y) else da.from_array(np.asarray(y), chunks=(blocks.sizes,))
-    return list(yd.rechunk((blocks.sizes,)).to_delayed().ravel())
-
-
-def _per_block(blocks, fn, per_block_args, *args):
-    """``fn(a, *args)`` for every ``a`` of ``per_block_args``: at once for NumPy input,
-    as Delayed tasks for Dask input."""
-    if not blocks.is_dask:
-        return [fn(a, *args) for a in per_block_args]
-    from dask import delayed
-
-    return [delayed(fn, pure=True)(a, *args) for a in per_block_args]

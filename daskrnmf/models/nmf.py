@@ -493,12 +493,7 @@ class _MUFit:
 
     def codes(self, X):
         """H as NumPy (NumPy input) or a Dask array chunked like X."""
-        if not self.blocks.is_dask:
-            return np.concatenate(self.H)
-        import dask.array as da
-
-        return da.concatenate([da.from_delayed(h, (n, self.k), dtype=np.float64)
-                               for h, n in zip(self.H, self.blocks.sizes)])
+        return self.blocks.as_array(self.H, self.k, np.float64)
 
 
 # ---------------------------------------------------------------- per-block functions
