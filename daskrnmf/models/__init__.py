@@ -63,7 +63,7 @@ REGISTRY = {spec.name: spec for spec in (
     ModelSpec("ORNMF", "daskrnmf.models.ornmf", "factorization",
               "robust NMF of ordered samples (video, motion capture): segments and boundaries",
               outputs=("H",), resumable=True),
-    ModelSpec("SemiNMF", "daskrnmf.models.mnmf", "factorization",
+    ModelSpec("SemiNMF", "daskrnmf.models.seminmf", "factorization",
               "semi-NMF of data of any sign (Ding, Li & Jordan)", outputs=("H",),
               resumable=True),
     ModelSpec("MNMF", "daskrnmf.models.mnmf", "classification",

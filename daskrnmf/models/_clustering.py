@@ -18,10 +18,8 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .. import _validation as v
 from .._base import BaseModel, float_tags
-from .._driver import user_stacklevel
-
 from .._blocks import RowBlocks
-from .._driver import iterate
+from .._driver import iterate, user_stacklevel
 from .._typing import Array, Data
 from ..kernels.assign import (distances, nearest, pairwise_distances, seed_potentials,
                               seed_potentials_gram, seed_potentials_pairwise, seed_update,
