@@ -771,3 +771,39 @@ def test_every_kernel_declares_fastmath():
                 unset.append(f"{mod.name}.{name}")
     assert not unset, unset
 
+
+
+def test_kernels_cache_where_the_user_can_write_when_the_installation_is_read_only(tmp_path):
+    """A read-only installation with a read-only home (the package's ``__pycache__`` and
+    the user's cache directory refuse new files, as Numba checks them): the kernels
+    still import (Numba refused every ``cache=True`` function there: 'no locator
+    available'), compile into this user's directory under TMPDIR, and a second process
+    loads them from it."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, os, sys, tempfile; "
+            "blocked = (importlib.util.find_spec('daskrnmf').submodule_search_locations[0], "
+            "os.environ['XDG_CACHE_HOME']); real = tempfile.TemporaryFile\n"
+            "def refuse(*a, dir=None, **k):\n"
+            "    if dir is not None and os.path.abspath(dir).startswith(blocked):\n"
+            "        raise PermissionError(30, 'Read-only file system', dir)\n"
+            "    return real(*a, dir=dir, **k)\n"
+            "tempfile.TemporaryFile = refuse\n"
+            "import numpy as np, numba; from daskrnmf.kernels.median import group_order\n"
+            "order, ends = group_order(np.array([1, 0, 1]), 2)\n"
+            "assert order.tolist() == [1, 0, 2] and ends.tolist() == [1, 3]\n"
+            "from daskrnmf.kernels import median\n"
+            "print(numba.config.CACHE_DIR, sum(median._group_order.stats.cache_hits.values()))")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "home-cache"), TMPDIR=str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    where = [run.stdout.split() for run in runs]
+    assert where[0][0] == where[1][0]
+    assert where[0][0].startswith(str(tmp_path / "tmp" / "daskrnmf-numba-cache-"))
+    assert any((tmp_path / "tmp").rglob("*.nbi"))
+    assert (where[0][1], where[1][1]) == ("0", "1")     # compiled, then loaded
