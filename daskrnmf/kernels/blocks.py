@@ -20,6 +20,17 @@ def as_kernel_block(block):
                                 else np.float64)
 
 
+def work_dtype(x, magnitude=None):
+    """The dtype the solvers compute in: float32 input stays float32 (half the bytes and
+    twice the GEMM speed) unless its values are large enough for squares to overflow
+    (``magnitude``: the largest |x|, when the caller knows it; else a pass over x)."""
+    x = np.asarray(x)
+    if x.dtype == np.float32 and (not x.size or (
+            float(np.abs(x).max()) if magnitude is None else magnitude) < 1e15):
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
+
+
 _ROW_POOL = None
 
 
