@@ -453,7 +453,7 @@ def test_medians_from_previous_ones_equal_fresh_selection():
     others around the previous medians: the same values as a fresh selection and as
     numpy.median, on tied, heavy-tailed and missing data, with guesses exact, near, far
     and partly missing, counted by features (Xt) and by rows (X, float64 and float32)."""
-    from daskrnmf.kernels.median import group_medians
+    from daskrnmf.kernels.median_select import group_medians
     from daskrnmf.models._clustering import cluster_medians
 
     rng = np.random.default_rng(7)
@@ -502,7 +502,7 @@ def test_medians_from_previous_ones_equal_fresh_selection():
 
 
 def test_group_medians_skip_missing_values():
-    from daskrnmf.kernels.median import group_medians
+    from daskrnmf.kernels.median_select import group_medians
 
     rng = np.random.default_rng(5)
     X = np.round(rng.normal(size=(80, 6)), 1)

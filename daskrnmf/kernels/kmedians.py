@@ -18,7 +18,7 @@ from numba import njit
 
 from .assign import nearest
 from .blocks import available_cpus
-from .median import _buf_median, _group_order
+from .median_select import _buf_median, _group_order
 
 # NumPy's pairwise summation: runs of at most this many values are summed in 8 partial
 # sums (numpy/_core/src/umath/loops_utils.h.src, PW_BLOCKSIZE)
@@ -176,7 +176,7 @@ def _cluster_medians_sorted(perm, values, labels, counts, out, seen, need, todo)
     one, or the mean ``(a + b) / 2`` of the two middle ones), by one sweep over each
     feature's values in order: a cluster's middle values are its members' ``h``-th and
     ``(h + 1)``-th met.  Values without NaN (``perm`` and ``values`` from
-    :func:`~daskrnmf.kernels.median.rank_rows`); only the clusters in ``todo``, empty
+    :func:`~daskrnmf.kernels.median_select.rank_rows`); only the clusters in ``todo``, empty
     ones left as they are."""
     d, n = perm.shape
     k = counts.shape[0]
@@ -336,7 +336,7 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     ----------
     X : ndarray (n, d) float64, C-contiguous, without NaN
     ranked : tuple or None
-        :func:`~daskrnmf.kernels.median.rank_rows` of ``X.T``: the medians are read off
+        :func:`~daskrnmf.kernels.median_select.rank_rows` of ``X.T``: the medians are read off
         each feature's sorted values (many restarts: RFNMTF's 40 column clusterings);
         None: selected among each cluster's values (few restarts).
     F0 : ndarray (R, k, d), initial centres
