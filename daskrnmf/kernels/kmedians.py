@@ -18,11 +18,14 @@ from numba import njit
 
 from .assign import nearest
 from .blocks import available_cpus
-from .median_select import _buf_median, _group_order
+from .median_select import _buf_median, _group_order, _select
 
 # NumPy's pairwise summation: runs of at most this many values are summed in 8 partial
 # sums (numpy/_core/src/umath/loops_utils.h.src, PW_BLOCKSIZE)
 _PW_BLOCK = 128
+# a run's start as an int64, not the literal 0: a literal argument compiles a second
+# specialisation of pairwise_sum and _pairwise_leaf
+_ZERO = np.int64(0)
 
 
 @njit(cache=True, nogil=True, fastmath=False)
@@ -97,13 +100,20 @@ def pairwise_sum(a, lo, n):
 
 @njit(cache=True, nogil=True, fastmath=False)
 def _quantile_linear(a, q):
+    """``numpy.quantile(a, q)`` (linear interpolation) of distances without NaN: the
+    ``lo``-th and ``(lo + 1)``-th smallest values by one selection on a copy (this
+    package's quickselect, not ``np.partition``, whose compilation took most of the
+    first fit's wait)."""
     n = a.shape[0]
     vi = (n - 1) * q
     if vi >= n - 1:
-        return a.max()
+        y = a[0]
+        for i in range(1, n):
+            y = max(y, a[i])
+        return y
     lo = int(np.floor(vi))
-    part = np.partition(a, lo + 1)
-    y = part[lo + 1]
+    part = a.copy()
+    y = _select(part, n, lo + 1)        # part[:lo + 1] holds the lo + 1 values below it
     x = part[0]
     for i in range(1, lo + 1):
         x = max(x, part[i])
@@ -123,7 +133,7 @@ def _seed_cdf(mind, q, power, cdf):
         else:
             t = min(mind[i], tau)
             w[i] = t * t if power == 2 else t
-    total = pairwise_sum(w, 0, n)
+    total = pairwise_sum(w, _ZERO, n)
     if total > 0:
         acc = 0.0
         for i in range(n):
@@ -281,7 +291,7 @@ def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, 
         # residual.sum(axis=0) of the active restarts' (n, Ra) residuals: NumPy sums one
         # column pairwise, several row by row
         if n_active == 1:
-            J = pairwise_sum(col, 0, n)
+            J = pairwise_sum(col, _ZERO, n)
         else:
             J = col[0]
             for i in range(1, n):
