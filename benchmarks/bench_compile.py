@@ -102,15 +102,52 @@ def measure_one(repo, where, family):
     return empty, warm
 
 
-def measure(repos, families, places):
+def measure(repos, families, places, done=None):
     """Every checkout's figures, the checkouts taking turns family by family (so a load
-    that comes and goes on a shared machine falls on old and new alike)."""
+    that comes and goes on a shared machine falls on old and new alike); ``done(figures)``
+    after each family (the table so far is saved)."""
     figures = [{} for _ in repos]
     for where in places:
         for family in families:
             for repo, out in zip(repos, figures):
                 out[f"{family}|{where}"] = measure_one(repo, where, family)
+            if done is not None:
+                done(figures)
     return figures
+
+
+def write_table(path, figures, previous, families):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _report import Report, cpu
+
+    import numba
+
+    emit = Report()
+    emit("# First fit: compile wait with an empty Numba cache")
+    emit()
+    emit(f"{cpu()}; Python {platform.python_version()}, Numba {numba.__version__}. "
+         "Each figure is one fresh process timing its fit alone (imports and cluster start "
+         "outside the timer); *empty*: a new empty `NUMBA_CACHE_DIR`, *warm*: a second "
+         "process on the cache the first left. 300 x 12 float64 blobs (3 clusters, a few "
+         "gross rows); *workers*: the same X as a Dask array of 3 chunks on a LocalCluster "
+         "of one worker process. *old*: the code before this benchmark (a6a218d), measured "
+         "in turn with the new, family by family. Single runs on a machine shared with "
+         "other jobs: the load changes from one figure to the next.")
+    emit()
+    emit("| family | where | old: empty | old: warm | old: difference | empty | warm | "
+         "difference | ratio |")
+    emit("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for key, (empty, warm) in figures.items():
+        family, where = key.split("|")
+        old = previous.get(key)
+        old_cells = (f"{old[0]:.2f} | {old[1]:.2f} | {old[0] - old[1]:.2f}" if old
+                     else "– | – | –")
+        emit(f"| {family} | {where} | {old_cells} | {empty:.2f} | {warm:.2f} | "
+             f"{empty - warm:.2f} | {empty / warm:.1f} |")
+    emit()
+    emit("Models per family, fitted one after the other in the same process: " + "; ".join(
+        f"{f}: " + ", ".join(m.split("(")[0] for m in FAMILIES[f]) for f in families) + ".")
+    emit.write(path)
 
 
 def main():
@@ -126,48 +163,21 @@ def main():
     parser.add_argument("--out", default=os.path.join(here, "results", "compile.md"))
     args = parser.parse_args()
 
-    repos = [args.repo] + ([args.old_repo] if args.old_repo else [])
-    figures, *old = measure(repos, args.families, args.places)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(figures, fh, indent=1)
-    if not args.out or args.out == "-":
-        return
-    previous = old[0] if old else {}
+    saved = {}
     if args.previous:
         with open(args.previous) as fh:
-            previous = json.load(fh)
+            saved = json.load(fh)
 
-    sys.path.insert(0, here)
-    from _report import Report, cpu
+    def done(figures):
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(figures[0], fh, indent=1)
+        if args.out and args.out != "-":
+            write_table(args.out, figures[0], figures[1] if len(figures) > 1 else saved,
+                        args.families)
 
-    import numba
-
-    emit = Report()
-    emit("# First fit: compile wait with an empty Numba cache")
-    emit()
-    emit(f"{cpu()}; Python {platform.python_version()}, Numba {numba.__version__}. "
-         "Each figure is one fresh process timing its fit alone (imports and cluster start "
-         "outside the timer); *empty*: a new empty `NUMBA_CACHE_DIR`, *warm*: a second "
-         "process on the cache the first left. 300 x 12 float64 blobs (3 clusters, a few "
-         "gross rows); *workers*: the same X as a Dask array of 3 chunks on a LocalCluster "
-         "of one worker process. Single runs on a machine shared with other jobs: "
-         "differences under about 0.3 s are noise.")
-    emit()
-    emit("| family | where | old: empty | old: warm | old: difference | empty | warm | "
-         "difference | ratio |")
-    emit("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for key, (empty, warm) in figures.items():
-        family, where = key.split("|")
-        old = previous.get(key)
-        old_cells = (f"{old[0]:.2f} | {old[1]:.2f} | {old[0] - old[1]:.2f}" if old
-                     else "– | – | –")
-        emit(f"| {family} | {where} | {old_cells} | {empty:.2f} | {warm:.2f} | "
-             f"{empty - warm:.2f} | {empty / warm:.1f} |")
-    emit()
-    emit("Models per family, fitted one after the other in the same process: " + "; ".join(
-        f"{f}: " + ", ".join(m.split("(")[0] for m in FAMILIES[f]) for f in args.families) + ".")
-    emit.write(args.out)
+    repos = [args.repo] + ([args.old_repo] if args.old_repo else [])
+    measure(repos, args.families, args.places, done)
 
 
 if __name__ == "__main__":
