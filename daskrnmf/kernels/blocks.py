@@ -31,6 +31,25 @@ def work_dtype(x, magnitude=None):
     return np.dtype(np.float64)
 
 
+def one_type_per_argument(dispatcher):
+    """A Numba dispatcher that compiled callers call with their arguments' plain types:
+    a constant argument (``_select(a, 0, k)``, ``_nnls_row(..., True, ...)``) compiles no
+    specialisation of its own beside the variable's (Numba types constants as literals
+    and compiles each literal apart: repeated compile time, the same machine code).
+    Compilation stays lazy, unlike an explicit signature.  Calls from Python are
+    unchanged (they never type literals)."""
+    from numba.core import types
+
+    typed = dispatcher.get_call_template
+
+    def get_call_template(args, kws):
+        return typed(tuple(types.unliteral(a) for a in args),
+                     {k: types.unliteral(v) for k, v in kws.items()})
+
+    dispatcher.get_call_template = get_call_template
+    return dispatcher
+
+
 _ROW_POOL = None
 
 

@@ -14,6 +14,8 @@ values is :func:`numpy.median`'s.
 import numpy as np
 from numba import njit
 
+from .blocks import one_type_per_argument
+
 @njit(cache=True, nogil=True, fastmath=False)
 def _group_order(labels, n_groups, order, ends):
     for i in range(labels.shape[0]):
@@ -623,6 +625,7 @@ def group_medians_ranked(ranked, order, ends, out):
 RANKED_MAX_ROWS = 1024      # above, the bit array's words cost more than a selection
 
 
+@one_type_per_argument
 @njit(cache=True, nogil=True, fastmath=False)
 def _select(a, m, kth):
     """Hoare's quickselect on a[:m]: a[kth] becomes the kth smallest, the values below
