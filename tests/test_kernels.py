@@ -807,3 +807,21 @@ def test_kernels_cache_where_the_user_can_write_when_the_installation_is_read_on
     assert where[0][0].startswith(str(tmp_path / "tmp" / "daskrnmf-numba-cache-"))
     assert any((tmp_path / "tmp").rglob("*.nbi"))
     assert (where[0][1], where[1][1]) == ("0", "1")     # compiled, then loaded
+
+
+def test_a_constant_argument_compiles_no_kernel_of_its_own():
+    """A kernel that compiled callers call with constants (``_select(a, 0, k)``,
+    ``_nnls_row(..., True, ..., -1)``) compiles for the arguments' plain types, once:
+    Numba compiled a literal 0 or True apart from the variable's type, the same machine
+    code again on the first fit's wait."""
+    from numba import njit, types
+
+    from daskrnmf.kernels.median_select import _select
+
+    @njit(cache=False)
+    def caller(a):
+        return _select(a, 3, 0) + _select(a, a.shape[0], 1)
+
+    assert caller(np.array([3.0, 1.0, 2.0])) == 3.0
+    for sig in _select.signatures:
+        assert not any(isinstance(t, types.Literal) for t in sig), sig
