@@ -64,6 +64,9 @@ if where == "workers":
     client.run(lambda: __import__("daskrnmf.kernels"))
 names = {spec: getattr(__import__(registry.get(spec).module, fromlist=["x"]), spec)
          for spec in registry.REGISTRY}
+def worker_cpu():
+    return sum(client.run(time.process_time).values()) if client is not None else 0.0
+cpu0, wcpu0 = time.process_time(), worker_cpu()
 tic = time.perf_counter()
 for text in models:
     model = eval(text, dict(names))
@@ -72,9 +75,10 @@ for text in models:
     else:
         model.fit(X)
 seconds = time.perf_counter() - tic
+cpu = time.process_time() - cpu0 + worker_cpu() - wcpu0
 if client is not None:
     client.close(); cluster.close()
-print(json.dumps({"seconds": seconds, "file": daskrnmf.__file__}))
+print(json.dumps({"seconds": seconds, "cpu": cpu, "file": daskrnmf.__file__}))
 """
 
 
@@ -88,18 +92,20 @@ def run_child(repo, where, models, cache_dir):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if not os.path.realpath(result["file"]).startswith(os.path.realpath(repo)):
         raise RuntimeError(f"imported {result['file']}, not the checkout {repo}")
-    return result["seconds"]
+    return result["seconds"], result["cpu"]
 
 
 def measure_one(repo, where, family):
-    """(first fit with an empty cache, first fit with the cache it left) in seconds."""
+    """(first fit with an empty cache, first fit with the cache it left): CPU seconds
+    (the calling process's and, on workers, the worker's), then wall seconds."""
     with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
-        empty = run_child(repo, where, FAMILIES[family], cache)
+        empty, empty_cpu = run_child(repo, where, FAMILIES[family], cache)
         n_files = sum(len(f) for _, _, f in os.walk(cache))
-        warm = run_child(repo, where, FAMILIES[family], cache)
-    print(f"{os.path.basename(repo):14s} {where:8s} {family:20s} empty {empty:6.2f} s  "
-          f"warm {warm:6.2f} s  ({n_files} cache files)", flush=True)
-    return empty, warm
+        warm, warm_cpu = run_child(repo, where, FAMILIES[family], cache)
+    print(f"{os.path.basename(repo):14s} {where:8s} {family:20s} CPU empty {empty_cpu:6.2f} s "
+          f"warm {warm_cpu:6.2f} s; wall {empty:6.2f} / {warm:6.2f} s ({n_files} cache files)",
+          flush=True)
+    return empty_cpu, warm_cpu, empty, warm
 
 
 def measure(repos, families, places, done=None):
@@ -131,19 +137,22 @@ def write_table(path, figures, previous, families):
          "process on the cache the first left. 300 x 12 float64 blobs (3 clusters, a few "
          "gross rows); *workers*: the same X as a Dask array of 3 chunks on a LocalCluster "
          "of one worker process. *old*: the code before this benchmark (a6a218d), measured "
-         "in turn with the new, family by family. Single runs on a machine shared with "
-         "other jobs: the load changes from one figure to the next.")
+         "in turn with the new, family by family. The figures are CPU seconds of the fit "
+         "(the client process's plus, on workers, the worker's; compilation is "
+         "single-threaded): on a machine shared with other jobs they move far less than "
+         "wall time, shown after them (empty / warm). Single runs.")
     emit()
-    emit("| family | where | old: empty | old: warm | old: difference | empty | warm | "
-         "difference | ratio |")
-    emit("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for key, (empty, warm) in figures.items():
+    emit("| family | where | old: empty | old: warm | old: difference | new: empty | "
+         "new: warm | new: difference | wall old | wall new |")
+    emit("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for key, (empty, warm, wall_empty, wall_warm) in figures.items():
         family, where = key.split("|")
         old = previous.get(key)
         old_cells = (f"{old[0]:.2f} | {old[1]:.2f} | {old[0] - old[1]:.2f}" if old
                      else "– | – | –")
+        old_wall = f"{old[2]:.1f} / {old[3]:.1f}" if old else "–"
         emit(f"| {family} | {where} | {old_cells} | {empty:.2f} | {warm:.2f} | "
-             f"{empty - warm:.2f} | {empty / warm:.1f} |")
+             f"{empty - warm:.2f} | {old_wall} | {wall_empty:.1f} / {wall_warm:.1f} |")
     emit()
     emit("Models per family, fitted one after the other in the same process: " + "; ".join(
         f"{f}: " + ", ".join(m.split("(")[0] for m in FAMILIES[f]) for f in families) + ".")
