@@ -18,7 +18,7 @@ from numba import njit
 
 from .assign import nearest
 from .blocks import available_cpus
-from .median_select import _buf_median, _group_order, _select
+from .median_select import _buf_median, _group_order
 
 # NumPy's pairwise summation: runs of at most this many values are summed in 8 partial
 # sums (numpy/_core/src/umath/loops_utils.h.src, PW_BLOCKSIZE)
@@ -99,33 +99,8 @@ def pairwise_sum(a, lo, n):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _quantile_linear(a, q):
-    """``numpy.quantile(a, q)`` (linear interpolation) of distances without NaN: the
-    ``lo``-th and ``(lo + 1)``-th smallest values by one selection on a copy (this
-    package's quickselect, not ``np.partition``, whose compilation took most of the
-    first fit's wait)."""
-    n = a.shape[0]
-    vi = (n - 1) * q
-    if vi >= n - 1:
-        y = a[0]
-        for i in range(1, n):
-            y = max(y, a[i])
-        return y
-    lo = int(np.floor(vi))
-    part = a.copy()
-    y = _select(part, n, lo + 1)        # part[:lo + 1] holds the lo + 1 values below it
-    x = part[0]
-    for i in range(1, lo + 1):
-        x = max(x, part[i])
-    g = vi - lo
-    diff = y - x
-    return y - diff * (1 - g) if g >= 0.5 else x + diff * g
-
-
-@njit(cache=True, nogil=True, fastmath=False)
-def _seed_cdf(mind, q, power, cdf):
+def _seed_cdf(mind, tau, power, cdf):
     n = mind.shape[0]
-    tau = _quantile_linear(mind, q)
     w = np.empty(n)
     for i in range(n):
         if tau <= 0:
@@ -142,7 +117,7 @@ def _seed_cdf(mind, q, power, cdf):
         last = cdf[n - 1]
         for i in range(n):
             cdf[i] /= last
-    return tau, total
+    return total
 
 
 def seed_draw(mind, q, power, gen, n_trials):
@@ -158,15 +133,18 @@ def seed_draw(mind, q, power, gen, n_trials):
     tau : float
     cand : ndarray of int64 (n_trials,)
     """
+    mind = np.ascontiguousarray(mind, dtype=np.float64)
     n = mind.shape[0]
     cdf = np.empty(n)
-    tau, total = _seed_cdf(np.ascontiguousarray(mind, dtype=np.float64), float(q),
-                           int(power), cdf)
+    # the clip is NumPy's own quantile: a compiled one (a selection) cost the first fit
+    # its compilation, and a call here is one O(n) pass either way
+    tau = float(np.quantile(mind, q))
+    total = _seed_cdf(mind, tau, int(power), cdf)
     if total > 0:
         cand = np.searchsorted(cdf, gen.random(n_trials), side="right").astype(np.int64)
     else:
         cand = gen.choice(n, size=n_trials)
-    return float(tau), cand
+    return tau, cand
 
 
 @njit(cache=True, nogil=True, fastmath=False)
