@@ -25,7 +25,7 @@ from ._validation import check_missing_count
 from .kernels import rng
 from .kernels.assign import nearest
 from .kernels.blocks import as_kernel_block, sum_arrays
-from .kernels.median import median_round, merge_median_round, select_collected
+from .kernels.median_rounds import median_round, merge_median_round, select_collected
 from .kernels.sums import cluster_sums, finite_stats, merge_worst_fit, worst_fit
 
 # The first pass's row sample (seeding): a fixed key, so that it depends on X alone.

@@ -9,7 +9,7 @@ import pytest
 from daskrnmf.kernels import rng as krng
 from daskrnmf.kernels.assign import distances, nearest
 from daskrnmf.kernels.cocluster import argmin_ties_low, column_costs, prototypes
-from daskrnmf.kernels.median import median_round, merge_median_round, select_collected
+from daskrnmf.kernels.median_rounds import median_round, merge_median_round, select_collected
 from daskrnmf.kernels.sums import cluster_sums, merge_worst_fit, worst_fit
 
 
@@ -90,7 +90,7 @@ def test_block_medians_match_numpy(rng):
     """Exact block medians (RFNMTF's S in memory) against np.median of every block, on
     tied and heavy-tailed data, with and without guesses (exact, off, partly missing),
     float64 and float32 rows, empty blocks NaN."""
-    from daskrnmf.kernels.median import block_medians
+    from daskrnmf.kernels.median_select import block_medians
 
     for trial in range(120):
         n, d = int(rng.integers(1, 50)), int(rng.integers(1, 15))
@@ -112,7 +112,7 @@ def test_block_medians_match_numpy(rng):
 
 
 def test_group_order_is_a_stable_argsort(rng):
-    from daskrnmf.kernels.median import group_order
+    from daskrnmf.kernels.median_select import group_order
 
     for n, G in ((0, 3), (1, 1), (50, 4), (1000, 11)):
         lab = rng.integers(0, G, n)
@@ -378,7 +378,7 @@ def test_prototypes_and_tie_tolerant_argmin(rng):
 
 
 def test_group_medians_match_numpy_fuzz():
-    from daskrnmf.kernels.median import group_medians
+    from daskrnmf.kernels.median_select import group_medians
 
     rng = np.random.default_rng(11)
     for trial in range(40):
@@ -398,7 +398,7 @@ def test_group_medians_from_ranks_match_numpy(n):
     """Medians read off ranks (bit arrays of 1 to 4 words, a word boundary at 64) equal
     NumPy's: ties, NaN left out (nanmedian; all-NaN and empty groups untouched), one
     group and many, and equal :func:`group_medians` bit for bit."""
-    from daskrnmf.kernels.median import group_medians, group_medians_ranked, rank_rows
+    from daskrnmf.kernels.median_select import group_medians, group_medians_ranked, rank_rows
 
     rng = np.random.default_rng(n)
     for trial in range(30):
@@ -426,7 +426,7 @@ def test_group_medians_from_ranks_match_numpy(n):
 def test_kmedians_from_ranks_gives_the_same_labels():
     """RFNMTF's column clustering reads its medians off ranks: the same labels as
     selecting them, restart by restart (ties and gross entries included)."""
-    from daskrnmf.kernels.median import rank_rows
+    from daskrnmf.kernels.median_select import rank_rows
     from daskrnmf.models._clustering import kmedians_labels
 
     rng = np.random.default_rng(3)
@@ -474,7 +474,7 @@ def test_cluster_medians_by_one_sweep_match_numpy():
     members' middle ones as they are met) equal :func:`numpy.median`, with ties, odd
     and even clusters, one-member and empty clusters; clusters not asked for are left."""
     from daskrnmf.kernels.kmedians import _cluster_medians_sorted, _sorted_rows
-    from daskrnmf.kernels.median import rank_rows
+    from daskrnmf.kernels.median_select import rank_rows
 
     rng = np.random.default_rng(5)
     for trial in range(40):
@@ -511,7 +511,7 @@ def test_bracketed_block_medians_match_numpy():
     every block, whether the windows hold the medians (narrow, or a single point), miss
     them (above, below), are NaN or infinite: ties, heavy tails, float32, empty blocks
     NaN, one block and many."""
-    from daskrnmf.kernels.median import block_medians
+    from daskrnmf.kernels.median_select import block_medians
 
     rng = np.random.default_rng(12)
     for trial in range(80):
@@ -538,7 +538,7 @@ def test_block_medians_from_sorted_values_match_numpy():
     ``np.median`` of every block and :func:`block_medians`: ties, odd and even blocks,
     empty row or column clusters, one block, float32."""
     from daskrnmf.kernels.blocks import as_kernel_block
-    from daskrnmf.kernels.median import SortedValues, block_medians
+    from daskrnmf.kernels.median_select import SortedValues, block_medians
 
     rng = np.random.default_rng(11)
     for trial in range(60):
@@ -584,7 +584,7 @@ def test_compiled_kmedians_is_the_general_fit(n, d, k, R):
     full of ties, random centres (clusters empty and re-seeded), fewer rows than
     clusters, restarts stopping at different iterations."""
     from daskrnmf.kernels.kmedians import THREADS_MIN_WORK, kmedians_fit
-    from daskrnmf.kernels.median import rank_rows
+    from daskrnmf.kernels.median_select import rank_rows
 
     rng = np.random.default_rng(n + d)
     for trial in range(3):
@@ -617,7 +617,7 @@ def test_compiled_kmedians_runs_from_numbas_cache(tmp_path):
     # 40 restarts on 120 x 400 (the shape that showed the summation drift, 3 of 40
     # objectives): labels and objective histories, medians sorted and selected
     code = ("import hashlib, numpy as np; from daskrnmf.kernels.kmedians import kmedians_fit; "
-            "from daskrnmf.kernels.median import rank_rows; "
+            "from daskrnmf.kernels.median_select import rank_rows; "
             "g = np.random.default_rng(0); X = g.normal(size=(120, 400)); "
             "F0 = X[g.integers(0, 120, (40, 6))]; "
             "out = [kmedians_fit(X, r, F0, 30, 1e-4) for r in "
@@ -771,3 +771,57 @@ def test_every_kernel_declares_fastmath():
                 unset.append(f"{mod.name}.{name}")
     assert not unset, unset
 
+
+
+def test_kernels_cache_where_the_user_can_write_when_the_installation_is_read_only(tmp_path):
+    """A read-only installation with a read-only home (the package's ``__pycache__`` and
+    the user's cache directory refuse new files, as Numba checks them): the kernels
+    still import (Numba refused every ``cache=True`` function there: 'no locator
+    available'), compile into this user's directory under TMPDIR, and a second process
+    loads them from it."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, os, sys, tempfile; "
+            "blocked = (importlib.util.find_spec('daskrnmf').submodule_search_locations[0], "
+            "os.environ['XDG_CACHE_HOME']); real = tempfile.TemporaryFile\n"
+            "def refuse(*a, dir=None, **k):\n"
+            "    if dir is not None and os.path.abspath(dir).startswith(blocked):\n"
+            "        raise PermissionError(30, 'Read-only file system', dir)\n"
+            "    return real(*a, dir=dir, **k)\n"
+            "tempfile.TemporaryFile = refuse\n"
+            "import numpy as np, numba; from daskrnmf.kernels.median_select import group_order\n"
+            "order, ends = group_order(np.array([1, 0, 1]), 2)\n"
+            "assert order.tolist() == [1, 0, 2] and ends.tolist() == [1, 3]\n"
+            "from daskrnmf.kernels import median_select as median\n"
+            "print(numba.config.CACHE_DIR, sum(median._group_order.stats.cache_hits.values()))")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "home-cache"), TMPDIR=str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    where = [run.stdout.split() for run in runs]
+    assert where[0][0] == where[1][0]
+    assert where[0][0].startswith(str(tmp_path / "tmp" / "daskrnmf-numba-cache-"))
+    assert any((tmp_path / "tmp").rglob("*.nbi"))
+    assert (where[0][1], where[1][1]) == ("0", "1")     # compiled, then loaded
+
+
+def test_a_constant_argument_compiles_no_kernel_of_its_own():
+    """A kernel that compiled callers call with constants (``_select(a, 0, k)``,
+    ``_nnls_row(..., True, ..., -1)``) compiles for the arguments' plain types, once:
+    Numba compiled a literal 0 or True apart from the variable's type, the same machine
+    code again on the first fit's wait."""
+    from numba import njit, types
+
+    from daskrnmf.kernels.median_select import _select
+
+    @njit(cache=False)
+    def caller(a):
+        return _select(a, 3, 0) + _select(a, a.shape[0], 1)
+
+    assert caller(np.array([3.0, 1.0, 2.0])) == 3.0
+    for sig in _select.signatures:
+        assert not any(isinstance(t, types.Literal) for t in sig), sig

@@ -213,7 +213,7 @@ def test_warm_window_collection_is_bounded(dask_config):
     """A warm window planned from the previous iteration's counts (here: 10 values) that
     now holds far more (labels moved: ~1100 here; 13.7M values, 157 MiB, at 1M rows
     before) is capped at twice the budget in every partial result; the medians stay exact."""
-    from daskrnmf.kernels.median import merge_median_round
+    from daskrnmf.kernels.median_rounds import merge_median_round
 
     dask_config({"daskrnmf.median-collect-values": 64})
     X = np.random.default_rng(0).normal(size=(3000, 3))
@@ -248,7 +248,7 @@ def test_warm_windows_resized_to_the_budget_resolve_in_one_round(dask_config, mo
     medians are still exact: the same round's histograms refine the misses, or, when
     the counts come with the round and the warm windows are trusted (no histograms
     beside the collections), the side of the window each median left."""
-    from daskrnmf.kernels.median import merge_median_round
+    from daskrnmf.kernels.median_rounds import merge_median_round
 
     dask_config({"daskrnmf.median-collect-values": 3000,
                  "daskrnmf.median-histogram-cells": 256})
@@ -314,7 +314,7 @@ def test_sample_bracket_holds_the_population_medians():
 def test_first_round_from_a_bracket_is_exact_when_the_bracket_misses(side):
     """The first round histograms each entry's bracket (with the counts given); a
     median outside it continues on its side and is still exact."""
-    from daskrnmf.kernels.median import merge_median_round
+    from daskrnmf.kernels.median_rounds import merge_median_round
 
     rs = np.random.default_rng(6)
     X = rs.standard_t(2, size=(6000, 2))

@@ -20,6 +20,36 @@ def as_kernel_block(block):
                                 else np.float64)
 
 
+def work_dtype(x, magnitude=None):
+    """The dtype the solvers compute in: float32 input stays float32 (half the bytes and
+    twice the GEMM speed) unless its values are large enough for squares to overflow
+    (``magnitude``: the largest |x|, when the caller knows it; else a pass over x)."""
+    x = np.asarray(x)
+    if x.dtype == np.float32 and (not x.size or (
+            float(np.abs(x).max()) if magnitude is None else magnitude) < 1e15):
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
+
+
+def one_type_per_argument(dispatcher):
+    """A Numba dispatcher that compiled callers call with their arguments' plain types:
+    a constant argument (``_select(a, 0, k)``, ``_nnls_row(..., True, ...)``) compiles no
+    specialisation of its own beside the variable's (Numba types constants as literals
+    and compiles each literal apart: repeated compile time, the same machine code).
+    Compilation stays lazy, unlike an explicit signature.  Calls from Python are
+    unchanged (they never type literals)."""
+    from numba.core import types
+
+    typed = dispatcher.get_call_template
+
+    def get_call_template(args, kws):
+        return typed(tuple(types.unliteral(a) for a in args),
+                     {k: types.unliteral(v) for k, v in kws.items()})
+
+    dispatcher.get_call_template = get_call_template
+    return dispatcher
+
+
 _ROW_POOL = None
 
 

@@ -14,6 +14,7 @@ caller solving many slices with one W passes along (``table``).
 import numpy as np
 from numba import njit
 
+from .blocks import work_dtype
 from .nnls import _nnls_row, _nnls_row_table, support_table
 
 TABLE_MAX_COND = 1e8   # condition number of W W^T above which the NNLS is not tabled
@@ -122,8 +123,6 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
     size cost page faults each time, several µs a page on VMs), without ``h``.
     ``table``: :func:`daskrnmf.kernels.nnls.support_table` ``(len(W))`` kept for this W
     across calls (its inverses are W's; default a fresh one)."""
-    from .outliers import work_dtype
-
     dt = work_dtype(x) if dtype is None else np.dtype(dtype)
     x = np.ascontiguousarray(x, dtype=dt)
     W64 = np.ascontiguousarray(W, dtype=np.float64)

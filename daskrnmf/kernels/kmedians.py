@@ -18,11 +18,14 @@ from numba import njit
 
 from .assign import nearest
 from .blocks import available_cpus
-from .median import _buf_median, _group_order
+from .median_select import _buf_median, _group_order
 
 # NumPy's pairwise summation: runs of at most this many values are summed in 8 partial
 # sums (numpy/_core/src/umath/loops_utils.h.src, PW_BLOCKSIZE)
 _PW_BLOCK = 128
+# a run's start as an int64, not the literal 0: a literal argument compiles a second
+# specialisation of pairwise_sum and _pairwise_leaf
+_ZERO = np.int64(0)
 
 
 @njit(cache=True, nogil=True, fastmath=False)
@@ -96,26 +99,8 @@ def pairwise_sum(a, lo, n):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _quantile_linear(a, q):
-    n = a.shape[0]
-    vi = (n - 1) * q
-    if vi >= n - 1:
-        return a.max()
-    lo = int(np.floor(vi))
-    part = np.partition(a, lo + 1)
-    y = part[lo + 1]
-    x = part[0]
-    for i in range(1, lo + 1):
-        x = max(x, part[i])
-    g = vi - lo
-    diff = y - x
-    return y - diff * (1 - g) if g >= 0.5 else x + diff * g
-
-
-@njit(cache=True, nogil=True, fastmath=False)
-def _seed_cdf(mind, q, power, cdf):
+def _seed_cdf(mind, tau, power, cdf):
     n = mind.shape[0]
-    tau = _quantile_linear(mind, q)
     w = np.empty(n)
     for i in range(n):
         if tau <= 0:
@@ -123,7 +108,7 @@ def _seed_cdf(mind, q, power, cdf):
         else:
             t = min(mind[i], tau)
             w[i] = t * t if power == 2 else t
-    total = pairwise_sum(w, 0, n)
+    total = pairwise_sum(w, _ZERO, n)
     if total > 0:
         acc = 0.0
         for i in range(n):
@@ -132,7 +117,7 @@ def _seed_cdf(mind, q, power, cdf):
         last = cdf[n - 1]
         for i in range(n):
             cdf[i] /= last
-    return tau, total
+    return total
 
 
 def seed_draw(mind, q, power, gen, n_trials):
@@ -148,15 +133,18 @@ def seed_draw(mind, q, power, gen, n_trials):
     tau : float
     cand : ndarray of int64 (n_trials,)
     """
+    mind = np.ascontiguousarray(mind, dtype=np.float64)
     n = mind.shape[0]
     cdf = np.empty(n)
-    tau, total = _seed_cdf(np.ascontiguousarray(mind, dtype=np.float64), float(q),
-                           int(power), cdf)
+    # the clip is NumPy's own quantile: a compiled one (a selection) cost the first fit
+    # its compilation, and a call here is one O(n) pass either way
+    tau = float(np.quantile(mind, q))
+    total = _seed_cdf(mind, tau, int(power), cdf)
     if total > 0:
         cand = np.searchsorted(cdf, gen.random(n_trials), side="right").astype(np.int64)
     else:
         cand = gen.choice(n, size=n_trials)
-    return float(tau), cand
+    return tau, cand
 
 
 @njit(cache=True, nogil=True, fastmath=False)
@@ -176,7 +164,7 @@ def _cluster_medians_sorted(perm, values, labels, counts, out, seen, need, todo)
     one, or the mean ``(a + b) / 2`` of the two middle ones), by one sweep over each
     feature's values in order: a cluster's middle values are its members' ``h``-th and
     ``(h + 1)``-th met.  Values without NaN (``perm`` and ``values`` from
-    :func:`~daskrnmf.kernels.median.rank_rows`); only the clusters in ``todo``, empty
+    :func:`~daskrnmf.kernels.median_select.rank_rows`); only the clusters in ``todo``, empty
     ones left as they are."""
     d, n = perm.shape
     k = counts.shape[0]
@@ -243,6 +231,16 @@ def _worst_rows(dist, n_take):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
+def _copy_rows(src, dst):
+    """``dst[:] = src`` for two (k, d) arrays, written out: Numba's array assignment
+    compiles its shape check, whose message formatting took a third of this module's
+    compile time."""
+    for c in range(src.shape[0]):
+        for j in range(src.shape[1]):
+            dst[c, j] = src[c, j]
+
+
+@njit(cache=True, nogil=True, fastmath=False)
 def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, newly, last,
             moved):
     """The rest of an iteration of the restarts ``rs`` (``n_active`` restarts are
@@ -281,7 +279,7 @@ def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, 
         # residual.sum(axis=0) of the active restarts' (n, Ra) residuals: NumPy sums one
         # column pairwise, several row by row
         if n_active == 1:
-            J = pairwise_sum(col, 0, n)
+            J = pairwise_sum(col, _ZERO, n)
         else:
             J = col[0]
             for i in range(1, n):
@@ -290,7 +288,7 @@ def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, 
         counts[:] = 0
         for i in range(n):
             counts[lab[i]] += 1
-        med[:] = F[r]
+        _copy_rows(F[r], med)
         if perm.shape[1] == n:
             _cluster_medians_sorted(perm, values, lab, counts, med, seen, need, todo)
         else:
@@ -304,9 +302,11 @@ def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, 
             slot = 0
             for c in range(k):
                 if counts[c] == 0:
-                    med[c] = X[worst[slot] if slot < worst.shape[0] else n - 1]
+                    w = worst[slot] if slot < worst.shape[0] else n - 1
+                    for j in range(d):
+                        med[c, j] = X[w, j]
                     slot += 1
-        F[r] = med
+        _copy_rows(med, F[r])
         changed = n_empty > 0
         for c in range(k):
             changed |= todo[c]
@@ -336,7 +336,7 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     ----------
     X : ndarray (n, d) float64, C-contiguous, without NaN
     ranked : tuple or None
-        :func:`~daskrnmf.kernels.median.rank_rows` of ``X.T``: the medians are read off
+        :func:`~daskrnmf.kernels.median_select.rank_rows` of ``X.T``: the medians are read off
         each feature's sorted values (many restarts: RFNMTF's 40 column clusterings);
         None: selected among each cluster's values (few restarts).
     F0 : ndarray (R, k, d), initial centres

@@ -65,7 +65,7 @@ RFNMF (both losses, and ``"l2"``)
   (:func:`daskrnmf.kernels.assign.nearest`; a row with no observed entry is at distance
   0 of every centre), for the assignment, the objective, ``predict`` and ``transform``.
 * L1 centres: the median of each feature over the members that observe it.  In memory by
-  selection (:func:`daskrnmf.kernels.median.group_medians` skips NaN); out of core the
+  selection (:func:`daskrnmf.kernels.median_select.group_medians` skips NaN); out of core the
   median search's histograms and collections skip NaN by construction and each
   (restart, cluster, feature) entry's rank targets come from its observed count, which
   the fused pass returns (``observed``, (R, k, d) integers).

@@ -9,7 +9,10 @@ Each row is solved on its own, so a row's result does not depend on its block.
 import numpy as np
 from numba import njit
 
+from .blocks import one_type_per_argument
 
+
+@one_type_per_argument
 @njit(cache=True, nogil=True, fastmath=False)
 def _chol_append(A, idx, s, L, c, dependent_out=False):
     """Append column c to the passive set ``idx[:s]`` and its Cholesky factor L of
@@ -112,6 +115,7 @@ def _nnls_gram_rows_each(A3, B, out, tol, warm):
     return out
 
 
+@one_type_per_argument
 @njit(cache=True, nogil=True, fastmath=False)
 def _nnls_row(A, b, x, tol, warm, amax, idx, z, L, passive, s):
     """One row of the active-set solve (``x`` is the row's solution, updated in place;
@@ -192,7 +196,7 @@ def _nnls_row(A, b, x, tol, warm, amax, idx, z, L, passive, s):
             if best < 0:
                 break                   # KKT holds: no zero coordinate can descend
             passive[best] = True
-            s = _chol_append(A, idx, s, L, best)
+            s = _chol_append(A, idx, s, L, best, False)
         stalled = False
         for inner in range(3 * k + 3):
             _chol_solve(b, idx, s, L, z)

@@ -34,6 +34,8 @@ updates use ``B + Bm_j`` for column j (HALS per column, or ``(B + Bm_j) w_j`` in
 import numpy as np
 from numba import njit
 
+from .blocks import work_dtype
+from .cd_rows import solve_rows_fused
 from .missing import feature_grams, feature_products, row_grams
 from .nnls import nnls_codes_each
 
@@ -113,17 +115,6 @@ def _huber_rows(e, lam, out):
         out[i] = acc
 
 
-def work_dtype(x, magnitude=None):
-    """The dtype the solvers compute in: float32 input stays float32 (half the bytes and
-    twice the GEMM speed) unless its values are large enough for squares to overflow
-    (``magnitude``: the largest |x|, when the caller knows it; else a pass over x)."""
-    x = np.asarray(x)
-    if x.dtype == np.float32 and (not x.size or (
-            float(np.abs(x).max()) if magnitude is None else magnitude) < 1e15):
-        return np.dtype(np.float32)
-    return np.dtype(np.float64)
-
-
 def solve_codes_cd(x, W, lam, max_iter, tol, h=None, mask=None, **fused):
     """Exact r, exact NNLS h, alternated until each row's objective (3) stalls.
 
@@ -157,8 +148,6 @@ def solve_codes_cd(x, W, lam, max_iter, tol, h=None, mask=None, **fused):
     codes.
     """
     if mask is None:
-        from .cd_rows import solve_rows_fused
-
         return solve_rows_fused(x, W, lam, max_iter, tol, h=h, **fused)
     dt = work_dtype(x)
     x = np.ascontiguousarray(x, dtype=dt)

@@ -26,7 +26,8 @@ from ..kernels.assign import (distances, nearest, pairwise_distances, seed_poten
                               seed_update_gram)
 from ..kernels.blocks import as_kernel_block, available_cpus, sum_arrays
 from ..kernels.kmedians import kmedians_fit, seed_draw
-from ..kernels.median import group_medians, group_medians_ranked, group_order, merge_median_round
+from ..kernels.median_rounds import merge_median_round
+from ..kernels.median_select import group_medians, group_medians_ranked, group_order
 from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, AssignSpec, MedianSearch, assign_chunk,
                           assign_combine, feature_stats, median_refine_chunk, sample_bracket,
                           sample_rows)
@@ -213,7 +214,7 @@ class CentroidFit:
         # the medians of clusters whose members did not change), and which are set
         self._medians = None
         self._Xt = None        # in memory (L1): X transposed, for the selections
-        self._ranked = ranked  # ... or its rows sorted once (kernels.median.rank_rows)
+        self._ranked = ranked  # ... or its rows sorted once (kernels.median_select.rank_rows)
         self.median_rounds = []
         # k-medians++ seeds are data points: their own residual is 0 and the L2,1 weight
         # 1/||x - f|| would pin every centre to its seed, so the first F step after
@@ -404,7 +405,7 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=T
     Its callers run many candidates, so each seeds with scikit-learn's ``2 + log k``
     candidates per centre rather than RFNMF's ``4 (2 + log k)`` (RFNMTF's planted
     benchmark: the same accuracy, the initialisation ~1.7x faster).  ``ranked``:
-    :func:`~daskrnmf.kernels.median.rank_rows` of X transposed, when the caller has it
+    :func:`~daskrnmf.kernels.median_select.rank_rows` of X transposed, when the caller has it
     (the medians are then read off each feature's sorted values, else selected; the
     same labels).  ``first``: the restarts are ``first .. first + n_restarts - 1`` (each
     seeded from ``(seed, restart)``), for a caller that adds restarts in rounds.
@@ -596,8 +597,8 @@ def cluster_medians(X, labels, k, previous=None, Xt=None, guess=None, ranked=Non
         Without ``previous``: guesses of the medians (the centres the labels came from),
         which only speed the selection up.
     ranked : tuple, optional
-        :func:`~daskrnmf.kernels.median.rank_rows` of ``Xt``: the medians are read off
-        the members' ranks (:func:`~daskrnmf.kernels.median.group_medians_ranked`, the
+        :func:`~daskrnmf.kernels.median_select.rank_rows` of ``Xt``: the medians are read off
+        the members' ranks (:func:`~daskrnmf.kernels.median_select.group_medians_ranked`, the
         same numbers); guesses are then not needed.
 
     Returns

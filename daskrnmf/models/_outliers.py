@@ -18,12 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import MASK_HINT
-from ..kernels.blocks import check_values
+from ..kernels.blocks import check_values, work_dtype
 from ..kernels.missing import feature_grams, gram_rows, observed, row_grams
 from ..kernels.nnls import support_table
 from ..kernels.outliers import (block_statistics, hals_codes, hals_codes_each, huber_rows,
                                 initial_codes, residual_target, solve_codes, solve_codes_cd,
-                                update_components, update_components_cd, work_dtype)
+                                update_components, update_components_cd)
 
 SOLVE_ROWS = 2048  # rows solved at a time: bounds the kernels' temporaries
 H_SWEEPS = 4       # RobustNMF (cd): HALS sweeps over H per pass (cheap beside the pass's GEMMs)

@@ -36,9 +36,10 @@ from ..kernels import rng
 from ..kernels.assign import nearest
 from ..kernels.blocks import as_float_block, as_kernel_block, available_cpus, sum_arrays
 from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
-from ..kernels.median import (RANKED_MAX_ROWS, SortedValues, block_medians, group_medians,
-                              group_medians_ranked, group_order, median_round,
-                              merge_median_round, rank_rows)
+from ..kernels.median_rounds import median_round, merge_median_round
+from ..kernels.median_select import (RANKED_MAX_ROWS, SortedValues, block_medians,
+                                     group_medians, group_medians_ranked, group_order,
+                                     rank_rows)
 from ..kernels.sums import merge_worst_fit, worst_fit
 from ..reductions import (BRACKET_MIN, BRACKET_Z, SAMPLE_SEED, SAMPLE_STREAM, MedianSearch,
                           feature_stats, median_refine_chunk, random_labels, sample_rows)
@@ -123,7 +124,7 @@ class RFNMTF(ClusterBase):
     median_rounds_ : list of int
         Passes per iteration spent on the S step (a speculative round in the fused pass
         counted when it was used); 0 for X in memory, whose block medians are selected
-        from the fused pass's labels (:func:`daskrnmf.kernels.median.block_medians`).
+        from the fused pass's labels (:func:`daskrnmf.kernels.median_select.block_medians`).
     labels_ : ndarray (n_samples,)
         ``row_labels_`` (scikit-learn's name for a clusterer's labels).
     n_features_in_ : int
