@@ -4,7 +4,7 @@ and the median search run on its own (:func:`grouped_medians`)."""
 import numpy as np
 
 from daskrnmf import reductions
-from daskrnmf.kernels.median import merge_median_round
+from daskrnmf.kernels.median_rounds import merge_median_round
 
 
 def rfnmf_reference(X, F0, loss, n_iter, eps):
