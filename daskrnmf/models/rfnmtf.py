@@ -25,7 +25,6 @@ S step, speculatively for the old column labels) plus the S step's remaining rou
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,17 +33,19 @@ from .._blocks import RowBlocks
 from .._driver import iterate
 from ..kernels import rng
 from ..kernels.assign import nearest
-from ..kernels.blocks import as_float_block, as_kernel_block, available_cpus, sum_arrays
-from ..kernels.cocluster import argmin_ties_low, column_costs, prototypes
-from ..kernels.median_rounds import median_round, merge_median_round
+from ..kernels.blocks import as_kernel_block, available_cpus
+from ..kernels.cocluster import argmin_ties_low, prototypes
+from ..kernels.median_rounds import merge_median_round
 from ..kernels.median_select import (RANKED_MAX_ROWS, SortedValues, block_medians,
                                      group_medians, group_medians_ranked, group_order,
                                      rank_rows)
-from ..kernels.sums import merge_worst_fit, worst_fit
+from ..kernels.sums import merge_worst_fit
 from ..reductions import (BRACKET_MIN, BRACKET_Z, SAMPLE_SEED, SAMPLE_STREAM, MedianSearch,
-                          feature_stats, median_refine_chunk, random_labels, sample_rows)
+                          feature_stats, median_refine_chunk, sample_rows)
 from ._clustering import (ClusterBase, kmedians_labels, objective_chunk, objective_combine,
                           restart_column)
+from ._cocluster import (CoclusterSpec, cocluster_assign_chunk, cocluster_assign_combine,
+                         random_median_chunk, worst_chunk)
 
 _SAMPLE_VALUES = 2**24  # cap on init_size * n_features (128 MiB of float64 on the client)
 SORTED_MAX_VALUES = 2**21   # samples up to this many values are sorted once (32 MiB)
@@ -703,60 +704,6 @@ def init_sample_size(n_samples, n_features, n_row_clusters, init_size=None):
     n_features`` (and at least ``n_row_clusters``)."""
     size = init_size or max(2000, 20 * n_row_clusters)
     return int(max(n_row_clusters, min(size, n_samples, _SAMPLE_VALUES // max(n_features, 1))))
-
-
-# ---------------------------------------------------------------- per-block functions
-@dataclass(frozen=True)
-class CoclusterSpec:
-    """The fused co-clustering pass: ``K`` row clusters and, when the column labels have
-    settled, the speculative first round (``plan``) of the S step's medians."""
-
-    K: int
-    plan: dict = None
-    worst: bool = True  # the worst-fit rows (X in memory: a pass of their own if needed)
-
-
-def cocluster_assign_chunk(block, start, P, S, C, spec):
-    """The fused pass of one block: row step with the prototypes P (R, K, d), the column
-    costs with the new row labels, sizes, worst-fit rows and — when ``spec.plan`` is
-    given — a speculative first S-step round for the column labels C.
-
-    Returns ``(partial, labels)``; labels (n_rows, R) stay with the block.
-    """
-    x = as_float_block(block)
-    K = spec.K
-    labels, residual = nearest(x, P, "l1")
-    part = {"objective": residual.sum(axis=0),
-            "counts": np.stack([np.bincount(labels[:, r], minlength=K)
-                                for r in range(labels.shape[1])]).astype(np.int64),
-            "worst": worst_fit(residual, start, x, K) if spec.worst else None,
-            "costs": column_costs(x, labels, S)}
-    if spec.plan is not None:
-        part["median"] = median_round(x, labels, K, spec.plan, C)
-    return part, labels
-
-
-def cocluster_assign_combine(parts):
-    out = {"objective": sum_arrays([p["objective"] for p in parts]),
-           "counts": sum_arrays([p["counts"] for p in parts]),
-           "worst": (merge_worst_fit([p["worst"] for p in parts])
-                     if parts[0]["worst"] is not None else None),
-           "costs": sum_arrays([p["costs"] for p in parts])}
-    if "median" in parts[0]:
-        out["median"] = merge_median_round([p["median"] for p in parts])
-    return out
-
-
-def worst_chunk(block, start, P, K):
-    """The fused pass's worst-fit rows alone (:func:`cocluster_assign_chunk`)."""
-    x = as_float_block(block)
-    return worst_fit(nearest(x, P, "l1")[1], start, x, K)
-
-
-def random_median_chunk(block, start, K, plan, C, seed, R):
-    """An S-step round for the random initial row labels, drawn from (seed, restart, row)."""
-    x = as_float_block(block)
-    return median_round(x, random_labels(seed, R, start, x.shape[0], K), K, plan, C)
 
 
 # ---------------------------------------------------------------- empty clusters
