@@ -179,10 +179,11 @@ class BaseModel(BaseEstimator):
                                  f"min {low:g}); it factorizes non-negative data only.")
         return X
 
-    def _check_blocks(self, X, sample_size=None):
+    def _check_blocks(self, X, sample_size=None, digest=False):
         """Row blocks of X and its first-pass statistics, with the value checks that Dask
         input could not have before (NaN/inf; negatives for non-negative models), and a
-        row sample of ``sample_size`` rows (default: the model's)."""
+        row sample of ``sample_size`` rows (default: the model's); ``digest``: the
+        SHA-256 of every block too (a checkpointed fit's fingerprint of X)."""
         from .reductions import checked_blocks
 
         where = f"X passed to {self._name}"
@@ -190,7 +191,8 @@ class BaseModel(BaseEstimator):
         size = self._sample_size(X) if sample_size is None else sample_size
         blocks, stats = checked_blocks(X, where, sample_size=size,
                                        allow_nan=self._allow_nan, hint=self._nan_hint(),
-                                       on_pass=progress.passed if progress else None)
+                                       on_pass=progress.passed if progress else None,
+                                       digest=digest)
         if not np.isfinite(stats["min"]).any():     # every entry missing
             raise ValueError(f"{where} has no observed (non-NaN) value.")
         low = float(np.min(stats["min"]))
@@ -367,11 +369,12 @@ class BaseModel(BaseEstimator):
     def _fit_checked(self, X, y, ckpt, **fit_params):
         blocks = None
         try:
-            blocks, stats = self._check_blocks(X) if self._first_pass else (None, None)
+            blocks, stats = (self._check_blocks(X, digest=ckpt is not None)
+                             if self._first_pass else (None, None))
             seed = self._seed()
             if ckpt is not None:
                 ckpt.row_blocks = blocks
-                seed = ckpt.start(seed, stats)
+                seed = ckpt.start(seed, stats, y)
                 self._fit_checkpoint = ckpt
             self._fit_dtype = self._output_dtype(X)
             out = self._fit_blocks(X, blocks, stats, seed, y, **fit_params)
@@ -418,13 +421,16 @@ class BaseModel(BaseEstimator):
                 claimed = _checkpoint.claim(path, overwrite=overwrite_checkpoint,
                                             storage_options=options)
                 lock.acquire()          # the marker claim() made, if it was not there
-            ckpt = FitCheckpoint(path, model_fingerprint(self), _checkpoint.data_fingerprint(X),
-                                 saved, options)
+            ckpt = None
             try:
+                ckpt = FitCheckpoint(path, model_fingerprint(self),
+                                     _checkpoint.data_fingerprint(X), saved, options)
+                ckpt.check_early()  # model, parameters, seed, sampled rows: before any pass
                 yield ckpt
-            except BaseException as exc:
-                if claimed is not None and (isinstance(exc, ValueError) or not
-                                            _checkpoint.holds_run(path, options)):
+            except BaseException:
+                # a fresh run that saved nothing leaves nothing (bad data is found in the
+                # first pass, before any save); one that saved keeps it, to resume
+                if claimed is not None and not (ckpt is not None and ckpt.saved_once):
                     _checkpoint.release(path, claimed, options)
                 raise
             ckpt.close()

@@ -58,6 +58,7 @@ from ._stores import input_stores, is_url, refuse_overlap, remove_zarr_tree
 MARKER = ".daskrnmf-checkpoint"
 SUBDIR = "daskrnmf-checkpoint"
 _LATEST = "LATEST"
+_NOTHING = "none"      # LATEST of a claimed directory before its first commit
 _GEN = re.compile(r"gen-(\d{8})")
 _OURS = re.compile(r"gen-\d{8}|\.gen-\d{8}\.[0-9a-f]{32}\.partial|\.LATEST\.[0-9a-f]{32}")
 
@@ -89,12 +90,18 @@ def _generations(sub):
 
 
 def holds_run(path, storage_options=None):
-    """True when ``path`` holds (part of) an earlier run's checkpoint."""
+    """True when ``path`` holds an earlier run's checkpoint, or what could be one (a
+    damaged pointer); False for a claimed directory whose pointer is still empty (a
+    generation renamed but never named in it was never committed)."""
     if _is_url(path):
         return _Remote(path, storage_options).holds_run()
     _, marker, sub = _paths(path)
-    return os.path.exists(marker) and (bool(_generations(sub))
-                                       or os.path.exists(os.path.join(sub, _LATEST)))
+    if not os.path.exists(marker):
+        return False
+    try:
+        return _read_latest(sub) is not None
+    except ValueError:
+        return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +232,22 @@ def claim(path, *, overwrite=False, storage_options=None):
     if not os.path.exists(marker):
         with open(marker, "w") as fh:
             fh.write(json.dumps({"format": 2, "written_by": "daskrnmf"}) + "\n")
+    if not had_run:
+        # a pointer naming no generation: nothing committed yet.  A process killed between
+        # its first generation's rename and the pointer's write leaves a directory that is
+        # not a run (a missing or empty pointer beside generations is damage)
+        _write_pointer(sub, _NOTHING)
     return Claim(created=created, had_run=had_run)
+
+
+def _write_pointer(sub, name):
+    """``LATEST`` holding ``name``, replaced atomically."""
+    pointer = os.path.join(sub, f".{_LATEST}.{uuid.uuid4().hex}")
+    with open(pointer, "w") as fh:
+        fh.write(name)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(pointer, os.path.join(sub, _LATEST))
 
 
 def release(path, claimed, storage_options=None):
@@ -297,12 +319,7 @@ def save(path, arrays, attrs, storage_options=None, *, extra=None, keep=()):
         attrs = {**attrs, **extra(tmp)}
     _write_generation(group, arrays, attrs)
     os.rename(tmp, os.path.join(sub, name))
-    pointer = os.path.join(sub, f".{_LATEST}.{uuid.uuid4().hex}")
-    with open(pointer, "w") as fh:
-        fh.write(name)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(pointer, os.path.join(sub, _LATEST))
+    _write_pointer(sub, name)
     _remove_ours(sub, keep={name, *keep})      # only names this module writes
     return name
 
@@ -312,9 +329,14 @@ def prune(path, storage_options=None):
     from them)."""
     if _is_url(path):
         remote = _Remote(path, storage_options)
-        gens = remote._generations()
-        for entry in gens[:-1]:
-            remote._remove_generation(entry)
+        try:
+            latest = remote._do("read", remote.fs.cat_file,
+                                f"{remote.sub}/{_LATEST}")[:64].decode("ascii", "replace")
+        except FileNotFoundError:
+            return
+        for entry in remote._names(remote.sub):
+            if _GEN.fullmatch(entry) and entry != latest.strip():
+                remote._remove_generation(entry)
         return
     _, _, sub = _paths(path)
     latest = _read_latest(sub)
@@ -394,6 +416,8 @@ def _read_latest(sub):
                              ) from None
         return None
     name = raw.decode("ascii", "replace").strip()
+    if name == _NOTHING:
+        return None                 # claimed, nothing committed yet
     if not _GEN.fullmatch(name):
         raise ValueError(f"The checkpoint pointer {latest} is damaged: it holds {raw[:40]!r}, "
                          "not the name of a generation (gen-NNNNNNNN).")
@@ -411,8 +435,9 @@ def _read_generation(where, storage_options=None, finite=True):
     try:
         with warnings.catch_warnings():   # a half-deleted old generation
             warnings.simplefilter("ignore")
+            # Zarr v3 only, as written: a v2 array may name a pickle codec
             group = zarr.open_group(zarr_target(where, storage_options, read_only=True),
-                                    mode="r")
+                                    mode="r", zarr_format=3)
             attrs = dict(group.attrs)
             names = attrs.get("_arrays")
             sums = attrs.get("_sha256")

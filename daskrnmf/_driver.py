@@ -268,6 +268,12 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         if verbose:
             say("%s resumed from its checkpoint after iteration %d%s", name, start,
                 "" if active.any() else " (converged)")
+        if log.stopped_by_callback:     # the run had ended: its callback stopped it
+            return state, log
+        if active.any() and start > max_iter:
+            raise ValueError(f"{name} was checkpointed after iteration {start}, beyond "
+                             f"max_iter={max_iter}: resume with max_iter >= {start}, or fit "
+                             "with overwrite_checkpoint=True to start afresh.")
     for it in range(start + 1, max_iter + 1):
         if not active.any():
             break

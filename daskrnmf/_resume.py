@@ -182,7 +182,8 @@ def read_block(where, expected, storage_options=None):
     from .io import zarr_target
 
     try:
-        group = zarr.open_group(zarr_target(where, storage_options, read_only=True), mode="r")
+        group = zarr.open_group(zarr_target(where, storage_options, read_only=True), mode="r",
+                                zarr_format=3)      # as written: never a v2 pickle codec
         attrs = dict(group.attrs)
         skel, sums = attrs["skeleton"], attrs["_sha256"]
         arrays = {name: np.asarray(group[name][...]) for name in sums}
@@ -217,43 +218,63 @@ class FitCheckpoint:
         self.saved = saved              # (arrays, attrs) of the generation resumed, or None
         self.runs = []                  # one entry per run so far: (skeleton, arrays, blocks, info)
         self.resumed = []               # (run index, iteration) taken from the checkpoint
+        self.saved_once = False         # this fit wrote a generation
 
     # -- what was saved
-    def start(self, seed, stats):
+    def _refuse(self, what):
+        where = self.saved[1]["_file"]
+        raise ValueError(f"The checkpoint {where} is of another fit: {what}. Resume with the "
+                         "X and parameters it was made with, or fit with "
+                         "overwrite_checkpoint=True to start afresh.")
+
+    def check_early(self):
+        """Before any pass over X: the saved run is of this model, these parameters (the
+        fixed seed among them), X's shape, dtype, row chunking and sampled rows."""
+        if self.saved is None:
+            return
+        attrs = self.saved[1]
+        old = attrs.get("fingerprint", {})
+        if not isinstance(old, dict):
+            self._refuse("it holds no fingerprint")
+        if old.get("model") != self.key["model"]:
+            self._refuse(f"it is of {old.get('model')!r}, not {self.key['model']!r}")
+        params, mine = old.get("params", {}) or {}, self.key["params"]
+        differ = sorted(n for n in set(params) | set(mine) if params.get(n) != mine.get(n))
+        if differ:
+            self._refuse(", ".join(f"{n}={_short(params.get(n))} there, "
+                                   f"{_short(mine.get(n))} here" for n in differ))
+        if self.key["fixed_seed"] != bool(old.get("fixed_seed")):
+            self._refuse("random_state was " + ("an int" if old.get("fixed_seed") else
+                                                "not an int") + " there")
+        _checkpoint.check_same_data(attrs.get("data", {}), self.data, attrs["_file"])
+        if attrs.get("data", {}).get("row_chunks") != self.data["row_chunks"]:
+            self._refuse("X was chunked otherwise (the per-block state and the order of "
+                         "the sums follow X's row chunks); resume with X chunked as it was")
+
+    def start(self, seed, stats, y=None):
         """After the first pass: the fit's seed (the saved run's, when resuming a fit
         whose ``random_state`` is not an int), and the check that the saved run is of
-        this data and these parameters."""
+        this seed, of X's values (the first pass's statistics and the SHA-256 of every
+        block) and of these labels ``y``."""
         if self.saved is not None and not self.key["fixed_seed"]:
             try:
                 seed = int(self.saved[1]["seed"])
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"The checkpoint {self.saved[1]['_file']} is damaged: "
                                  "it holds no seed.") from None
-        self.key = {**self.key, "seed": str(seed)}
-        self.check(stats)
-        return seed
-
-    def check(self, stats):
-        """The saved run is of this data (and first-pass statistics) and these
-        parameters."""
-        self.key = {**self.key, "stats": stats_digest(stats)}
+        self.key = {**self.key, "seed": str(seed), "stats": stats_digest(stats),
+                    "y": labels_digest(y)}
         if self.saved is None:
-            return
-        attrs = self.saved[1]
-        where = attrs["_file"]
-        _checkpoint.check_same_data(attrs.get("data", {}), self.data, where)
-        old = dict(attrs.get("fingerprint", {}))
-        if (attrs.get("block_sha256") and
-                attrs.get("data", {}).get("row_chunks") != self.data["row_chunks"]):
-            raise ValueError(f"The checkpoint {where} was made from X chunked otherwise "
-                             "(its per-block state follows X's row chunks): resume with X "
-                             "chunked as it was, or fit without resume=True to start afresh.")
-        differ = sorted(f for f in set(old) | set(self.key) if old.get(f) != self.key.get(f))
-        if differ:
-            raise ValueError(f"The checkpoint {where} is of a different run: "
-                             + ", ".join(f"{f} {_short(old.get(f))} there, "
-                                         f"{_short(self.key.get(f))} here" for f in differ)
-                             + ". Fit without resume=True to start afresh.")
+            return seed
+        old = self.saved[1].get("fingerprint", {})
+        if old.get("seed") != self.key["seed"]:
+            self._refuse(f"its seed is {old.get('seed')}, this fit's {self.key['seed']}")
+        if old.get("stats") != self.key["stats"]:
+            self._refuse("X's values differ from those it was made from (the SHA-256 of "
+                         "its blocks, read in the first pass)")
+        if old.get("y") != self.key["y"]:
+            self._refuse("the labels y differ from those it was made with")
+        return seed
 
     def saved_run(self, index):
         """``(skeleton, info)`` of run ``index`` in the checkpoint, or None."""
@@ -287,6 +308,7 @@ class FitCheckpoint:
         keep = () if self.saved is None else (_generation_name(self.saved[1]["_file"]),)
         _checkpoint.save(self.path, arrays, attrs, self.options, extra=write_blocks,
                          keep=keep)
+        self.saved_once = True
 
     def close(self):
         """The fit ended: the generation resumed from is no longer needed."""
@@ -377,7 +399,31 @@ def stats_digest(stats):
         if name in stats:
             h.update(name.encode())
             h.update(np.ascontiguousarray(np.asarray(stats[name], dtype=np.float64)).tobytes())
+    for block in stats.get("sha256", ()):     # every value, in order
+        h.update(block.encode())
     return h.hexdigest()[:32]
+
+
+def labels_digest(y):
+    """A digest of the labels ``y`` (NumPy, or Dask: digested where its blocks are), or
+    None without labels."""
+    if y is None:
+        return None
+    if hasattr(y, "to_delayed"):
+        import dask
+
+        parts = dask.compute(*[dask.delayed(_labels_sha, pure=True)(b)
+                               for b in y.to_delayed().ravel()])
+    else:
+        parts = [_labels_sha(y)]
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:32]
+
+
+def _labels_sha(y):
+    y = np.asarray(y)
+    if y.dtype.kind in "biuf":
+        return digest(np.ascontiguousarray(y))
+    return hashlib.sha256("\x1f".join(map(repr, y.tolist())).encode()).hexdigest()
 
 
 def model_fingerprint(model):
@@ -390,19 +436,22 @@ def model_fingerprint(model):
 
 
 def param_fingerprint(model):
-    """The parameters that decide a fit's result, as JSON (arrays by digest)."""
-    out = {}
-    for name, value in sorted(model.get_params(deep=False).items()):
-        if name in UNFINGERPRINTED or name == "random_state":
-            continue
-        if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
-            arr = np.asarray(value)
-            out[name] = f"array{arr.shape}:{digest(np.ascontiguousarray(arr, dtype=np.float64))[:16]}"
-        elif value is None or isinstance(value, (bool, int, float, str)):
-            out[name] = value
-        else:
-            out[name] = repr(value)
-    return out
+    """The parameters that decide a fit's result, as JSON (arrays, also inside tuples
+    and lists, by their SHA-256)."""
+    return {name: _param_value(value)
+            for name, value in sorted(model.get_params(deep=False).items())
+            if name not in UNFINGERPRINTED and name != "random_state"}
+
+
+def _param_value(value):
+    if isinstance(value, (list, tuple)):
+        return [_param_value(v) for v in value]
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
+        arr = np.ascontiguousarray(np.asarray(value))
+        return f"array{arr.shape}:{arr.dtype}:{digest(arr)[:32]}"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
 
 
 class RunCheckpoint:
@@ -450,7 +499,8 @@ class RunCheckpoint:
             raise ValueError(f"The checkpoint {where} is damaged or of another fit: "
                              f"{exc}.") from None
         for attr, val in (value["problem"] or {}).items():
-            setattr(problem, attr, val)
+            if attr in problem.checkpoint_attributes:   # never another attribute
+                setattr(problem, attr, val)
         blocks = self.fit.row_blocks
         if blocks is not None and saved.get("n_passes") is not None:
             before = saved.get("passes_at_start") or [blocks.n_passes, blocks.n_state_passes]

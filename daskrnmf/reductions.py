@@ -21,6 +21,7 @@ import dask
 import numpy as np
 
 from ._blocks import RowBlocks, tree_reduce
+from ._stores import digest as sha256_of
 from ._validation import check_missing_count
 from .kernels import rng
 from .kernels.assign import nearest
@@ -127,7 +128,7 @@ def sample_threshold(size, n):
     return float(min(1.0, (size + 8.0 * np.sqrt(size) + 16.0) / n))
 
 
-def feature_stats(blocks, sample_size=0, missing=False):
+def feature_stats(blocks, sample_size=0, missing=False, digest=False):
     """Per-feature minimum and maximum of the finite values, their sum, the number of rows
     and the NaN/inf count (1 pass).
 
@@ -139,11 +140,17 @@ def feature_stats(blocks, sample_size=0, missing=False):
 
     ``missing`` (``missing="mask"``): NaN counted apart, ``stats["nan"]``, and each
     feature's observed count, ``stats["observed"]`` (:func:`missing_stats_chunk`).
+    ``digest``: also the SHA-256 of every block, in row order, ``stats["sha256"]``
+    (computed where the block is read; a checkpointed fit's fingerprint of X).
     """
     chunk, combine = ((missing_stats_chunk, missing_stats_combine) if missing
                       else (feature_stats_chunk, feature_stats_combine))
     size = int(min(sample_size, blocks.shape[0]))
-    stats = blocks.map_reduce(chunk, functools.partial(combine, sample_size=size),
+    combine = functools.partial(combine, sample_size=size)
+    if digest:
+        chunk = functools.partial(_digested, chunk)
+        combine = functools.partial(_digests_combined, combine)
+    stats = blocks.map_reduce(chunk, combine,
                               args=(size, sample_threshold(size, blocks.shape[0])),
                               name="feature stats" + (" (missing='mask')" if missing else "")
                               + (" + row sample" if size else ""))
@@ -153,7 +160,20 @@ def feature_stats(blocks, sample_size=0, missing=False):
     return _order_sample(stats)
 
 
-def checked_blocks(X, where, sample_size=0, allow_nan=False, hint="", on_pass=None):
+def _digested(chunk, block, start, *args):
+    out = chunk(block, start, *args)
+    out["sha256"] = [sha256_of(np.asarray(block))]
+    return out
+
+
+def _digests_combined(combine, parts):
+    out = combine(parts)
+    out["sha256"] = [h for p in parts for h in p["sha256"]]     # consecutive blocks
+    return out
+
+
+def checked_blocks(X, where, sample_size=0, allow_nan=False, hint="", on_pass=None,
+                   digest=False):
     """Row blocks of a validated X and its feature stats (with a row sample of
     ``sample_size`` rows, see :func:`feature_stats`); NaN/inf in X is a ValueError naming
     ``where`` (the first pass of every fit) — with ``allow_nan`` (``missing="mask"``) only
@@ -161,7 +181,7 @@ def checked_blocks(X, where, sample_size=0, allow_nan=False, hint="", on_pass=No
     error's message; ``on_pass`` reports every pass over X, this first one included
     (:class:`~daskrnmf._blocks.RowBlocks`)."""
     blocks = RowBlocks(X, on_pass=on_pass)
-    stats = feature_stats(blocks, sample_size, missing=allow_nan)
+    stats = feature_stats(blocks, sample_size, missing=allow_nan, digest=digest)
     n_nan = stats.get("nan", 0)
     check_missing_count(n_nan, stats["nonfinite"] - n_nan, where, allow_nan=allow_nan,
                         hint=hint)

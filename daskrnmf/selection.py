@@ -292,7 +292,8 @@ def _fit_stacked(estimator, X, k, n_seeds, seed, score=True):
             out["centres"], out["metric"], out["squared"] = F, self._metric, squared
 
     params = estimator.get_params(deep=False)
-    params.update(n_clusters=k, random_state=seed)
+    # every k is a fit of its own: no checkpoint (one directory would hold them all)
+    params.update(n_clusters=k, random_state=seed, checkpoint=None)
     model = _Stacked(**params)
     model.fit(X)
     objective = None if out["scores"] is None else out["scores"]["objective"]

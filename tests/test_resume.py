@@ -214,7 +214,8 @@ def test_refuses_other_data_parameters_chunking_and_damage(tmp_path):
     _kill(_model("NMF", checkpoint=path), _as(X, "dask"), 2, "between")
     with pytest.raises(ValueError, match="other data"):
         _model("NMF", checkpoint=path).fit(_as(X + 1.0, "dask"), resume=True)
-    with pytest.raises(ValueError, match="different run.*n_components"):
+    with pytest.raises(ValueError, match="another fit: n_components=3 there, 2 here.*"
+                                         "overwrite_checkpoint=True"):
         _model("NMF", checkpoint=path).set_params(n_components=2).fit(_as(X, "dask"),
                                                                       resume=True)
     with pytest.raises(ValueError, match="chunked otherwise"):
@@ -227,7 +228,7 @@ def test_refuses_other_data_parameters_chunking_and_damage(tmp_path):
     row = next(i for i in range(X.shape[0]) if i not in sampled)
     Y = X.copy()
     Y[row, 3] += 0.5
-    with pytest.raises(ValueError, match="different run.*stats"):
+    with pytest.raises(ValueError, match="X's values differ"):
         _model("NMF", checkpoint=path).fit(_as(Y, "dask"), resume=True)
     # a block's state changed on disk
     sub = os.path.join(path, "daskrnmf-checkpoint")
@@ -357,3 +358,172 @@ def test_rfnmtf_resumed_with_median_searches_over_several_passes(init, kind, whe
     _kill(_model("RFNMTF", checkpoint=path, **extra), X, 5 if where == "mid" else 4, where)
     resumed = _model("RFNMTF", checkpoint=path, **extra).fit(X, resume=True)
     _same(reference, resumed)
+
+
+def _stop_at(n):
+    return lambda info: info["iteration"] >= n
+
+
+class _FinalKilled(Exception):
+    pass
+
+
+def test_a_run_its_callback_stopped_stays_stopped(tmp_path, monkeypatch):
+    """Killed after its callback stopped the run (in the final pass), the resumed fit
+    does not run the stopped run on."""
+    from daskrnmf.models.nmf import _MUFit
+
+    X = _data("NMF")
+    reference = _model("NMF", max_iter=20, callback=_stop_at(3)).fit(X)
+    path = str(tmp_path / "ckpt")
+    final = _MUFit.final
+
+    def killed(self, W):
+        raise _FinalKilled
+    monkeypatch.setattr(_MUFit, "final", killed)
+    with pytest.raises(_FinalKilled):
+        _model("NMF", max_iter=20, callback=_stop_at(3), checkpoint=path).fit(X)
+    monkeypatch.setattr(_MUFit, "final", final)
+    resumed = _model("NMF", max_iter=20, checkpoint=path).fit(X, resume=True)
+    assert resumed.n_iter_ == reference.n_iter_ == 3
+    _same(reference, resumed)
+
+
+def test_a_smaller_max_iter_than_saved_is_refused(tmp_path):
+    X = _data("NMF")
+    path = str(tmp_path / "ckpt")
+    _kill(_model("NMF", checkpoint=path), X, 6, "between")
+    with pytest.raises(ValueError, match="after iteration 6, beyond max_iter=4"):
+        _model("NMF", checkpoint=path, max_iter=4).fit(X, resume=True)
+
+
+def test_a_failure_after_a_save_keeps_the_checkpoint(tmp_path):
+    """Any error after the first save (a ValueError of the user's callback, a numerical
+    error) keeps the checkpoint to resume from; bad data, found in the first pass before
+    any save, leaves nothing."""
+    X = _data("NMF")
+    path = str(tmp_path / "ckpt")
+
+    def bad(info):
+        if info["iteration"] == 3:
+            raise ValueError("the user's callback saw a bad value")
+    with pytest.raises(ValueError, match="the user's callback"):
+        _model("NMF", checkpoint=path, callback=bad).fit(X)
+    resumed = _model("NMF", checkpoint=path).fit(X, resume=True)
+    _same(_model("NMF").fit(X), resumed)
+    bad_data = X.copy()
+    bad_data[5, 2] = np.nan
+    fresh = str(tmp_path / "fresh")
+    with pytest.raises(ValueError, match="NaN"):
+        _model("NMF", checkpoint=fresh).fit(bad_data)
+    assert not os.path.exists(fresh)
+
+
+def test_killed_before_its_first_pointer_is_no_run(tmp_path):
+    """A process killed (no cleanup) between its first generation's rename and the
+    pointer naming it committed nothing: the next fit starts afresh, with or without
+    resume=True."""
+    from daskrnmf import _checkpoint
+
+    X = _data("NMF")
+    np.save(tmp_path / "X.npy", X)
+    path = str(tmp_path / "ckpt")
+    child = textwrap.dedent(f"""
+        import os, warnings, numpy as np
+        warnings.simplefilter("ignore")
+        from daskrnmf import NMF, _checkpoint
+        real = _checkpoint._write_pointer
+        def killed(sub, name):
+            if name.startswith("gen-"):
+                os._exit(9)        # SIGKILL right after the generation's rename
+            real(sub, name)
+        _checkpoint._write_pointer = killed
+        NMF(n_components=3, random_state=0, max_iter=8, tol=0.0,
+            checkpoint={path!r}).fit(np.load({str(tmp_path / "X.npy")!r}))
+    """)
+    assert subprocess.run([sys.executable, "-c", child], timeout=300).returncode == 9
+    assert any(g.startswith("gen-") for g in os.listdir(os.path.join(path,
+                                                                     "daskrnmf-checkpoint")))
+    assert not _checkpoint.holds_run(path)
+    reference = _model("NMF").fit(X)
+    _same(reference, _model("NMF", checkpoint=path).fit(X, resume=True))
+    _same(reference, _model("NMF", checkpoint=path).fit(X, overwrite_checkpoint=True))
+
+
+def test_other_chunking_and_reordered_rows_are_refused(tmp_path):
+    """RFNMF with the L2,1 loss keeps no per-block state, yet its sums follow X's
+    chunks; two rows swapped where no sampled row is: refused, not mixed."""
+    from daskrnmf._checkpoint import sample_ranges
+
+    rng = np.random.default_rng(2)
+    X = rng.integers(0, 5, size=(400, 6)).astype(float)
+    path = str(tmp_path / "ckpt")
+    params = {"loss": "l21", "n_init": 1}
+    _kill(_model("RFNMF", checkpoint=path, **params), da.from_array(X, chunks=(50, 6)), 2,
+          "between")
+    with pytest.raises(ValueError, match="chunked otherwise"):
+        _model("RFNMF", checkpoint=path, **params).fit(da.from_array(X, chunks=(40, 6)),
+                                                       resume=True)
+    sampled = set().union(*(range(a, b) for a, b in sample_ranges(X.shape[0])))
+    i, j = [r for r in range(X.shape[0]) if r not in sampled
+            and not np.array_equal(X[r], X[r + 1])][0], None
+    j = i + 1
+    Y = X.copy()
+    Y[[i, j]] = Y[[j, i]]
+    with pytest.raises(ValueError, match="X's values differ"):
+        _model("RFNMF", checkpoint=path, **params).fit(da.from_array(Y, chunks=(50, 6)),
+                                                       resume=True)
+
+
+def test_labels_and_array_parameters_are_fingerprinted(tmp_path):
+    from daskrnmf import RFNMTF
+    from daskrnmf._resume import param_fingerprint
+
+    X = _data("MNMF")
+    y = _labels("MNMF", X)
+    path = str(tmp_path / "ckpt")
+    _kill(_model("MNMF", checkpoint=path), X, 2, "between", y=y)
+    other = y.copy()
+    other[:10] = other[10:20]
+    with pytest.raises(ValueError, match="the labels y differ"):
+        _model("MNMF", checkpoint=path).fit(X, other, resume=True)
+    # arrays inside a tuple parameter: by their digest, not numpy's shortened repr
+    S = np.zeros((2, 2))
+    labels = np.zeros(2000, dtype=int)
+    other_labels = labels.copy()
+    other_labels[1000] = 1
+    a = param_fingerprint(RFNMTF(2, 2, init=(S, labels)))
+    b = param_fingerprint(RFNMTF(2, 2, init=(S, other_labels)))
+    assert a["init"] != b["init"]
+
+
+def test_choose_k_with_a_checkpointed_estimator(tmp_path):
+    from daskrnmf import RFNMF, choose_k
+
+    X = _data("RFNMF")
+    result = choose_k(RFNMF(n_init=2, max_iter=5, random_state=0,
+                            checkpoint=str(tmp_path / "ckpt")), X, ks=[2, 3], n_seeds=2)
+    assert result.k in (2, 3)
+    assert not os.path.exists(tmp_path / "ckpt")
+
+
+def test_object_store_prune_keeps_the_committed_generation():
+    """A generation complete but never named in LATEST (killed before the commit) is
+    removed by the next fit's end, never the committed one."""
+    import uuid
+
+    from daskrnmf import _checkpoint
+
+    X = _data("NMF")
+    url = f"memory://ckpt-{uuid.uuid4().hex[:8]}"
+    _kill(_model("NMF", checkpoint=url), X, 3, "between")
+    remote = _checkpoint._Remote(url, None)
+    committed = remote.fs.cat_file(f"{remote.sub}/LATEST").decode()
+    # an uncommitted newer generation (its .complete written, LATEST not yet)
+    newer = f"gen-{int(committed[4:]) + 1:08d}"
+    remote.fs.pipe_file(f"{remote.sub}/{newer}/.complete", b"")
+    resumed = _model("NMF", checkpoint=url).fit(X, resume=True)
+    _same(_model("NMF").fit(X), resumed)
+    latest = remote.fs.cat_file(f"{remote.sub}/LATEST").decode()
+    assert latest in remote._names(remote.sub)
+    assert newer not in remote._names(remote.sub) or latest == newer
