@@ -361,11 +361,11 @@ def open_array(url: PathLike, component: str | None = None, *,
         node = _open_node(url, component, storage_options)
     except (PermissionError, ImportError, ConnectionError):
         raise
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError):
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError) as exc:
+        why = exc
         if is_url(url):
-            missing = _missing_bucket(url, storage_options)
-            exc = missing or "nothing there"
-        raise ValueError(f"No Zarr array at {where} ({exc}). Pass the path of a Zarr array, or a "
+            why = _missing_bucket(url, storage_options) or "nothing there"
+        raise ValueError(f"No Zarr array at {where} ({why}). Pass the path of a Zarr array, or a "
                          "store plus component=... for an array inside a group.") from None
     except Exception as exc:  # zarr raises assorted errors for paths that are not Zarr
         raise ValueError(f"{where} is not a readable Zarr array ({type(exc).__name__}: {exc}).") from None
