@@ -187,18 +187,23 @@ def feature_max(parts):
 
 
 def auto_alpha(feature_max):
-    """``alpha_R="auto"``: ``AUTO_ALPHA`` times the data's scale, the median over the
-    features of their maximum (features never above 0 left out: zero columns of sparse
-    data are no scale), from ``feature_max`` (n_features,) (NaN: a feature with no
-    observed value).
+    """``alpha_R="auto"``: ``AUTO_ALPHA`` times the data's scale, the upper quartile over
+    the features of their maximum (features never above 0 left out: zero columns of
+    sparse data are no scale), from ``feature_max`` (n_features,) (NaN: a feature with
+    no observed value).
 
-    Proportional to X (``X * c`` gives ``alpha * c``, and the objective (5) then the
-    same W and ``H * c``, ``R * c``), and robust: entries as large as they come in fewer
-    than half of the features leave it unchanged.  Data with no positive value: 1.0
-    (every alpha_R gives R = 0 there)."""
+    Proportional to X: ``X * c`` gives ``alpha * c``, and then the same fit scaled (R and
+    ``H W`` by c; W and H each by ``sqrt(c)``, as W's start is).  Where X has gross
+    values, they set it (residuals above 3 % of their size are outliers); a value of
+    any size in fewer than a quarter of the features leaves it unchanged.  The upper
+    quartile rather than the median: in a small first batch of ONMFO many features hold
+    no gross value, and the median then falls to the clean data's maximum (on 2000 x 32
+    blobs, 8 first batches of 5 seeds: 10th percentile 1.8 with the median, 2.5 with
+    the quartile, against 2.9 from all of X).  Data with no positive value: 1.0 (every
+    alpha_R gives R = 0 there)."""
     m = np.asarray(feature_max, dtype=np.float64)
     m = m[np.isfinite(m) & (m > 0)]
-    return AUTO_ALPHA * float(np.median(m)) if m.size else 1.0
+    return AUTO_ALPHA * float(np.quantile(m, 0.75)) if m.size else 1.0
 
 
 def update_W(W, A, B, C, solver, n_iter, tol, Bm=None):

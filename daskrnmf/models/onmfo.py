@@ -61,15 +61,18 @@ class ONMFO(_OutlierFactorization):
         Weight of the L1 penalty on the outlier matrix R (the paper's lambda; it uses 1
         for pixels scaled to [0, 50]): a residual ``x - h W`` above it is called an
         outlier (r takes the excess).  Larger values find fewer outliers.  ``"auto"``:
-        0.03 times the data's scale, the median over the features of their maximum in
-        the stream's first batch (read anyway for W's start; :meth:`partial_fit`: the
-        first call's X; features never above 0 left out), stored as ``alpha_R_``.  It
-        grows with X, so the fit does not depend on X's units (``X * c`` gives
-        ``alpha_R_ * c`` and the same fit, scaled), and a few gross values leave it
-        unchanged.  On the paper's faces it is 1.5, which reconstructs as well as 1 or
-        better (``benchmarks/results/onmfo.md``); on clustered data with 1.25 % gross
-        entries it flags about that fraction.  Data without gross values have a smaller
-        maximum, and a larger share of their entries is then called outliers: set a
+        0.03 times the data's scale, the upper quartile over the features of their
+        maximum in the stream's first batch (read anyway for W's start;
+        :meth:`partial_fit`: the first call's X; features never above 0 left out),
+        stored as ``alpha_R_`` (:func:`daskrnmf.models._outliers.auto_alpha`).  It is
+        proportional to X, so the fit does not depend on X's units (``X * c`` gives
+        ``alpha_R_ * c`` and the same fit, scaled).  Where X has gross values their
+        size sets it: a residual above 3 % of it is an outlier.  On the paper's faces
+        it is 1.5, which reconstructs better than 1 at 10 % outliers and as well at
+        30 %; on clustered data with 1.25 % gross entries it flags about 1-2 times that
+        fraction (``benchmarks/results/onmfo.md``; more when the first batch is small
+        and holds few of them).  On data without gross values the maximum is the clean
+        data's, and more entries (small residuals) are then called outliers: give a
         float for a known noise level.  A float is used as it is.
     solver : {"cd", "mu"}, default="cd"
         ``"cd"``: per sample, the exact r = max(0, x - h W - alpha_R) alternated with the

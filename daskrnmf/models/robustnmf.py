@@ -157,16 +157,18 @@ class RobustNMF(_OutlierFactorization):
     alpha_R : float > 0 or "auto", default="auto"
         Weight of the L1 penalty on the outlier matrix R (the paper's lambda): a
         residual ``x - h W`` above it is called an outlier (R takes the excess).
-        ``"auto"``: 0.03 times the data's scale, the median over the features of their
-        maximum in X (from the first pass, which checks X; features never above 0 left
-        out), stored as ``alpha_R_``.  It grows with X, so the fit does not depend on
-        X's units (``X * c`` gives ``alpha_R_ * c`` and the same fit, scaled), and a few
-        gross values leave it unchanged.  On the paper's faces (pixels up to 50) it is
-        1.5, where the paper takes 1 and 1.5 reconstructs as well or better
-        (``benchmarks/results/onmfo.md``); on clustered data with 1.25 % gross entries
-        it flags about that fraction.  Data without gross values have a smaller
-        maximum, and a larger share of their entries is then called outliers: set a
-        float for a known noise level.  A float is used as it is.
+        ``"auto"``: 0.03 times the data's scale, the upper quartile over the features
+        of their maximum in X (from the first pass, which checks X; features never
+        above 0 left out; :func:`daskrnmf.models._outliers.auto_alpha`), stored as
+        ``alpha_R_``.  It is proportional to X, so the fit does not depend on X's units
+        (``X * c`` gives ``alpha_R_ * c`` and the same fit, scaled).  Where X has gross
+        values their size sets it: a residual above 3 % of it is an outlier.  On the
+        paper's faces (pixels up to 50) it is 1.5, which reconstructs better than the
+        paper's 1 at 10 % outliers and as well at 30 %; on clustered data with 1.25 %
+        gross entries it flags about 1.1-1.5 times that fraction
+        (``benchmarks/results/onmfo.md``).  On data without gross values the maximum
+        is the clean data's, and more entries (small residuals) are then called
+        outliers: give a float for a known noise level.  A float is used as it is.
     solver : {"cd", "mu"}, default="cd"
         Block coordinate descent (exact R, HALS sweeps over H and W) or the paper's
         multiplicative updates (6)-(8) literally; both minimise (5).  Also the solver of
