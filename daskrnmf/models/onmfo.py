@@ -68,12 +68,13 @@ class ONMFO(_OutlierFactorization):
         proportional to X, so the fit does not depend on X's units (``X * c`` gives
         ``alpha_R_ * c`` and the same fit, scaled).  Where X has gross values their
         size sets it: a residual above 3 % of it is an outlier.  On the paper's faces
-        it is 1.5, which reconstructs better than 1 at 10 % outliers and as well at
-        30 %; on clustered data with 1.25 % gross entries it flags about 1-2 times that
-        fraction (``benchmarks/results/onmfo.md``; more when the first batch is small
-        and holds few of them).  On data without gross values the maximum is the clean
-        data's, and more entries (small residuals) are then called outliers: give a
-        float for a known noise level.  A float is used as it is.
+        it is 1.5, which reconstructs better than 1 at 10 % outliers and within 3 % of
+        it at 30 %; on clustered data with 1.25 % gross entries it flags 1.7 times that
+        fraction, where alpha_R = 1 flagged 19 times (``benchmarks/results/onmfo.md``;
+        more when the first batch is small and holds few of them).  On data without
+        gross values the maximum is the clean data's, and more entries (small
+        residuals) are then called outliers: give a float for a known noise level.  A
+        float is used as it is.
     solver : {"cd", "mu"}, default="cd"
         ``"cd"``: per sample, the exact r = max(0, x - h W - alpha_R) alternated with the
         exact non-negative least-squares h (active set, warm-started), each sample
