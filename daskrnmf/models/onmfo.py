@@ -64,8 +64,7 @@ class ONMFO(_OutlierFactorization):
         0.03 times the data's scale, the upper quartile over the features of their
         maximum in the stream's first batch (read anyway for W's start;
         :meth:`partial_fit`: the first call's X; features never above 0 left out),
-        stored as ``alpha_R_`` (:func:`daskrnmf.models._outliers.auto_alpha`).  It is
-        proportional to X, so the fit does not depend on X's units (``X * c`` gives
+        stored as ``alpha_R_``.  It is proportional to X, so the fit does not depend on X's units (``X * c`` gives
         ``alpha_R_ * c`` and the same fit, scaled).  Where X has gross values their
         size sets it: a residual above 3 % of it is an outlier.  On the paper's faces
         it is 1.5, which reconstructs better than 1 at 10 % outliers and within 3 % of
