@@ -88,8 +88,8 @@ FITTED = {
     "SemiNMF": _FACTORS,
     "MNMF": _FACTORS + ("classes_", "pairs_", "coef_", "intercept_", "inner_passes_",
                         "inner_gaps_"),
-    "ONMFO": _FACTORS + ("n_inner_iter_", "n_steps_", "n_samples_seen_"),
-    "RobustNMF": _FACTORS,
+    "ONMFO": _FACTORS + ("n_inner_iter_", "n_steps_", "n_samples_seen_", "alpha_R_"),
+    "RobustNMF": _FACTORS + ("alpha_R_",),
 }
 _MODELS = "daskrnmf.models."        # where the registered models' classes are defined
 # Shapes of fitted arrays, per axis the name of the attribute (else parameter) that sets

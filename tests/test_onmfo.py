@@ -378,7 +378,7 @@ def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path):
     # a finished checkpoint resumes to itself; a different run is refused by name
     again = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     np.testing.assert_array_equal(again.components_, full.components_)
-    with pytest.raises(ValueError, match=r"different run: alpha_R 1.0 there, 2.0 here"):
+    with pytest.raises(ValueError, match=r"different run: alpha_R 'auto' there, 2.0 here"):
         ONMFO(**{**kw, "alpha_R": 2.0}, checkpoint=ckpt).fit(X, resume=True)
     with pytest.raises(ValueError, match="needs the 'checkpoint' parameter"):
         ONMFO(**kw).fit(X, resume=True)
@@ -463,7 +463,8 @@ def test_bad_input_is_refused_and_changes_nothing(data, tmp_path):
     with pytest.raises(ValueError, match="NaN or infinite"):
         ONMFO(4).fit(da.from_array(Xn, chunks=(50, -1)))
     with pytest.raises(ValueError, match=r"The 'alpha_R' parameter of ONMFO must be a float in "
-                                         r"the range \(0, inf\)\. Got -1 instead\."):
+                                         r"the range \(0, inf\) or a str among \{'auto'\}\. "
+                                         r"Got -1 instead\."):
         ONMFO(4, alpha_R=-1).fit(data[0])
     with pytest.raises(ValueError, match="The 'max_iter' parameter of ONMFO"):
         ONMFO(4, max_iter=0, tol=0).fit(data[0])
@@ -642,7 +643,7 @@ def test_robust_nmf_with_more_components_than_features_gives_finite_codes(wide_k
     assert np.isfinite(H).all() and np.isfinite(R).all()
     assert np.isfinite(est.components_).all()
     # the codes are a minimum of (3) per sample: no worse than the fit's own objective
-    assert _objective_3(wide_k, H, est.components_, R, 1.0).sum() <= (
+    assert _objective_3(wide_k, H, est.components_, R, est.alpha_R_).sum() <= (
         est.objective_ * (1 + 1e-6))
 
 
@@ -651,3 +652,108 @@ def test_onmfo_with_far_more_components_than_features_fits(wide_k):
     est = ONMFO(90, max_iter=1, random_state=0).fit(wide_k)
     assert np.isfinite(est.components_).all()
     assert np.isfinite(est.transform(wide_k)).all()
+
+
+# ---------------------------------------------------------------- alpha_R="auto"
+def _fits(model, X):
+    model.fit(X)
+    H, R = model.decompose(X)
+    return model, H, R
+
+
+@pytest.mark.parametrize("cls", [ONMFO, RobustNMF])
+def test_auto_alpha_makes_the_fit_independent_of_the_units_of_X(cls, data):
+    """X * c gives alpha_R_ * c and the same fit scaled: R and H W by c, W and H each by
+    sqrt(c) (W's start is sqrt(mean / k)); an absolute alpha_R (the old default 1.0)
+    gave another fit."""
+    X, c = data[0], 3.7
+    m1, H1, R1 = _fits(cls(4, random_state=0), X)
+    m2, H2, R2 = _fits(cls(4, random_state=0), X * c)
+    s = np.sqrt(c)
+    np.testing.assert_allclose(R2, R1 * c, rtol=1e-7, atol=1e-9 * R2.max())
+    np.testing.assert_allclose(m2.components_, m1.components_ * s, rtol=1e-7,
+                               atol=1e-9 * m2.components_.max())
+    np.testing.assert_allclose(H2, H1 * s, rtol=1e-7, atol=1e-9 * H2.max())
+    assert (R1 > 0).sum() == (R2 > 0).sum() > 0
+    assert m1.alpha_R_ > 0 and m2.alpha_R_ == pytest.approx(m1.alpha_R_ * c, rel=1e-12)
+
+
+def test_auto_alpha_in_partial_fit_comes_from_the_first_call_and_is_kept(data, tmp_path):
+    from daskrnmf import load
+    from daskrnmf.models._outliers import auto_alpha
+
+    X, c = data[0], 0.3
+    fits = []
+    for scale in (1.0, c):
+        m = ONMFO(4, random_state=0)
+        m.partial_fit(X[:100] * scale)
+        first = m.alpha_R_
+        assert first == auto_alpha(X[:100].max(axis=0) * scale)
+        m.partial_fit(X[100:200] * scale * 10)      # larger values: alpha_R_ kept
+        assert m.alpha_R_ == first
+        fits.append(m)
+    np.testing.assert_allclose(fits[1].components_, fits[0].components_ * np.sqrt(c),
+                               rtol=1e-7, atol=1e-9)
+    # saved with the model: a loaded model continues with it
+    loaded = load(fits[0].save(tmp_path / "m"))
+    assert loaded.alpha_R_ == fits[0].alpha_R_
+    loaded.partial_fit(X[200:])
+    fits[0].partial_fit(X[200:])
+    np.testing.assert_array_equal(loaded.components_, fits[0].components_)
+
+
+@pytest.fixture(scope="module")
+def blobs(tmp_path_factory):
+    """The package's blob data: 5 % of the rows with a quarter of their entries replaced
+    by U[0, 100] values, 1.25 % of the entries (4000 x 16, 8 components < 10 clusters)."""
+    import zarr
+
+    from daskrnmf.datasets import make_zarr_blobs
+
+    path = make_zarr_blobs(tmp_path_factory.mktemp("blobs") / "b.zarr", n_samples=4000,
+                           n_features=16, chunk_rows=1000)
+    X = zarr.open_array(path + "/X", mode="r")[:]
+    rows = zarr.open_array(path + "/outlier", mode="r")[:]
+    return X, rows.mean() * 4 / 16      # 4 entries of each outlier row
+
+
+@pytest.mark.parametrize("cls", [ONMFO, RobustNMF])
+def test_auto_alpha_flags_about_the_corrupted_fraction_of_blobs(cls, blobs):
+    X, corrupted = blobs
+    model = cls(random_state=0).fit(X)
+    flagged = float((model.decompose(X)[1] > 0).mean())
+    # alpha_R = 1 flagged 23 % of the entries here
+    assert corrupted / 2 < flagged < 2 * corrupted, (flagged, corrupted,
+                                                          getattr(model, "alpha_R_", None))
+
+
+@pytest.mark.parametrize("cls", [ONMFO, RobustNMF])
+def test_explicit_alpha_is_used_as_given(cls, data):
+    X = data[0]
+    kw = dict(n_components=4, alpha_R=0.8, random_state=0)
+    model = cls(**kw).fit(X)
+    assert model.alpha_R_ == 0.8
+    assert cls(**kw).fit(X * 5).alpha_R_ == 0.8             # not scaled with X
+    H, R = model.decompose(X)
+    # transform/decompose use the fitted value, not a parameter set after the fit
+    model.set_params(alpha_R="auto")
+    H2, R2 = model.decompose(X)
+    np.testing.assert_array_equal(H, H2)
+    np.testing.assert_array_equal(R, R2)
+    with pytest.raises(ValueError, match=r"The 'alpha_R' parameter of \w+ must be a float "
+                       r"in the range \(0, inf\) or a str among \{'auto'\}. Got 'big' "
+                       r"instead."):
+        cls(alpha_R="big").fit(X)
+
+
+def test_a_resumed_auto_alpha_run_keeps_the_checkpoint_s_value(data, tmp_path):
+    X = da.from_array(data[0], chunks=(20, -1))
+    kw = dict(n_components=4, max_iter=2, tol=0, max_inner_iter=30, random_state=7)
+    full = ONMFO(**kw).fit(X)
+    ckpt = tmp_path / "ckpt"
+    ONMFO(**kw, checkpoint=ckpt, callback=lambda info: info["iteration"] == 7).fit(X)
+    _, attrs = _checkpoint.load(ckpt)
+    assert attrs["alpha_R_"] == full.alpha_R_
+    resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
+    assert resumed.alpha_R_ == full.alpha_R_
+    np.testing.assert_array_equal(resumed.components_, full.components_)

@@ -164,6 +164,50 @@ def codes_block(block, W, spec, what):
     return out
 
 
+# ---------------------------------------------------------------- alpha_R="auto"
+#: ``alpha_R="auto"``: this fraction of the data's scale (:func:`auto_alpha`).  The paper's
+#: alpha_R = 1 is for faces whose pixels reach 50 (``0.02 x``); on its corrupted faces
+#: (``benchmarks/results/onmfo.md``) 1.5 reconstructs better than 1 at 10 % outliers (E_avg
+#: -11 to -12 %) and within 3 % of it at 30 % (RobustNMF: as well; 2 is 4-10 % worse
+#: there; 2 seeds), and on the blob data with 1.25 % gross entries (20 000 x 64, 8
+#: components) it flags 1.9-2.0 % of the entries where alpha_R = 1 flagged 22-23 %.
+AUTO_ALPHA = 0.03
+
+
+def piece_feature_max(block, start=0):
+    """Per-feature maximum of one piece's observed entries (NaN where a feature has none;
+    NaN entries are missing values), as float64 (run where the piece lives)."""
+    x = np.asarray(block)
+    if x.shape[0] == 0:
+        return np.full(x.shape[1], np.nan)
+    return np.fmax.reduce(x, axis=0).astype(np.float64)
+
+
+def feature_max(parts):
+    """The per-feature maxima of pieces (:func:`piece_feature_max`) merged."""
+    return np.fmax.reduce([np.asarray(p, dtype=np.float64) for p in parts])
+
+
+def auto_alpha(feature_max):
+    """``alpha_R="auto"``: ``AUTO_ALPHA`` times the data's scale, the upper quartile over
+    the features of their maximum (features never above 0 left out: zero columns of
+    sparse data are no scale), from ``feature_max`` (n_features,) (NaN: a feature with
+    no observed value).
+
+    Proportional to X: ``X * c`` gives ``alpha * c``, and then the same fit scaled (R and
+    ``H W`` by c; W and H each by ``sqrt(c)``, as W's start is).  Where X has gross
+    values, they set it (residuals above 3 % of their size are outliers); a value of
+    any size in fewer than a quarter of the features leaves it unchanged.  The upper
+    quartile rather than the median: in a small first batch of ONMFO many features hold
+    no gross value, and the median then falls to the clean data's maximum (on 2000 x 32
+    blobs, 8 first batches of 5 seeds: 10th percentile 1.8 with the median, 2.5 with
+    the quartile, against 2.9 from all of X).  Data with no positive value: 1.0 (every
+    alpha_R gives R = 0 there)."""
+    m = np.asarray(feature_max, dtype=np.float64)
+    m = m[np.isfinite(m) & (m > 0)]
+    return AUTO_ALPHA * float(np.quantile(m, 0.75)) if m.size else 1.0
+
+
 def update_W(W, A, B, C, solver, n_iter, tol, Bm=None):
     """W's update from the statistics: HALS sweeps (``"cd"``) or rounds of (18) (``Bm``:
     the per-feature Gram matrices of rows with missing values, or None)."""

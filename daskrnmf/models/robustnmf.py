@@ -21,9 +21,9 @@ import numpy as np
 from .. import _validation as v
 from .._base import BaseModel, FactorizationMixin
 from ..kernels.outliers import update_components, update_components_cd
-from ._outliers import (W_SWEEPS, SolveSpec, add_statistics, batch_chunk, batch_chunk_cd,
-                        batch_init_chunk, batch_init_chunk_cd, codes_block, count,
-                        initial_components)
+from ._outliers import (W_SWEEPS, SolveSpec, add_statistics, auto_alpha,
+                        batch_chunk, batch_chunk_cd, batch_init_chunk, batch_init_chunk_cd,
+                        codes_block, count, initial_components)
 
 
 class _OutlierFactorization(FactorizationMixin, BaseModel):
@@ -35,7 +35,7 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
     _parameter_constraints = {
         **BaseModel._parameter_constraints,
         "n_components": [v.Interval(int, 1, None)],
-        "alpha_R": [v.Interval(float, 0, None, closed="neither")],
+        "alpha_R": [v.Interval(float, 0, None, closed="neither"), v.Options(("auto",))],
         "solver": [v.Options(("cd", "mu"))],
         "max_inner_iter": [v.Interval(int, 1, None)],
         "inner_tol": [v.Interval(float, 0, None)],
@@ -109,8 +109,19 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
         H, R = self.decompose(X)
         return {"H": H, "R": R}
 
+    def _fit_alpha(self, feature_max):
+        """The fit's alpha_R: the parameter, or for ``"auto"`` :func:`~daskrnmf.models.
+        _outliers.auto_alpha` of ``feature_max()`` (the features' maxima; only called
+        then)."""
+        if isinstance(self.alpha_R, str):
+            return auto_alpha(feature_max())
+        return float(self.alpha_R)
+
     def _spec(self):
-        return SolveSpec(alpha_R=float(self.alpha_R), n_iter=int(self.max_inner_iter),
+        # the fitted alpha_R_ (a model saved before it existed: the parameter)
+        alpha = getattr(self, "alpha_R_", None)
+        alpha = float(self.alpha_R) if alpha is None else float(alpha)
+        return SolveSpec(alpha_R=alpha, n_iter=int(self.max_inner_iter),
                          where=self._name, solver=self.solver, tol=float(self.inner_tol),
                          missing=self._allow_nan)
 
@@ -143,8 +154,21 @@ class RobustNMF(_OutlierFactorization):
     ----------
     n_components : int, default=8
         Number of components k.
-    alpha_R : float > 0, default=1.0
-        Weight of the L1 penalty on the outlier matrix R (the paper's lambda).
+    alpha_R : float > 0 or "auto", default="auto"
+        Weight of the L1 penalty on the outlier matrix R (the paper's lambda): a
+        residual ``x - h W`` above it is called an outlier (R takes the excess).
+        ``"auto"``: 0.03 times the data's scale, the upper quartile over the features
+        of their maximum in X (from the first pass, which checks X; features never
+        above 0 left out), stored as ``alpha_R_``.  It is proportional to X, so the
+        fit does not depend on X's units (``X * c`` gives ``alpha_R_ * c`` and the same
+        fit, scaled).  Where X has gross values their size sets it: a residual above
+        3 % of it is an outlier.  On the paper's faces (pixels up to 50) it is 1.5,
+        which reconstructs better than the paper's 1 at 10 % outliers and as well at
+        30 %; on clustered data with 1.25 % gross entries it flags 1.6 times that
+        fraction, where alpha_R = 1 flagged 18 times (``benchmarks/results/onmfo.md``).
+        On data without gross values the maximum is the clean data's, and more entries
+        (small residuals) are then called outliers: give a float for a known noise
+        level.  A float is used as it is.
     solver : {"cd", "mu"}, default="cd"
         Block coordinate descent (exact R, HALS sweeps over H and W) or the paper's
         multiplicative updates (6)-(8) literally; both minimise (5).  Also the solver of
@@ -188,6 +212,9 @@ class RobustNMF(_OutlierFactorization):
     ----------
     components_ : ndarray of shape (n_components, n_features)
         W, in X's float dtype.
+    alpha_R_ : float
+        The alpha_R of the fit (``"auto"``: the value computed from X), also used by
+        :meth:`transform` and :meth:`decompose`.
     objective_ : float
         Objective (5) at the final W and the fit's H, R.
     objective_history_ : ndarray of shape (n_iter_,)
@@ -230,7 +257,7 @@ class RobustNMF(_OutlierFactorization):
         "checkpoint": [v.Location()],
     }
 
-    def __init__(self, n_components=8, *, alpha_R=1.0, solver="cd", max_iter=300, tol=1e-4,
+    def __init__(self, n_components=8, *, alpha_R="auto", solver="cd", max_iter=300, tol=1e-4,
                  max_inner_iter=100, inner_tol=1e-3, missing="raise", checkpoint=None,
                  random_state=None, verbose=0, callback=None, **renamed):
         self.n_components = n_components
@@ -269,7 +296,7 @@ class RobustNMF(_OutlierFactorization):
 
     def _fit_blocks(self, X, blocks, stats, seed, y):
         n, d = X.shape
-        alpha_R = float(self.alpha_R)
+        alpha_R = self.alpha_R_ = self._fit_alpha(lambda: stats["max"])
         missing = self._allow_nan
         mean = stats["sum"] / max(1, n * d - stats.get("nan", 0))    # of the observed entries
         W = initial_components(seed, self.n_components, d, mean)
