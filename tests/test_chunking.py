@@ -12,10 +12,7 @@ from daskrnmf import REGISTRY
 
 # the model's size only (n_clusters, n_components, ...): everything else at its default
 SIZE = {"RFNMF": dict(n_clusters=2), "RFNMTF": dict(n_row_clusters=2, n_column_clusters=2)}
-KNOWN = {
-    "ONMFO": pytest.mark.xfail(strict=True, reason="issue #38: ONMFO's default batches "
-                                                   "follow X's chunks, so its W depends on them"),
-}
+KNOWN = {}
 
 
 def _size(name):

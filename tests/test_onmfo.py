@@ -16,12 +16,12 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.exceptions import ConvergenceWarning
 
 from daskrnmf import ONMFO, RobustNMF
-from daskrnmf import _checkpoint
+from daskrnmf import _checkpoint, _stream
 from daskrnmf.datasets import corrupt_images
 from daskrnmf.kernels.outliers import (block_statistics, initial_codes, solve_codes,
                                        solve_codes_cd, update_components,
                                        update_components_cd)
-from daskrnmf._stream import Feed, batch_order, batch_rows, make_batches
+from daskrnmf._stream import Feed, batch_order, batch_rows, make_batches, unit_bounds
 from daskrnmf.models._outliers import initial_components as _initial_components
 from daskrnmf.models._outliers import SolveSpec, add_statistics, solve_batch_piece
 
@@ -253,26 +253,52 @@ def test_fixed_batch_size_does_not_depend_on_chunking(data, chunks):
     np.testing.assert_allclose(got.objective_history_, ref.objective_history_, rtol=1e-10)
 
 
-def test_batches_and_pieces():
+def test_default_batches_do_not_depend_on_the_chunking(data, monkeypatch):
+    from distributed import Client, LocalCluster
+
+    # three row groups of 100 rows, read whole whatever the chunks (one of 64 rows spans
+    # two groups); their batches' rows drawn from the seed alone
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 40 * 100)
+    X = data[0]
+    kw = dict(n_components=4, max_iter=3, tol=0, max_inner_iter=30, random_state=1)
+    ref = ONMFO(**kw).fit(X)
+    assert ref.n_steps_ == 3 * 9
+    fits = [ONMFO(**kw).fit(da.from_array(X, chunks=(rows, -1))) for rows in (7, 64)]
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster):
+        fits.append(ONMFO(**kw).fit(da.from_array(X, chunks=(64, -1))))
+    for got in fits:
+        np.testing.assert_array_equal(got.components_, ref.components_)
+        np.testing.assert_array_equal(got.objective_history_, ref.objective_history_)
+
+
+def test_batches_and_pieces(monkeypatch):
     X = da.zeros((100, 3), chunks=((30, 30, 40), (3,)))
-    # default: about n/8 = 13 rows; chunks larger than that cut into sub-batches (one unit)
+    # default: n/8 = 13 rows, one row group (whatever the chunks), each batch one piece
     batches, pieces, units = make_batches(X, None)
-    assert batches == [(0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, 70),
-                       (70, 80), (80, 90), (90, 100)]
-    assert units == [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
-    # small chunks grouped up to the target
-    Xs = da.zeros((800, 3), chunks=(25, 3))
-    batches, pieces, units = make_batches(Xs, None)
-    assert batches == [(s, s + 100) for s in range(0, 800, 100)] and units == [[b] for b in range(8)]
-    assert pieces[0] == [(0, 25), (25, 50), (50, 75), (75, 100)]
-    # a batch_size the user sets is taken exactly, whatever the chunks
+    assert batches == [(s * 100 // 8, (s + 1) * 100 // 8) for s in range(8)]
+    assert units == [list(range(8))] and pieces == [[b] for b in batches]
+    assert make_batches(da.zeros((100, 3), chunks=(7, 3)), None) == (batches, pieces, units)
+    assert make_batches(np.zeros((100, 3)), None) == (batches, pieces, units)
+    assert unit_bounds(batches, units) == [0, 100]
+    # a large X: batches of BATCH_ROWS rows in row groups of at most UNIT_BYTES (as float64)
+    big = np.broadcast_to(np.zeros(1), (10**6, 4096))      # no memory: only its shape is read
+    batches, pieces, units = make_batches(big, None)
+    group = _stream.UNIT_BYTES // (8 * 4096)
+    assert _stream.BATCH_ROWS // 2 < min(b - a for a, b in batches)
+    assert max(b - a for a, b in batches) <= _stream.BATCH_ROWS
+    edges = unit_bounds(batches, units)
+    assert edges[0] == 0 and edges[-1] == 10**6 and max(np.diff(edges)) <= group
+    assert [b for u in units for b in u] == list(range(len(batches)))
+    # row groups smaller than X: the same batches for every chunking
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 3 * 40)      # 40 rows a group
+    batches, pieces, units = make_batches(X, None)
+    assert unit_bounds(batches, units) == [0, 33, 66, 100]
+    assert batches[:3] == [(0, 11), (11, 22), (22, 33)] and units[0] == [0, 1, 2]
+    # a batch_size the user sets is taken exactly, cut at the chunks
     batches, pieces, units = make_batches(X, 45)
     assert batches == [(0, 45), (45, 90), (90, 100)] and units == [[0], [1], [2]]
     assert pieces[0] == [(0, 30), (30, 45)] and pieces[1] == [(45, 60), (60, 90)]
-    # NumPy: n/8 rows, at most MAX_BATCH_BYTES
-    assert make_batches(np.zeros((2500, 3)), None)[0][:2] == [(0, 312), (312, 625)]
-    big = np.broadcast_to(np.zeros(1), (10**6, 4096))      # no memory: only its shape is read
-    assert 16000 < max(b - a for a, b in make_batches(big, None)[0]) <= 16384
 
 
 def test_sub_batches_cover_their_unit_once_per_pass_in_random_rows():
@@ -386,19 +412,22 @@ def test_online_is_close_to_batch_on_corrupted_faces():
 
 
 # ---------------------------------------------------------------- checkpoints
-def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path):
+def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path, monkeypatch):
+    # three row groups of 100 rows (each read whole from five chunks), three batches each
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 40 * 100)
     X = da.from_array(data[0], chunks=(20, -1))
     kw = dict(n_components=4, max_iter=2, tol=0, max_inner_iter=30, random_state=7)
     full = ONMFO(**kw).fit(X)
     ckpt = tmp_path / "ckpt"
     ONMFO(**kw, checkpoint=ckpt, checkpoint_every=3,
-          callback=lambda info: info["iteration"] == 19).fit(X)   # stops mid-pass 2
+          callback=lambda info: info["iteration"] == 13).fit(X)   # stops mid-pass 2
     arrays, attrs = _checkpoint.load(ckpt)
-    assert (attrs["pass"], attrs["position"], attrs["n_steps"]) == (1, 4, 19)
+    assert (attrs["pass"], attrs["position"], attrs["n_steps"]) == (1, 4, 13)
+    assert set(attrs["chunk_sha256"]) == {"0:100", "100:200", "200:300"}
     resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     np.testing.assert_array_equal(resumed.components_, full.components_)
     np.testing.assert_array_equal(resumed.objective_history_, full.objective_history_)
-    assert resumed.n_steps_ == full.n_steps_ == 30
+    assert resumed.n_steps_ == full.n_steps_ == 18
     # a finished checkpoint resumes to itself; a different run is refused by name
     again = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     np.testing.assert_array_equal(again.components_, full.components_)

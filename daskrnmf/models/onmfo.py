@@ -12,8 +12,8 @@ large as X: held, and spilled to disk, by the workers, never gathered).  Step: e
 takes one round of (7)-(8) and returns ``H^T X``, ``H^T H``, ``H^T R`` and its objective;
 W takes one step of (6) from their tree-reduced sums.
 
-**ONMFO** (Algorithm 1) streams X in batches (X's row chunks by default) in a seeded
-shuffled order, ``n_passes`` times.  State: W and the statistics A = sum h^T x,
+**ONMFO** (Algorithm 1) streams X in batches (by default random rows of row groups,
+:mod:`daskrnmf._stream`) in a seeded shuffled order, ``n_passes`` times.  State: W and the statistics A = sum h^T x,
 B = sum h^T h, C = sum h^T r (eq. 12-14; k x d, k x k, k x d) and the position in the
 stream; nothing of size n_samples.  Step (one batch): on the worker that holds it, the
 codes and outliers of all its samples are found with W fixed (``max_inner_iter`` rounds of
@@ -36,7 +36,8 @@ from .. import _checkpoint
 from .. import _validation as v
 from .._base import BaseModel, FactorizationMixin
 from .._driver import say
-from .._stream import Feed, batch_order, batch_rows, make_batches, upcoming
+from .._stream import (Feed, batch_order, batch_rows, make_batches, read_ahead,
+                       unit_bounds, upcoming)
 from ..kernels.outliers import update_components, update_components_cd
 from ._outliers import (W_SWEEPS, SolveSpec, add_statistics, batch_chunk, batch_chunk_cd,
                         batch_init_chunk, batch_init_chunk_cd, codes_block, count,
@@ -173,13 +174,16 @@ class ONMFO(_OutlierFactorization):
         reconstructs within 1.1x of the converged batch model in half the passes of 1e-3
         (which gets within 1.05x; ``benchmarks/results/onmfo.md``).
     batch_size : int or None, default=None
-        Samples per batch (one W update per batch).  None adapts the batches to X
-        (:mod:`daskrnmf._stream`): about ``n_samples / 8`` rows, at most 512 MiB (as
-        float64), made of whole chunks of a Dask/Zarr X (a chunk larger than that is cut
-        into sub-batches of its rows drawn at random again at every pass, the chunk
-        read once per pass); the batches then depend on X's
-        chunking.  A ``batch_size`` you set is used exactly and makes the fit independent
-        of the chunking; with 1 it is the paper's per-sample algorithm.
+        Samples per batch (one W update per batch).  None chooses the batches from X's
+        shape and ``random_state`` alone, never from its chunks (:mod:`daskrnmf._stream`):
+        a pass makes ``max(8, n_samples / 4096)`` W updates: 8 batches of
+        ``n_samples / 8`` rows on up to 32,768 samples, batches of 4,096 rows above (a
+        4M-sample X: about 1,000 updates a pass).  The rows are read in groups of at most
+        256 MiB (as float64; each read once per pass, its chunks concatenated where they
+        are read), visited in a seeded random order; a batch takes its rows at random
+        from its group, drawn again at every pass.  A ``batch_size`` you set is used
+        exactly (contiguous rows, solved in parallel by X's chunks); with 1 it is the
+        paper's per-sample algorithm.
     max_inner_iter : int, default=100
         Most rounds per sample of the (h, r) solve (``"cd"``: exact r then exact h;
         ``"mu"``: (16) then (17)); also used by :meth:`transform` and :meth:`decompose`.
@@ -206,7 +210,8 @@ class ONMFO(_OutlierFactorization):
     shuffle : bool, default=True
         Visit the batches in a seeded random order in every pass.
     prefetch : int, default=2
-        Batches read ahead of the one being solved.
+        Batches read ahead of the one being solved; with the default batches, the row
+        groups read ahead of the one being solved.
     checkpoint : str, os.PathLike or None, default=None
         Directory receiving W, A, B, C, the position in the stream, the seed and a
         fingerprint of X, atomically, every ``checkpoint_every`` batches and at the end
@@ -381,7 +386,8 @@ class ONMFO(_OutlierFactorization):
         if saved and self.random_state is None:
             seed = int(saved[1]["seed"])
         key = self._fingerprint(n, d, batches, units, seed)
-        feed = Feed(X, pieces, **self._chunk_checksums(saved))
+        bounds = unit_bounds(batches, units) if self.batch_size is None else None
+        feed = Feed(X, pieces, bounds=bounds, **self._chunk_checksums(saved))
         try:
             if saved:
                 _checkpoint.check_same_data(saved[1].get("data", {}), data, saved[1]["_file"])
@@ -438,6 +444,10 @@ class ONMFO(_OutlierFactorization):
         nb = len(batches)
         spec = self._spec()
         orders = {}
+        # default batches: the next ``prefetch`` row groups are read ahead (a group is
+        # many batches); else the next ``prefetch`` batches
+        unit_of = {b: u for u, unit in enumerate(units) for b in unit}
+        span = max(len(u) for u in units) if self.batch_size is None else 1
 
         def order(p):
             if p not in orders:
@@ -453,7 +463,8 @@ class ONMFO(_OutlierFactorization):
                 if p > 0 and self.reset_statistics:
                     run.A[:], run.B[:], run.C[:] = 0.0, 0.0, 0.0
                     run.Bm = None
-            for b in upcoming(order, nb, self.max_iter, p, j, 1 + self.prefetch):
+            ahead = upcoming(order, nb, self.max_iter, p, j, 1 + self.prefetch * span)
+            for b in read_ahead(ahead, unit_of, self.prefetch):
                 feed.want(b)
             b = int(order(p)[j])
             if run.n_observed == 0 and run.n_steps > 0:
@@ -519,6 +530,10 @@ class ONMFO(_OutlierFactorization):
     def _fingerprint(self, n, d, batches, units, seed):
         bounds = (np.array(batches, dtype=np.int64).tobytes()
                   + np.array([len(u) for u in units], dtype=np.int64).tobytes())
+        if self.batch_size is None:
+            # the default batches are row groups read whole (before: X's chunks): a
+            # checkpoint of the old default batches is of a different run
+            bounds += b"row groups"
         extra = {"missing": "mask"} if self._allow_nan else {}
         return {**extra, "model": self._name, "n_samples": int(n), "n_features": int(d),
                 "n_components": int(self.n_components), "alpha_R": float(self.alpha_R),
