@@ -207,16 +207,46 @@ def test_onmfo_solvers_agree_and_converge_by_passes(data):
 @pytest.mark.parametrize("shuffle, one_row_chunks", [(False, False), (True, False), (True, True)])
 def test_batches_of_one_sample_are_the_papers_per_sample_algorithm(data, shuffle, one_row_chunks):
     X = data[0][:60]
-    # batch_size=1 (the paper's multiplicative solver), on NumPy or one-row chunks
+    # batch_size=1 (the paper's multiplicative solver and sums), on NumPy or one-row chunks
     Xin = da.from_array(X, chunks=(1, -1)) if one_row_chunks else X
     model = ONMFO(4, alpha_R=2.0, max_iter=1, tol=0, batch_size=1, shuffle=shuffle,
                   solver="mu", max_inner_iter=40, inner_tol=0, max_w_iter=5,
-                  random_state=3).fit(Xin)
+                  forget_power=0, random_state=3).fit(Xin)
     order = batch_order(3, 0, 60, shuffle)
     W0 = _initial_components(3, 4, X.shape[1], X[order[0]].mean())
     W = onmfo_reference(X.T, W0.T, 2.0, 40, 5, _h0(2.0), order)
     np.testing.assert_allclose(model.components_, W.T, rtol=1e-8, atol=1e-12)
     assert model.n_steps_ == 60 and model.n_samples_seen_ == 60 and model.n_passes_ == 1
+
+
+def test_forget_power_scales_the_past_statistics(data):
+    X = data[0][:40]
+    model = ONMFO(4, alpha_R=2.0, max_iter=1, tol=0, batch_size=1, shuffle=False,
+                  solver="mu", max_inner_iter=20, inner_tol=0, max_w_iter=3,
+                  forget_power=3.0, random_state=3).fit(X)
+    W0 = _initial_components(3, 4, X.shape[1], X[0].mean())
+    W = onmfo_reference(X.T, W0.T, 2.0, 20, 3, _h0(2.0), np.arange(40), forget=3.0)
+    np.testing.assert_allclose(model.components_, W.T, rtol=1e-8, atol=1e-12)
+    plain = onmfo_reference(X.T, W0.T, 2.0, 20, 3, _h0(2.0), np.arange(40))
+    assert np.abs(W - plain).max() > 1e-3 * np.abs(plain).max()
+
+
+def test_many_batches_a_pass_converge_in_few_passes_to_a_long_run(monkeypatch):
+    # the schedule of a large X on small data: batches of 50 rows, 80 W updates a pass
+    # (fewer rows than this and the pass objective's sampling noise is above tol)
+    monkeypatch.setattr(_stream, "BATCH_ROWS", 50)
+    X = planted(n=4000, d=20, k=4, rho=0.02, seed=3)[0]
+
+    def objective(model):
+        H, R = model.decompose(X)
+        return _objective_3(X, H, model.components_, R, 1.0).sum()
+
+    fit = ONMFO(4, random_state=0).fit(X)
+    assert fit.n_steps_ == 80 * fit.n_iter_ and fit.n_iter_ <= 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        long = ONMFO(4, max_iter=30, tol=0, random_state=0).fit(X)
+    assert objective(fit) <= 1.01 * objective(long)
 
 
 def test_fit_equals_partial_fit_over_the_same_chunk_order(data):
@@ -234,7 +264,7 @@ def test_huge_alpha_r_forces_no_outliers_and_gives_online_nmf(data):
     X = data[0][:80]
     model = ONMFO(4, alpha_R=1e12, max_iter=1, tol=0, batch_size=1, shuffle=False,
                   solver="mu", max_inner_iter=30, inner_tol=0, max_w_iter=3,
-                  random_state=0).fit(X)
+                  forget_power=0, random_state=0).fit(X)
     W0 = _initial_components(0, 4, X.shape[1], X[0].mean())
     no_r = lambda v, W: (_h0(0.0)(v, W)[0], np.zeros_like(v))   # noqa: E731
     W = onmfo_reference(X.T, W0.T, 0.0, 30, 3, no_r, np.arange(80))
