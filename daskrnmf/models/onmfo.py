@@ -299,7 +299,7 @@ class ONMFO(_OutlierFactorization):
     # what save/load keeps beyond the public attributes: partial_fit continues after load
     _saved_private = BaseModel._saved_private + ("_W", "_A", "_B", "_C", "_Bm",
                                                  "_stream_seed",
-                                                 "_n_observed")
+                                                 "_n_observed", "_n_stat")
 
     _parameter_constraints = {
         **_OutlierFactorization._parameter_constraints,
@@ -426,6 +426,8 @@ class ONMFO(_OutlierFactorization):
         self._W, self._A, self._B, self._C = run.W, run.A, run.B, run.C
         self._Bm = run.Bm
         self._n_observed = run.n_observed
+        self._n_stat = (run.n_stat if run.n_stat is not None
+                        else run.pos if self.reset_statistics else run.n_steps)
         self._stream_seed = seed
         self.components_ = run.W
         self.objective_history_ = np.array(run.history, dtype=np.float64)
@@ -484,6 +486,12 @@ class ONMFO(_OutlierFactorization):
                 if p > 0 and self.reset_statistics:
                     run.A[:], run.B[:], run.C[:] = 0.0, 0.0, 0.0
                     run.Bm = None
+                    run.n_stat = 0
+            if run.n_stat is None:
+                # a fresh or resumed run: its statistics hold the batches its position
+                # says (exact unless a batch of only missing values came before a
+                # checkpoint within the same statistics; checkpoints do not hold n_stat)
+                run.n_stat = j if self.reset_statistics else run.n_steps
             ahead = upcoming(order, nb, self.max_iter, p, j, 1 + self.prefetch * span)
             for b in read_ahead(ahead, unit_of, self.prefetch):
                 feed.want(b)
@@ -496,12 +504,15 @@ class ONMFO(_OutlierFactorization):
             rows = (batch_rows(seed, p, units, batches, b)
                     if self.shuffle and self.batch_size is None else None)
             st = feed.solve(b, solve_batch_piece, add_statistics, run.W, spec, rows=rows)
-            # the past weighs less: batch t of the statistics scales them first
-            run.scale(self._past_weight(j + 1 if self.reset_statistics else run.n_steps + 1))
-            run.A += st["A"]
-            run.B += st["B"]
-            run.C += st["C"]
-            run.add_Bm(st.get("Bm"))
+            if st["observed"]:      # an all-missing batch adds nothing and counts not
+                # the past weighs less: the t-th batch with observed values scales the
+                # statistics first
+                run.n_stat += 1
+                run.scale(self._past_weight(run.n_stat))
+                run.A += st["A"]
+                run.B += st["B"]
+                run.C += st["C"]
+                run.add_Bm(st.get("Bm"))
             run.n_observed += st["observed"]
             if st["observed"]:      # all-missing rows add nothing: W stays as it is
                 run.W = self._update_W(run.W, run.A, run.B, run.C, run.Bm)
@@ -691,11 +702,8 @@ class ONMFO(_OutlierFactorization):
                 A, B, C = np.zeros((k, d)), np.zeros((k, k)), np.zeros((k, d))
                 Bm = None
             else:
-                # as in fit: the statistics scaled before the call's batch is added
-                w = self._past_weight(self.n_steps_ + 1)
-                W, A, B, C = self._W, self._A * w, self._B * w, self._C * w
+                W, A, B, C = self._W, self._A, self._B, self._C
                 Bm = getattr(self, "_Bm", None)
-                Bm = None if Bm is None else Bm * w
                 if getattr(self, "_n_observed", 1) == 0:
                     # the calls so far had only missing values: W starts from this batch
                     W = initial_components(self._stream_seed, self.n_components,
@@ -703,13 +711,20 @@ class ONMFO(_OutlierFactorization):
             st = feed.solve(0, solve_batch_piece, add_statistics, W, self._spec())
         finally:
             feed.close()
-        A, B, C = A + st["A"], B + st["B"], C + st["C"]
-        if "Bm" in st:
-            Bm = st["Bm"] if Bm is None else Bm + st["Bm"]
+        n_stat = (0 if first else getattr(self, "_n_stat", self.n_steps_)) + bool(st["observed"])
+        # as in fit: the statistics scaled before a batch with observed values is added
+        if st["observed"]:      # an all-missing batch adds nothing
+            w = self._past_weight(n_stat)
+            A, B, C = A * w + st["A"], B * w + st["B"], C * w + st["C"]
+            if Bm is not None:
+                Bm = Bm * w
+            if "Bm" in st:
+                Bm = st["Bm"] if Bm is None else Bm + st["Bm"]
         # a batch of all-missing rows adds nothing and leaves W as it is
         self._W = self._update_W(W, A, B, C, Bm) if st["observed"] else W
         self._n_observed = (0 if first else getattr(self, "_n_observed", 1)) + st["observed"]
         self._A, self._B, self._C, self._Bm = A, B, C, Bm
+        self._n_stat = n_stat
         if first:
             self._stream_seed = seed
             self._fit_dtype = self._output_dtype(X)
@@ -739,6 +754,9 @@ class _Run:
         self.passes_done, self.loss_sum, self.pass_n = passes_done, loss_sum, pass_n
         self.inner_rounds, self.inner_n = inner_rounds, inner_n
         self.converged, self.stopped = converged, False
+        # batches with observed values in the statistics since their last reset (None:
+        # as many as the position says, see ONMFO._stream)
+        self.n_stat = None
         # observed (non-NaN) entries solved so far; 0: W is still its placeholder start
         self.n_observed = n_observed
         self.last = {}
