@@ -165,7 +165,14 @@ def main():
         emit(f"| {name} | " + " | ".join(f"{err(name, r) / err(conv, r):.3f}"
                                           for r in args.rhos) + " |")
     emit()
-    emit("Previous tables: the last committed run (2026-11-24, a 2-core AMD EPYC Zen 5; the "
+    emit("This machine was shared with other jobs for this run (the seconds are noisy). "
+         "The previous committed run (2026-11-25, the same machine; ONMFO before issue "
+         "38's schedule: no forget_power, the pass objective over all its batches): ONMFO() "
+         "defaults E_avg 11.03 / 11.42 (1.080x / 1.088x converged), 0.67 s, 0.70x "
+         "MiniBatchNMF(); ONMFO(tol=1e-3) 10.66 / 10.95 (1.044x / 1.043x), 1.45 s; "
+         "RobustNMF() defaults 0.62 s, 1.06x NMF mu 200.")
+    emit()
+    emit("Before it: the run of 2026-11-24 (a 2-core AMD EPYC Zen 5; the "
          "same code for these in-memory fits): ONMFO() defaults 0.31 s, 0.56x "
          "MiniBatchNMF(), RobustNMF() defaults 0.28 s, 0.68x NMF mu 200, the same E_avg; "
          "this machine takes about twice as long for every method. Before it: the code "

@@ -34,7 +34,8 @@ batches; computed where the block is read, as it is read: no pass of its own) un
 block's row range, and a block read again whose checksum differs from the one recorded
 is a ValueError.  A fit resumed from a checkpoint gives the feed the checksums recorded
 before it stopped, so X changed anywhere in the rows the first run read is refused when
-they are read again, not mixed with the rows read before.  NumPy X is one chunk, checksummed once per feed.
+they are read again, not mixed with the rows read before.  NumPy X is one chunk,
+checksummed once per feed.
 """
 
 import math

@@ -13,10 +13,11 @@ takes one round of (7)-(8) and returns ``H^T X``, ``H^T H``, ``H^T R`` and its o
 W takes one step of (6) from their tree-reduced sums.
 
 **ONMFO** (Algorithm 1) streams X in batches (by default random rows of row groups,
-:mod:`daskrnmf._stream`) in a seeded shuffled order, ``n_passes`` times.  State: W and the statistics A = sum h^T x,
-B = sum h^T h, C = sum h^T r (eq. 12-14; k x d, k x k, k x d) and the position in the
-stream; nothing of size n_samples.  Step (one batch): on the worker that holds it, the
-codes and outliers of all its samples are found with W fixed (``max_inner_iter`` rounds of
+:mod:`daskrnmf._stream`) in a seeded shuffled order, ``n_passes`` times.  State: W and
+the statistics A = sum h^T x, B = sum h^T h, C = sum h^T r (eq. 12-14; k x d, k x k,
+k x d; scaled down before each batch, ``forget_power``) and the position in the stream;
+nothing of size n_samples.  Step (one batch): on the worker that holds it, the codes and
+outliers of all its samples are found with W fixed (``max_inner_iter`` rounds of
 (16)-(17)); only the batch's A, B, C come back; then W takes ``max_w_iter`` rounds of
 (18).  The stream (batches, orders, read-ahead) is :mod:`daskrnmf._stream`; the per-batch
 solve is :mod:`daskrnmf.models._outliers`; the loop is the one driver
@@ -318,8 +319,8 @@ class ONMFO(_OutlierFactorization):
     def __init__(self, n_components=8, *, alpha_R=1.0, solver="cd", max_iter=50, tol=1e-2,
                  batch_size=None, max_inner_iter=100, inner_tol=1e-2, max_w_iter=4,
                  missing="raise", reset_statistics=True, forget_power=3.0, shuffle=True,
-                 prefetch=2, checkpoint=None, checkpoint_every=10, random_state=None, verbose=0,
-                 callback=None, **renamed):
+                 prefetch=2, checkpoint=None, checkpoint_every=10, random_state=None,
+                 verbose=0, callback=None, **renamed):
         self.n_components = n_components
         self.alpha_R = alpha_R
         self.solver = solver
