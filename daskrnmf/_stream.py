@@ -38,6 +38,7 @@ they are read again, not mixed with the rows read before.  NumPy X is one chunk,
 checksummed once per feed.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -138,17 +139,25 @@ def batch_order(seed, pass_index, units, shuffle=True):
 def batch_rows(seed, pass_index, units, batches, b):
     """Rows of batch ``b`` in pass ``pass_index``, or None for its own contiguous range.
 
-    A batch that shares its unit (a chunk, or a NumPy X, cut into sub-batches) takes the
-    rows of its slot in a seeded random permutation of the unit's rows (sorted, for
-    locality); the sub-batches of a unit still cover its rows exactly once per pass."""
+    A batch that shares its unit (a row group cut into batches) takes the rows of its
+    slot in a seeded random permutation of the unit's rows (sorted, for locality); the
+    batches of a unit still cover its rows exactly once per pass."""
     unit = next((u for u in units if u[0] <= b <= u[-1]), None)
     if unit is None or len(unit) < 2:
         return None
     lo, hi = batches[unit[0]][0], batches[unit[-1]][1]
-    u = units.index(unit)
-    perm = np.random.default_rng([seed, pass_index, u, 7]).permutation(hi - lo)
+    perm = _unit_permutation(seed, pass_index, units.index(unit), hi - lo)
     a, z = batches[b][0] - lo, batches[b][1] - lo
     return np.sort(perm[a:z]) + lo
+
+
+@functools.lru_cache(maxsize=4)
+def _unit_permutation(seed, pass_index, u, size):
+    """The permutation of unit ``u``'s rows in a pass (drawn once for all its batches;
+    read-only)."""
+    perm = np.random.default_rng([seed, pass_index, u, 7]).permutation(size)
+    perm.flags.writeable = False
+    return perm
 
 
 def upcoming(order, n_batches, n_passes, pass_index, position, count):
