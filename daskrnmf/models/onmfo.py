@@ -216,8 +216,12 @@ class ONMFO(_OutlierFactorization):
         codes found with the early, poor W of a pass fade as W improves.  0 weighs every
         batch alike (the paper's sums).  Measured: on 400,000 planted samples (98
         batches a pass) the second half of the first pass is within 6 % of the
-        converged objective at 3 (at 0: 6 times it); on corrupted ORL faces E_avg
-        1.067x / 1.056x the converged batch model's (at 0: 1.080x / 1.087x).
+        converged objective at 3 (at 0: 6 times it); on 4,000,000 (984 batches a pass)
+        within 0.2 %, and the fit stops after 3 passes (it made 8 before issue 38's
+        schedule); on corrupted ORL faces (rho 10 % / 30 %) the defaults reconstruct
+        at 1.081x / 1.059x the converged batch model's E_avg in 6-8 passes (before:
+        1.080x / 1.088x in 8-10; ``benchmarks/results/onmfo.md``,
+        ``onmfo_planted.md``).
     shuffle : bool, default=True
         Visit the batches in a seeded random order in every pass.
     prefetch : int, default=2
