@@ -56,7 +56,8 @@ def run_all(noisy, clean, seed):
             ("ONMFO(tol=1e-3) (cd; the previous default tol)",
              lambda: ONMFO(49, tol=1e-3, random_state=seed)),
             ("old: ONMFO mu, batch 10, 2 passes, 300 inner", lambda: ONMFO(
-                49, batch_size=10, max_iter=2, tol=0, random_state=seed, **old)),
+                49, batch_size=10, max_iter=2, tol=0, forget_power=0, random_state=seed,
+                **old)),
             (AUTO_ROBUST, lambda: RobustNMF(49, random_state=seed)),
             ("RobustNMF(alpha_R=1) (the previous default)",
              lambda: RobustNMF(49, alpha_R=1.0, random_state=seed)),

@@ -5,35 +5,40 @@ lives.
 Nothing here knows a model's maths: the feed runs whatever ``solve(piece, start, *args)``
 the model gives it and sums the pieces' partial results with the model's ``combine``.
 
-**The default batches** (``batch_size=None``) adapt to the data (:func:`make_batches`):
+**The default batches** (``batch_size=None``) are defined by X's shape and the seed,
+never by its chunks (:func:`make_batches`), so that the fit does not depend on how X is
+stored:
 
-* the target is ``ceil(n_samples / UPDATES_PER_PASS)`` rows, so that even a small X gives
-  :data:`UPDATES_PER_PASS` dictionary updates per pass, and at most
-  :data:`MAX_BATCH_BYTES` (as float64) so that a large X gives large, GEMM-friendly
-  batches of bounded memory (for 256 features: 262,144 rows);
-* for Dask/Zarr input a batch is made of X's chunks: consecutive chunks up to the target
-  (their pieces are solved in parallel on the workers that hold them); a chunk larger
-  than the target is cut into sub-batches, solved one after the other from one read of
-  the chunk.  The default batches therefore depend on X's chunks (not on the workers).
-* Batches of the same chunk group form a *unit*: a pass visits the units in a seeded
-  random order and the batches of a unit consecutively, so every chunk is read once per
-  pass.  The sub-batches of a unit take its rows in a random order drawn anew at every
-  pass (:func:`batch_rows`): data stored sorted (by class, by time) does not give
-  batches of one kind.
+* **row groups** (*units*): X's rows cut into consecutive groups of at most
+  :func:`unit_rows` rows (:data:`UNIT_BYTES` as float64: 524,288 rows at 64 features),
+  each read as one block (its chunks concatenated where they are read; a chunk that
+  straddles two groups is read for each);
+* **batches**: each group cut into :func:`default_batch_rows`-row batches; a pass makes
+  ``max(UPDATES_PER_PASS, n_samples / BATCH_ROWS)`` dictionary updates: a small X (up to
+  ``8 * BATCH_ROWS`` rows) gives :data:`UPDATES_PER_PASS` batches of ``n_samples / 8``
+  rows, a large X batches of :data:`BATCH_ROWS` rows, many updates per pass (a pass of
+  4M rows makes about 1,000);
+* a pass visits the groups in a seeded random order and the batches of a group
+  consecutively, so every group is read once per pass.  A batch takes the rows of its
+  slot in a seeded random permutation of its group's rows drawn anew at every pass
+  (:func:`batch_rows`): data stored sorted (by class, by time) does not give batches of
+  one kind.
 
-A ``batch_size`` set by the user is taken exactly: batches of that many rows, visited in
-a seeded random order of their own, which does not depend on the chunking (a chunk may
-then be read once per batch that needs it).
+A ``batch_size`` set by the user is taken exactly: batches of that many contiguous rows,
+visited in a seeded random order of their own (a chunk may then be read once per batch
+that needs it); their pieces are X's chunks, solved in parallel where they are read.
 
 **Chunk checksums** (``Feed(..., checksums=...)``, for checkpointed fits): the feed
-records a SHA-256 of every chunk it reads (computed where the chunk is read, as it is
-read: no pass of its own) under the chunk's row range, and a chunk read again whose
-checksum differs from the one recorded is a ValueError.  A fit resumed from a
-checkpoint gives the feed the checksums recorded before it stopped, so X changed
-anywhere in the rows the first run read is refused when they are read again, not mixed
-with the rows read before.  NumPy X is one chunk, checksummed once per feed.
+records a SHA-256 of every block it reads (a chunk of X, or a row group of the default
+batches; computed where the block is read, as it is read: no pass of its own) under the
+block's row range, and a block read again whose checksum differs from the one recorded
+is a ValueError.  A fit resumed from a checkpoint gives the feed the checksums recorded
+before it stopped, so X changed anywhere in the rows the first run read is refused when
+they are read again, not mixed with the rows read before.  NumPy X is one chunk,
+checksummed once per feed.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -43,7 +48,21 @@ from ._stores import digest
 from .kernels.blocks import as_float_block
 
 UPDATES_PER_PASS = 8        # default batches: at least this many W updates per pass
-MAX_BATCH_BYTES = 2 ** 29    # default batches: at most this many bytes (as float64)
+BATCH_ROWS = 4096            # default batches: the rows of a batch of a large X
+UNIT_BYTES = 2 ** 28         # default batches: a row group read at once (as float64)
+
+
+def unit_rows(n_features):
+    """Most rows of a row group of the default batches (:data:`UNIT_BYTES` as float64)."""
+    return max(1, UNIT_BYTES // (8 * max(1, int(n_features))))
+
+
+def default_batch_rows(n_samples, n_features):
+    """Rows of a default batch: ``n_samples / UPDATES_PER_PASS`` for a small X (a pass
+    makes :data:`UPDATES_PER_PASS` updates), :data:`BATCH_ROWS` for a large one (a pass
+    makes ``n_samples / BATCH_ROWS``), and never more than a row group."""
+    return max(1, min(math.ceil(n_samples / UPDATES_PER_PASS), BATCH_ROWS,
+                      unit_rows(n_features)))
 
 
 def make_batches(X, batch_size):
@@ -53,54 +72,52 @@ def make_batches(X, batch_size):
     ----------
     X : ndarray or dask.array.Array of shape (n_samples, n_features)
     batch_size : int or None
-        Rows per batch; None chooses them (see the module's docstring).
+        Rows per batch; None chooses them from X's shape alone (see the module's
+        docstring).
 
     Returns
     -------
     batches : list of (start, stop)
     pieces : list of list of (start, stop)
-        Each batch cut at X's chunk boundaries (its pieces are solved in parallel).
+        ``batch_size`` given: each batch cut at X's chunk boundaries (its pieces are
+        solved in parallel).  None: each batch's own range (one piece, in one row
+        group).
     units : list of list of int
-        Batches visited consecutively (a chunk group); one unit per batch when
+        Batches visited consecutively (a row group); one unit per batch when
         ``batch_size`` is given.
     """
-    n = X.shape[0]
-    bounds = (np.array([0, n]) if isinstance(X, np.ndarray)
-              else np.cumsum((0,) + tuple(X.chunks[0])))
-    bounds = [int(b) for b in bounds]
+    n, d = X.shape[0], X.shape[1]
     if batch_size is not None:
+        bounds = (np.array([0, n]) if isinstance(X, np.ndarray)
+                  else np.cumsum((0,) + tuple(X.chunks[0])))
+        bounds = [int(b) for b in bounds]
         edges = list(range(0, n, batch_size)) + [n]
-        batches = list(zip(edges[:-1], edges[1:]))
-        units = [[b] for b in range(len(batches))]
-    else:
-        target = max(1, min(math.ceil(n / UPDATES_PER_PASS),
-                            MAX_BATCH_BYTES // (8 * max(1, X.shape[1]))))
-        batches, units = [], []
-        c = 0
-        n_chunks = len(bounds) - 1
-        while c < n_chunks:
-            lo = bounds[c]
-            size = bounds[c + 1] - lo
-            if size > target:                      # sub-batches of one chunk
-                parts = math.ceil(size / target)
-                cuts = [lo + (size * i) // parts for i in range(parts + 1)]
-                c += 1
-            else:                                  # a group of consecutive chunks
-                g = c + 1
-                while g < n_chunks and bounds[g + 1] - lo <= target:
-                    g += 1
-                cuts = [lo, bounds[g]]
-                c = g
-            first = len(batches)
-            batches += list(zip(cuts[:-1], cuts[1:]))
-            units.append(list(range(first, len(batches))))
-    batches = [(int(a), int(b)) for a, b in batches if b > a]
-    pieces = []
-    for a, b in batches:
-        cuts = [c for c in bounds if a < c < b]
-        pts = [a] + cuts + [b]
-        pieces.append(list(zip(pts[:-1], pts[1:])))
-    return batches, pieces, units
+        batches = [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+        pieces = []
+        for a, b in batches:
+            pts = [a] + [c for c in bounds if a < c < b] + [b]
+            pieces.append(list(zip(pts[:-1], pts[1:])))
+        return batches, pieces, [[b] for b in range(len(batches))]
+    target = default_batch_rows(n, d)
+    groups = math.ceil(n / unit_rows(d)) if n else 0
+    group_edges = [(n * i) // groups for i in range(groups + 1)]
+    batches, units = [], []
+    for lo, hi in zip(group_edges[:-1], group_edges[1:]):
+        size = hi - lo
+        parts = math.ceil(size / target)
+        cuts = [lo + (size * i) // parts for i in range(parts + 1)]
+        first = len(batches)
+        batches += [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+        units.append(list(range(first, len(batches))))
+    return batches, [[b] for b in batches], units
+
+
+def unit_bounds(batches, units):
+    """Row boundaries of the units (``n + 1`` edges of their consecutive ranges): the
+    blocks the :class:`Feed` of default batches reads."""
+    if not units:
+        return [0, 0]
+    return [batches[u[0]][0] for u in units] + [batches[units[-1][-1]][1]]
 
 
 def batch_order(seed, pass_index, units, shuffle=True):
@@ -122,17 +139,25 @@ def batch_order(seed, pass_index, units, shuffle=True):
 def batch_rows(seed, pass_index, units, batches, b):
     """Rows of batch ``b`` in pass ``pass_index``, or None for its own contiguous range.
 
-    A batch that shares its unit (a chunk, or a NumPy X, cut into sub-batches) takes the
-    rows of its slot in a seeded random permutation of the unit's rows (sorted, for
-    locality); the sub-batches of a unit still cover its rows exactly once per pass."""
+    A batch that shares its unit (a row group cut into batches) takes the rows of its
+    slot in a seeded random permutation of the unit's rows (sorted, for locality); the
+    batches of a unit still cover its rows exactly once per pass."""
     unit = next((u for u in units if u[0] <= b <= u[-1]), None)
     if unit is None or len(unit) < 2:
         return None
     lo, hi = batches[unit[0]][0], batches[unit[-1]][1]
-    u = units.index(unit)
-    perm = np.random.default_rng([seed, pass_index, u, 7]).permutation(hi - lo)
+    perm = _unit_permutation(seed, pass_index, units.index(unit), hi - lo)
     a, z = batches[b][0] - lo, batches[b][1] - lo
     return np.sort(perm[a:z]) + lo
+
+
+@functools.lru_cache(maxsize=4)
+def _unit_permutation(seed, pass_index, u, size):
+    """The permutation of unit ``u``'s rows in a pass (drawn once for all its batches;
+    read-only)."""
+    perm = np.random.default_rng([seed, pass_index, u, 7]).permutation(size)
+    perm.flags.writeable = False
+    return perm
 
 
 def upcoming(order, n_batches, n_passes, pass_index, position, count):
@@ -146,6 +171,24 @@ def upcoming(order, n_batches, n_passes, pass_index, position, count):
             continue
         out.append(int(order(p)[j]))
         j += 1
+    return out
+
+
+def read_ahead(ahead, unit_of, groups):
+    """The batches to want now: the first of ``ahead`` (the stream's next batches, from
+    :func:`upcoming`) as they are, then the first batch of each of the next ``groups``
+    row groups (``unit_of``: a batch's unit), so that a group is read while the one
+    before it is solved."""
+    out = list(ahead[:1 + groups])
+    seen = {unit_of[b] for b in out}
+    new = 0
+    for b in ahead[1 + groups:]:
+        if new >= groups:
+            break
+        if unit_of[b] not in seen:
+            seen.add(unit_of[b])
+            out.append(b)
+            new += 1
     return out
 
 
@@ -198,6 +241,11 @@ class Feed:
     X : ndarray or dask.array.Array of shape (n_samples, n_features)
     pieces : list of list of (start, stop)
         As returned by :func:`make_batches`.
+    bounds : sequence of int or None, default=None
+        Dask X: the row boundaries of the blocks read (each piece lies in one), e.g. the
+        row groups of the default batches (:func:`unit_bounds`), each read as one array
+        (its chunks concatenated on the worker that reads it); None: X's chunks.  NumPy
+        X is one block whatever ``bounds``.
     checksums : dict or None, default=None
         None: no checksums.  Else the checksums of chunks read before (``"start:stop"``
         -> hex, e.g. from a checkpoint; empty for a new run): every chunk read is
@@ -210,7 +258,7 @@ class Feed:
     """
 
     def __init__(self, X, pieces, checksums=None, since="it was read before",
-                 hint="X must not change while it is fitted."):
+                 hint="X must not change while it is fitted.", bounds=None):
         self.X, self.pieces = X, pieces
         self.checksums = None if checksums is None else dict(checksums)
         self.since, self.hint = since, hint
@@ -218,7 +266,9 @@ class Feed:
         self.is_dask = not isinstance(X, np.ndarray)
         self.client = active_client() if self.is_dask else None
         self.bounds = (np.array([0, X.shape[0]]) if not self.is_dask
-                       else np.cumsum((0,) + tuple(X.chunks[0])))
+                       else np.cumsum((0,) + tuple(X.chunks[0])) if bounds is None
+                       else np.array(bounds, dtype=np.int64))
+        self._own_blocks = self.is_dask and bounds is not None
         self.pending = {}          # batch -> its pieces' chunk indices (wanted, unsolved)
         self.chunks = {}           # chunk index -> [data or future, pending uses]
         self._pool = None
@@ -235,7 +285,11 @@ class Feed:
         checked]``."""
         if not self.is_dask:
             return [self.X, 0, None, False]
-        block = self.X.blocks[c]
+        if self._own_blocks:        # rows lo:hi as one block, whatever X's chunks
+            lo, hi = int(self.bounds[c]), int(self.bounds[c + 1])
+            block = self.X[lo:hi].rechunk({0: -1, 1: -1})
+        else:
+            block = self.X.blocks[c]
         if self.client is not None:
             data = self.client.compute(block, priority=-1)
             total = (None if self.checksums is None else

@@ -243,19 +243,23 @@ def _mu(num, den):
     return out
 
 
-def onmfo_reference(V, W0, lam, n_inner, n_w, h0_fn, order):
+def onmfo_reference(V, W0, lam, n_inner, n_w, h0_fn, order, forget=0.0):
     """Algorithm 1 read literally, one sample at a time, in the paper's orientation.
 
     V : (F, N) samples as columns; W0 : (F, K).  ``h0_fn(v, W) -> (h, r)`` gives the
     starting point of (16)-(17).  ``order`` lists the sample indices as they arrive.
+    ``forget``: A, B, C scaled by ``(1 - 1/t) ** forget`` before sample t (1, 2, ...)
+    is added (Mairal et al.'s scaled past; 0: the paper's sums).
     Returns W (F, K) after the last sample.
     """
     W = W0.copy()
     F, K = W.shape
     A, B, C = np.zeros((F, K)), np.zeros((K, K)), np.zeros((F, K))
-    for t in order:
+    for i, t in enumerate(order, start=1):
         v = V[:, t]
         h, r = h0_fn(v, W)
+        beta = (1.0 - 1.0 / i) ** forget if forget else 1.0
+        A, B, C = beta * A, beta * B, beta * C
         for _ in range(n_inner):
             h = _mu(h * (W.T @ v), W.T @ W @ h + W.T @ r)                # (16)
             r = _mu(r * v, W @ h + r + lam)                              # (17)

@@ -431,7 +431,7 @@ def test_onmfo_resumes_a_masked_run_from_its_checkpoint(data, tmp_path):
     full = ONMFO(**kw).fit(X)
     ckpt = tmp_path / "ckpt"
     ONMFO(**kw, checkpoint=ckpt, checkpoint_every=3,
-          callback=lambda info: info["iteration"] == 17).fit(X)     # stops in pass 2
+          callback=lambda info: info["iteration"] == 11).fit(X)     # stops in pass 2
     arrays, attrs = _checkpoint.load(ckpt)
     assert attrs["pass"] == 1 and arrays["Bm"].shape == (24, 3, 3)
     resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)

@@ -16,12 +16,12 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.exceptions import ConvergenceWarning
 
 from daskrnmf import ONMFO, RobustNMF
-from daskrnmf import _checkpoint
+from daskrnmf import _checkpoint, _stream
 from daskrnmf.datasets import corrupt_images
 from daskrnmf.kernels.outliers import (block_statistics, initial_codes, solve_codes,
                                        solve_codes_cd, update_components,
                                        update_components_cd)
-from daskrnmf._stream import Feed, batch_order, batch_rows, make_batches
+from daskrnmf._stream import Feed, batch_order, batch_rows, make_batches, unit_bounds
 from daskrnmf.models._outliers import initial_components as _initial_components
 from daskrnmf.models._outliers import SolveSpec, add_statistics, solve_batch_piece
 
@@ -194,16 +194,46 @@ def test_onmfo_solvers_agree_and_converge_by_passes(data):
 @pytest.mark.parametrize("shuffle, one_row_chunks", [(False, False), (True, False), (True, True)])
 def test_batches_of_one_sample_are_the_papers_per_sample_algorithm(data, shuffle, one_row_chunks):
     X = data[0][:60]
-    # batch_size=1 (the paper's multiplicative solver), on NumPy or one-row chunks
+    # batch_size=1 (the paper's multiplicative solver and sums), on NumPy or one-row chunks
     Xin = da.from_array(X, chunks=(1, -1)) if one_row_chunks else X
     model = ONMFO(4, alpha_R=2.0, max_iter=1, tol=0, batch_size=1, shuffle=shuffle,
                   solver="mu", max_inner_iter=40, inner_tol=0, max_w_iter=5,
-                  random_state=3).fit(Xin)
+                  forget_power=0, random_state=3).fit(Xin)
     order = batch_order(3, 0, 60, shuffle)
     W0 = _initial_components(3, 4, X.shape[1], X[order[0]].mean())
     W = onmfo_reference(X.T, W0.T, 2.0, 40, 5, _h0(2.0), order)
     np.testing.assert_allclose(model.components_, W.T, rtol=1e-8, atol=1e-12)
     assert model.n_steps_ == 60 and model.n_samples_seen_ == 60 and model.n_passes_ == 1
+
+
+def test_forget_power_scales_the_past_statistics(data):
+    X = data[0][:40]
+    model = ONMFO(4, alpha_R=2.0, max_iter=1, tol=0, batch_size=1, shuffle=False,
+                  solver="mu", max_inner_iter=20, inner_tol=0, max_w_iter=3,
+                  forget_power=3.0, random_state=3).fit(X)
+    W0 = _initial_components(3, 4, X.shape[1], X[0].mean())
+    W = onmfo_reference(X.T, W0.T, 2.0, 20, 3, _h0(2.0), np.arange(40), forget=3.0)
+    np.testing.assert_allclose(model.components_, W.T, rtol=1e-8, atol=1e-12)
+    plain = onmfo_reference(X.T, W0.T, 2.0, 20, 3, _h0(2.0), np.arange(40))
+    assert np.abs(W - plain).max() > 1e-3 * np.abs(plain).max()
+
+
+def test_many_batches_a_pass_converge_in_few_passes_to_a_long_run(monkeypatch):
+    # the schedule of a large X on small data: batches of 50 rows, 80 W updates a pass
+    # (fewer rows than this and the pass objective's sampling noise is above tol)
+    monkeypatch.setattr(_stream, "BATCH_ROWS", 50)
+    X = planted(n=4000, d=20, k=4, rho=0.02, seed=3)[0]
+
+    def objective(model):
+        H, R = model.decompose(X)
+        return _objective_3(X, H, model.components_, R, 1.0).sum()
+
+    fit = ONMFO(4, random_state=0).fit(X)
+    assert fit.n_steps_ == 80 * fit.n_iter_ and fit.n_iter_ <= 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        long = ONMFO(4, max_iter=30, tol=0, random_state=0).fit(X)
+    assert objective(fit) <= 1.01 * objective(long)
 
 
 def test_fit_equals_partial_fit_over_the_same_chunk_order(data):
@@ -221,7 +251,7 @@ def test_huge_alpha_r_forces_no_outliers_and_gives_online_nmf(data):
     X = data[0][:80]
     model = ONMFO(4, alpha_R=1e12, max_iter=1, tol=0, batch_size=1, shuffle=False,
                   solver="mu", max_inner_iter=30, inner_tol=0, max_w_iter=3,
-                  random_state=0).fit(X)
+                  forget_power=0, random_state=0).fit(X)
     W0 = _initial_components(0, 4, X.shape[1], X[0].mean())
     no_r = lambda v, W: (_h0(0.0)(v, W)[0], np.zeros_like(v))   # noqa: E731
     W = onmfo_reference(X.T, W0.T, 0.0, 30, 3, no_r, np.arange(80))
@@ -230,26 +260,54 @@ def test_huge_alpha_r_forces_no_outliers_and_gives_online_nmf(data):
     assert R.max() < 1e-9 * X.max()
 
 
-def test_batches_and_pieces():
+def test_default_batches_do_not_depend_on_the_chunking(data, monkeypatch, local_cluster):
+    from distributed import Client
+
+    # three row groups of 100 rows, read whole whatever the chunks (one of 64 rows spans
+    # two groups); their batches' rows drawn from the seed alone
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 40 * 100)
+    X = data[0]
+    kw = dict(n_components=4, max_iter=3, tol=0, max_inner_iter=30, random_state=1)
+    ref = ONMFO(**kw).fit(X)
+    assert ref.n_steps_ == 3 * 9
+    fits = [ONMFO(**kw).fit(da.from_array(X, chunks=(rows, -1))) for rows in (7, 64)]
+    with Client(local_cluster):
+        fits.append(ONMFO(**kw).fit(da.from_array(X, chunks=(64, -1))))
+    for got in fits[:2]:        # in-process: the same bits
+        np.testing.assert_array_equal(got.components_, ref.components_)
+        np.testing.assert_array_equal(got.objective_history_, ref.objective_history_)
+    # on the cluster's workers (tcp, their own BLAS threads): the same to rounding
+    np.testing.assert_allclose(fits[2].components_, ref.components_, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(fits[2].objective_history_, ref.objective_history_, rtol=1e-12)
+
+
+def test_batches_and_pieces(monkeypatch):
     X = da.zeros((100, 3), chunks=((30, 30, 40), (3,)))
-    # default: about n/8 = 13 rows; chunks larger than that cut into sub-batches (one unit)
+    # default: n/8 = 13 rows, one row group (whatever the chunks), each batch one piece
     batches, pieces, units = make_batches(X, None)
-    assert batches == [(0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, 70),
-                       (70, 80), (80, 90), (90, 100)]
-    assert units == [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
-    # small chunks grouped up to the target
-    Xs = da.zeros((800, 3), chunks=(25, 3))
-    batches, pieces, units = make_batches(Xs, None)
-    assert batches == [(s, s + 100) for s in range(0, 800, 100)] and units == [[b] for b in range(8)]
-    assert pieces[0] == [(0, 25), (25, 50), (50, 75), (75, 100)]
-    # a batch_size the user sets is taken exactly, whatever the chunks
+    assert batches == [(s * 100 // 8, (s + 1) * 100 // 8) for s in range(8)]
+    assert units == [list(range(8))] and pieces == [[b] for b in batches]
+    assert make_batches(da.zeros((100, 3), chunks=(7, 3)), None) == (batches, pieces, units)
+    assert make_batches(np.zeros((100, 3)), None) == (batches, pieces, units)
+    assert unit_bounds(batches, units) == [0, 100]
+    # a large X: batches of BATCH_ROWS rows in row groups of at most UNIT_BYTES (as float64)
+    big = np.broadcast_to(np.zeros(1), (10**6, 4096))      # no memory: only its shape is read
+    batches, pieces, units = make_batches(big, None)
+    group = _stream.UNIT_BYTES // (8 * 4096)
+    assert _stream.BATCH_ROWS // 2 < min(b - a for a, b in batches)
+    assert max(b - a for a, b in batches) <= _stream.BATCH_ROWS
+    edges = unit_bounds(batches, units)
+    assert edges[0] == 0 and edges[-1] == 10**6 and max(np.diff(edges)) <= group
+    assert [b for u in units for b in u] == list(range(len(batches)))
+    # row groups smaller than X: the same batches for every chunking
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 3 * 40)      # 40 rows a group
+    batches, pieces, units = make_batches(X, None)
+    assert unit_bounds(batches, units) == [0, 33, 66, 100]
+    assert batches[:3] == [(0, 11), (11, 22), (22, 33)] and units[0] == [0, 1, 2]
+    # a batch_size the user sets is taken exactly, cut at the chunks
     batches, pieces, units = make_batches(X, 45)
     assert batches == [(0, 45), (45, 90), (90, 100)] and units == [[0], [1], [2]]
     assert pieces[0] == [(0, 30), (30, 45)] and pieces[1] == [(45, 60), (60, 90)]
-    # NumPy: n/8 rows, at most MAX_BATCH_BYTES
-    assert make_batches(np.zeros((2500, 3)), None)[0][:2] == [(0, 312), (312, 625)]
-    big = np.broadcast_to(np.zeros(1), (10**6, 4096))      # no memory: only its shape is read
-    assert 16000 < max(b - a for a, b in make_batches(big, None)[0]) <= 16384
 
 
 def test_sub_batches_cover_their_unit_once_per_pass_in_random_rows():
@@ -362,19 +420,22 @@ def test_online_is_close_to_batch_on_corrupted_faces():
 
 
 # ---------------------------------------------------------------- checkpoints
-def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path):
+def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path, monkeypatch):
+    # three row groups of 100 rows (each read whole from five chunks), three batches each
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 40 * 100)
     X = da.from_array(data[0], chunks=(20, -1))
     kw = dict(n_components=4, max_iter=2, tol=0, max_inner_iter=30, random_state=7)
     full = ONMFO(**kw).fit(X)
     ckpt = tmp_path / "ckpt"
     ONMFO(**kw, checkpoint=ckpt, checkpoint_every=3,
-          callback=lambda info: info["iteration"] == 19).fit(X)   # stops mid-pass 2
+          callback=lambda info: info["iteration"] == 13).fit(X)   # stops mid-pass 2
     arrays, attrs = _checkpoint.load(ckpt)
-    assert (attrs["pass"], attrs["position"], attrs["n_steps"]) == (1, 4, 19)
+    assert (attrs["pass"], attrs["position"], attrs["n_steps"]) == (1, 4, 13)
+    assert set(attrs["chunk_sha256"]) == {"0:100", "100:200", "200:300"}
     resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     np.testing.assert_array_equal(resumed.components_, full.components_)
     np.testing.assert_array_equal(resumed.objective_history_, full.objective_history_)
-    assert resumed.n_steps_ == full.n_steps_ == 30
+    assert resumed.n_steps_ == full.n_steps_ == 18
     # a finished checkpoint resumes to itself; a different run is refused by name
     again = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     np.testing.assert_array_equal(again.components_, full.components_)

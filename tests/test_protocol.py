@@ -123,13 +123,10 @@ def _defaults(name):
 
 
 # ---------------------------------------------------------------- chunking
-_ONMFO_DEFAULT = pytest.mark.xfail(strict=True, reason="issue #38: ONMFO's default batches "
-                                                       "follow X's chunks, so its W depends on them")
-
 CHUNKING = [
     # every model at its defaults
-    *[Case(name, dict(_defaults(name), random_state=0), _two_groups, label="defaults",
-           marks=(_ONMFO_DEFAULT,) if name == "ONMFO" else ()) for name in REGISTRY],
+    *[Case(name, dict(_defaults(name), random_state=0), _two_groups, label="defaults")
+      for name in REGISTRY],
     # each model's own settings
     *[Case("RFNMF", dict(n_clusters=4, loss=loss, n_init=3, random_state=7), _blobs,
            chunks=(600, 100, 33), rtol=1e-12, atol=1e-12, label=loss) for loss in ("l1", "l21")],
