@@ -72,8 +72,12 @@ def _group(path):
                            else path, mode="r")
 
 
-@pytest.mark.parametrize("name, where", [(name, "local") for name in RESUMABLE]
-                         + [("ONMFO", "url")])     # the command's URL paths, once
+# through the command: the stream's own checkpoint (ONMFO), per-block state written by the
+# workers (NMF's H) and a clustering model; every model's exact resume is
+# tests/test_resume.py's, in process (MNMF through the command alone took a minute)
+@pytest.mark.parametrize("name, where", [("ONMFO", "local"), ("NMF", "local"),
+                                         ("RFNMF", "local"),
+                                         ("ONMFO", "url")])     # the URL paths, once
 def test_a_killed_fit_resumes_to_the_uninterrupted_result(name, where, store, scheduler,
                                                           tmp_path, monkeypatch, capsys,
                                                           request):
