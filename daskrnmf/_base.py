@@ -441,6 +441,10 @@ class BaseModel(BaseEstimator):
         return None
 
     def _fit_blocks(self, X, blocks, stats, seed, y, **fit_params):  # pragma: no cover
+        """The model's fit on checked X (``blocks``, ``stats``: the first pass's row blocks
+        and statistics; None for a model without that pass): sets the fitted attributes
+        and returns None — or, for a model whose final pass already gives them (SemiNMF),
+        the codes ``fit_transform`` returns."""
         raise NotImplementedError
 
     def _run(self, step, state, *, n_restarts=1, max_iter=None, tol=None, blocks=None,

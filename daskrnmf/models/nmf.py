@@ -113,7 +113,6 @@ class _FactorizationBase(FactorizationMixin, BaseModel):
         self.objective_ = err["objective"]
         self.n_components_ = self.n_components
         self._after_fit(fit, fit.codes(X), seed)
-        return X
 
     def _after_fit(self, fit, H, seed):
         pass

@@ -310,7 +310,7 @@ class ONMFO(_OutlierFactorization):
         # returns (a second fit on it is a ValueError, not a race for its generations)
         lock = None if self.checkpoint is None else _checkpoint.Lock(self.checkpoint)
         try:
-            return self._fit_stream(X, seed, resume, overwrite_checkpoint, lock)
+            self._fit_stream(X, seed, resume, overwrite_checkpoint, lock)
         finally:
             if lock is not None:
                 lock.release()
@@ -383,7 +383,6 @@ class ONMFO(_OutlierFactorization):
                           objective=float(run.history[-1]) if run.history else None)
         self.n_samples_seen_ = run.n_seen
         self.n_components_ = k
-        return self
 
     def _past_weight(self, t):
         """The factor the statistics are scaled by before they take batch ``t`` (1, 2,

@@ -329,7 +329,6 @@ class RobustNMF(_OutlierFactorization):
         self.components_ = W
         self.objective_ = float(final["loss"])
         self.n_components_ = self.n_components
-        return self
 
 
 class _BatchState:
