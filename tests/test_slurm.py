@@ -216,9 +216,12 @@ def test_a_job_stopped_at_its_walltime_is_finished_by_the_next_identically(slurm
                   "--checkpoint", str(ckpt))
     log = where / f"job-{job}.log"
     end = time.monotonic() + 120
-    while time.monotonic() < end and not re.search(reached, log.read_text()
-                                                   if log.exists() else ""):
-        time.sleep(0.1)            # a few steps in: a checkpoint has been written
+    while not re.search(reached, log.read_text() if log.exists() else ""):
+        # until a few steps in (a checkpoint has been written), the job still running
+        assert _state(env, job)[0] in ("PENDING", "CONFIGURING", "RUNNING"), \
+            log.read_text() if log.exists() else f"job {job} ended without a log"
+        assert time.monotonic() < end, f"not {reached!r} in 120 s: {log.read_text()}"
+        time.sleep(0.1)
     os.kill(_batch_shell(env, job), signal.SIGTERM)    # what --signal=B:TERM@120 does
     assert _wait(env, job) == ("FAILED", 143), log.read_text()
     for _ in range(40):
