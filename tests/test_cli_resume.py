@@ -212,7 +212,7 @@ def test_sigterm_leaves_a_checkpoint_that_resume_finishes_identically(store, sch
     array.chunk-size of 1,200 bytes: 30 rows a block), in both runs alike."""
     monkeypatch.setenv("DASK_ARRAY__CHUNK_SIZE", "1200")         # the command's process
     monkeypatch.setitem(dask.config.config["array"], "chunk-size", "1200")      # this one
-    params = dict(n_components=2, max_iter=8, tol=0, random_state=0)
+    params = {"n_components": 2, "max_iter": 8, "tol": 0, "random_state": 0}
     fit = ["fit", "NMF", str(store / "d.zarr" / "X"), "--output", str(tmp_path / "o.zarr"),
            "--checkpoint", str(tmp_path / "ckpt"), "--progress",
            *[f"--{k.replace('_', '-')}={v}" for k, v in params.items()]]

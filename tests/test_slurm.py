@@ -198,10 +198,10 @@ def test_a_jobqueue_config_submits_worker_jobs_that_are_gone_afterwards(slurm):
 # inherits with the environment): the log line that says a checkpoint is written, the
 # parameters (several steps left at the signal), the environment of the jobs.
 WALLTIME = {
-    "ONMFO": (r"batch [3-9]\d*/", dict(n_components=3, batch_size=500, max_iter=6, tol=0,
-                                       checkpoint_every=1, random_state=0), {}),
-    "NMF": (r"iteration [2-9]\d*,", dict(n_components=3, max_iter=10, tol=0, random_state=0),
-            {"DASK_ARRAY__CHUNK_SIZE": "48000"}),
+    "ONMFO": (r"batch [3-9]\d*/", {"n_components": 3, "batch_size": 500, "max_iter": 6,
+                                   "tol": 0, "checkpoint_every": 1, "random_state": 0}, {}),
+    "NMF": (r"iteration [2-9]\d*,", {"n_components": 3, "max_iter": 10, "tol": 0,
+                                     "random_state": 0}, {"DASK_ARRAY__CHUNK_SIZE": "48000"}),
 }
 
 
