@@ -200,7 +200,7 @@ def test_a_jobqueue_config_submits_worker_jobs_that_are_gone_afterwards(slurm):
 WALLTIME = {
     "ONMFO": (r"batch [3-9]\d*/", {"n_components": 3, "batch_size": 500, "max_iter": 6,
                                    "tol": 0, "checkpoint_every": 1, "random_state": 0}, {}),
-    "NMF": (r"iteration [2-9]\d*,", {"n_components": 3, "max_iter": 10, "tol": 0,
+    "NMF": (r"iteration [2-9]\d*,", {"n_components": 3, "max_iter": 15, "tol": 0,
                                      "random_state": 0}, {"DASK_ARRAY__CHUNK_SIZE": "48000"}),
 }
 
