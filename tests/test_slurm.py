@@ -130,7 +130,7 @@ def _sbatch(env, where, *args, tasks=2):
 
 def _clean(log):
     """What a job log must not hold: Dask's INFO lines, a killed or cancelled step, a
-    traceback, an error (NMF's progress line of its last pass, "pass 15 (final error)", is
+    traceback, an error (NMF's progress line of its last pass, "pass 20 (final error)", is
     not one)."""
     bad = [line for line in log.splitlines()
            if re.search(r" - (distributed|tornado)\S* - INFO - |CANCELLED|Killed|forcing job "
