@@ -89,7 +89,9 @@ rm -f "$SCHEDULER_FILE"
 # a scheduler left without any worker (every worker task gone) fails the fit's work after
 # this long, instead of holding it until the walltime
 export DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT=${DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT:-10m}
-dask scheduler --scheduler-file "$SCHEDULER_FILE" --dashboard-address :0 "${NET[@]}" &
+# any free port (the address is in the scheduler file): the default, 8786, is taken by
+# the scheduler of another job on the same node, or any other Dask scheduler there
+dask scheduler --scheduler-file "$SCHEDULER_FILE" --port 0 --dashboard-address :0 "${NET[@]}" &
 SCHEDULER=$!
 # srun passes this shell's environment (the activated one, the logging setting) to the
 # tasks (SLURM's default --export=ALL)

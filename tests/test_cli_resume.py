@@ -4,12 +4,19 @@
 ``overwrite_checkpoint``; for no other model, whatever its signature."""
 
 import inspect
+import re
+import signal
+import subprocess
+import sys
+import threading
 
+import dask
 import numpy as np
 import pytest
+import yaml
 import zarr
 
-from daskrnmf import _checkpoint, cli, io, models
+from daskrnmf import NMF, _checkpoint, cli, io, models
 from daskrnmf.cli import _fit
 from daskrnmf.models import REGISTRY, ModelSpec
 from daskrnmf.models.onmfo import ONMFO
@@ -196,3 +203,56 @@ def test_resume_arguments_reach_the_estimator(registered, store, scheduler, tmp_
         {"checkpoint": ckpt, "resume": True, "overwrite_checkpoint": False},
         {"checkpoint": ckpt, "resume": False, "overwrite_checkpoint": True},
     ]
+
+
+# ---------------------------------------------------------------- SIGTERM, outside a batch job
+def test_sigterm_leaves_a_checkpoint_that_resume_finishes_identically(store, scheduler,
+                                                                      tmp_path, capsys,
+                                                                      monkeypatch):
+    """``daskrnmf fit NMF ... --checkpoint D`` sent SIGTERM (what a batch system sends at
+    the time limit) in the middle of its iterations: exit status 143, no output, and a
+    checkpoint holding H block by block that ``--resume`` continues from its last saved
+    iteration to the uninterrupted fit's result.  X is read in its 4 stored chunks (dask's
+    array.chunk-size of 1,200 bytes: 30 rows a block), in both runs alike."""
+    monkeypatch.setenv("DASK_ARRAY__CHUNK_SIZE", "1200")         # the command's process
+    monkeypatch.setitem(dask.config.config["array"], "chunk-size", "1200")      # this one
+    params = {"n_components": 2, "max_iter": 8, "tol": 0, "random_state": 0}
+    fit = ["fit", "NMF", str(store / "d.zarr" / "X"), "--output", str(tmp_path / "o.zarr"),
+           "--checkpoint", str(tmp_path / "ckpt"), "--progress",
+           *[f"--{k.replace('_', '-')}={v}" for k, v in params.items()]]
+    (tmp_path / "threads.yaml").write_text(yaml.safe_dump(
+        {"cluster": "local", "n_workers": 1, "threads_per_worker": 1, "processes": False}))
+    proc = subprocess.Popen([sys.executable, "-m", "daskrnmf", *fit, "--cluster",
+                             str(tmp_path / "threads.yaml")],
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    timer = threading.Timer(120, proc.kill)
+    timer.start()
+    try:
+        seen = []
+        for line in proc.stderr:         # iterations 1 to 3 saved
+            seen.append(line)
+            if "NMF: iteration 4," in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        rest = proc.stderr.read()
+        assert proc.wait() == 143, "".join(seen) + rest
+    finally:
+        timer.cancel()
+    assert rest.splitlines()[-1] == ("daskrnmf: terminated (SIGTERM); partial output and "
+                                     "scratch removed"), rest
+    assert "Traceback" not in rest and "iteration 8," not in rest
+    assert not (tmp_path / "o.zarr").exists() and _checkpoint.holds_run(str(tmp_path / "ckpt"))
+    blocks = {p.name for p in tmp_path.glob("ckpt/daskrnmf-checkpoint/gen-*/blocks/*/b*")}
+    assert blocks == {f"b{b:06d}" for b in range(4)}             # H of X's 4 chunks
+    capsys.readouterr()
+    assert cli.main([*fit, "--resume", "--scheduler-address", scheduler]) == 0
+    resumed = [int(n) for n in re.findall(r"NMF: iteration (\d+),", capsys.readouterr().err)]
+    assert resumed[0] >= 4 and resumed == list(range(resumed[0], 9)), resumed
+    stored = _group(str(tmp_path / "o.zarr"))
+    local = NMF(**params)
+    with pytest.warns(Warning, match="did not converge"):
+        H = local.fit_transform(zarr.open_array(str(store / "d.zarr" / "X"), mode="r")[:])
+    np.testing.assert_allclose(stored["H"][:], H, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(stored["components"][:], local.components_, rtol=1e-12)
+    np.testing.assert_allclose(stored["objective_history"][:], local.objective_history_,
+                               rtol=1e-12)

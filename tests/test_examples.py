@@ -80,7 +80,7 @@ def test_slurm_job_activates_the_environment_and_runs_scheduler_workers_and_fit(
     worker = (f"dask worker --scheduler-file {scheduler_file} --nthreads 2 --memory-limit "
               f"6963MiB --local-directory {scratch}")             # 85 % of 32 GiB / 4 tasks
     assert commands == sorted([
-        f"dask scheduler --scheduler-file {scheduler_file} --dashboard-address :0",
+        f"dask scheduler --scheduler-file {scheduler_file} --port 0 --dashboard-address :0",
         f"srun --ntasks=16 --kill-on-bad-exit=0 {worker}",
         worker,
         f"daskrnmf fit RFNMF /shared/data.zarr/X --output /shared/out.zarr --scheduler-file "

@@ -8,7 +8,8 @@ Debian's packages by tests/slurm/start.sh (``.ci/run`` installs ``slurm-wlm`` an
 - a dask-jobqueue configuration submits worker jobs that are gone afterwards;
 - a job stopped at its walltime (SIGTERM to the batch shell, as ``--signal=B:TERM``
   sends it) checkpoints, resubmits itself, and the next job finishes with exactly the
-  uninterrupted result;
+  uninterrupted result: for a streaming model (ONMFO) and for a batch model whose
+  checkpoint holds per-block state written by the workers (NMF's H);
 - a worker job of a dask-jobqueue cluster cancelled (``scancel``) in the middle of a fit
   loses nothing: the fit's chained per-block state is on the scratch directory
   (``--scratch``, dask config ``daskrnmf.scratch-directory``), Dask recomputes what the
@@ -120,19 +121,21 @@ def _batch_shell(env, job):
     raise AssertionError(f"no batch shell found for job {job}")
 
 
-def _sbatch(env, where, *args):
-    out = _run(env, "sbatch", "--parsable", "-N1", "-n2", "--ntasks-per-node=2", "-c1",
-               "--mem=3G", "-t", "5", "-o", str(where / "job-%j.log"),
+def _sbatch(env, where, *args, tasks=2):
+    out = _run(env, "sbatch", "--parsable", "-N1", f"-n{tasks}", f"--ntasks-per-node={tasks}",
+               "-c1", "--mem=3G", "-t", "5", "-o", str(where / "job-%j.log"),
                os.path.join(EXAMPLES, "slurm_job.sh"), *args)
     return int(out.strip().split(";")[0])
 
 
 def _clean(log):
     """What a job log must not hold: Dask's INFO lines, a killed or cancelled step, a
-    traceback, an error."""
+    traceback, an error (NMF's progress line of its last pass, "pass 20 (final error)", is
+    not one)."""
     bad = [line for line in log.splitlines()
            if re.search(r" - (distributed|tornado)\S* - INFO - |CANCELLED|Killed|forcing job "
-                        r"termination|Traceback|[Ee]rror|Ignoring provided memory", line)]
+                        r"termination|Traceback|(?<!\(final )[Ee]rror|Ignoring provided "
+                        r"memory", line)]
     assert not bad, log
 
 
@@ -188,36 +191,86 @@ def test_a_jobqueue_config_submits_worker_jobs_that_are_gone_afterwards(slurm):
     assert _run(env, "squeue", "-h").strip() == ""
 
 
-def test_a_job_stopped_at_its_walltime_is_finished_by_the_next_identically(slurm):
+# A job stopped at its walltime, for a streaming model whose checkpoint is the client's
+# state only (ONMFO), and for a batch model whose checkpoint holds per-block state that
+# the workers write, each for the blocks it holds (NMF: W, and H block by block; X read
+# in 4 blocks of 1,000 rows through dask's array.chunk-size, which the resubmitted job
+# inherits with the environment): the log line that says a checkpoint is written, the
+# parameters (several steps left at the signal), the environment of the jobs.
+WALLTIME = {
+    "ONMFO": (r"batch [3-9]\d*/", {"n_components": 3, "batch_size": 500, "max_iter": 6,
+                                   "tol": 0, "checkpoint_every": 1, "random_state": 0}, {}),
+    "NMF": (r"iteration [2-9]\d*,", {"n_components": 3, "max_iter": 15, "tol": 0,
+                                     "random_state": 0}, {"DASK_ARRAY__CHUNK_SIZE": "48000"}),
+}
+
+
+def test_jobs_stopped_at_their_walltime_are_finished_by_the_next_identically(slurm):
+    """Each model of WALLTIME in a job of its own, the two jobs side by side (one task,
+    one worker, each: the node has two CPUs; a job's fixed cost, processes starting and
+    stopping, is most of this test's time)."""
     where, env, X = slurm
-    out, ckpt = where / "onmfo.zarr", where / "onmfo.ckpt"
-    params = ["--n-components", "3", "--batch-size", "500", "--max-iter", "6", "--tol", "0",
-              "--checkpoint", str(ckpt), "--checkpoint-every", "1", "--random-state", "0"]
-    job = _sbatch(env, where, "ONMFO", str(where / "in.zarr" / "X"), str(out), *params)
-    log = where / f"job-{job}.log"
-    end = time.monotonic() + 120
-    while time.monotonic() < end and not re.search(r"batch [3-9]\d*/", log.read_text()
-                                                   if log.exists() else ""):
-        time.sleep(0.1)            # a few batches in: a checkpoint has been written
-    os.kill(_batch_shell(env, job), signal.SIGTERM)    # what --signal=B:TERM@120 does
-    assert _wait(env, job) == ("FAILED", 143), log.read_text()
-    for _ in range(40):
-        first = log.read_text()
-        if "continues the checkpoint" in first:
-            break
-        time.sleep(0.25)
-    assert "stopped at the time limit; job" in first
-    _clean(first)
-    assert not out.exists()
-    nxt = int(re.search(r"job (\d+) continues the checkpoint", first).group(1))
-    assert _wait(env, nxt) == ("COMPLETED", 0), (where / f"daskrnmf-{nxt}.log").read_text()
-    second = (where / f"daskrnmf-{nxt}.log").read_text()
-    assert "continuing the checkpoint" in second
-    _clean(second)
-    W = zarr.open_group(str(out), mode="r")["components"][:]
-    local = ONMFO(n_components=3, batch_size=500, max_iter=6, tol=0, random_state=0).fit(X)
-    np.testing.assert_allclose(W, local.components_, rtol=1e-10, atol=1e-12)
-    assert not _leftovers(where, job) and not _leftovers(where, nxt)
+    chains = {}
+    for model, (reached, params, extra) in WALLTIME.items():
+        out, ckpt = where / f"{model}.zarr", where / f"{model}.ckpt"
+        job = _sbatch({**env, **extra}, where, model, str(where / "in.zarr" / "X"), str(out),
+                      *[f"--{k.replace('_', '-')}={v}" for k, v in params.items()],
+                      "--checkpoint", str(ckpt), tasks=1)
+        chains[model] = (job, where / f"job-{job}.log", out, ckpt)
+    waiting, end = set(chains), time.monotonic() + 120
+    while waiting:
+        for model in sorted(waiting):
+            job, log = chains[model][:2]
+            if re.search(WALLTIME[model][0], log.read_text() if log.exists() else ""):
+                # a few steps in, a checkpoint written: what --signal=B:TERM@120 does
+                os.kill(_batch_shell(env, job), signal.SIGTERM)
+                waiting.discard(model)
+            else:          # still running
+                assert _state(env, job)[0] in ("PENDING", "CONFIGURING", "RUNNING"), \
+                    log.read_text() if log.exists() else f"job {job} ended without a log"
+        assert time.monotonic() < end, f"{sorted(waiting)}: not a few steps in in 120 s"
+        time.sleep(0.1)
+    nexts = {}
+    for model, (job, log, out, ckpt) in chains.items():
+        assert _wait(env, job) == ("FAILED", 143), log.read_text()
+        for _ in range(40):
+            first = log.read_text()
+            if "continues the checkpoint" in first:
+                break
+            time.sleep(0.25)
+        assert "stopped at the time limit; job" in first, first
+        _clean(first)
+        assert not out.exists()
+        nexts[model] = int(re.search(r"job (\d+) continues the checkpoint", first).group(1))
+        if model == "NMF":     # H in the checkpoint, a Zarr group per block of X
+            blocks = {p.name for p in ckpt.glob("daskrnmf-checkpoint/gen-*/blocks/*/b*")}
+            assert blocks == {f"b{b:06d}" for b in range(4)}, blocks
+    for model, (job, log, out, ckpt) in chains.items():
+        nxt, params = nexts[model], WALLTIME[model][1]
+        assert _wait(env, nxt) == ("COMPLETED", 0), (where / f"daskrnmf-{nxt}.log").read_text()
+        second = (where / f"daskrnmf-{nxt}.log").read_text()
+        assert "continuing the checkpoint" in second
+        _clean(second)
+        stored = zarr.open_group(str(out), mode="r")
+        local = {"ONMFO": ONMFO, "NMF": NMF}[model](**params)
+        if model == "NMF":
+            # the next job went on from the last iteration saved, not from the first
+            done = [int(n) for n in re.findall(r"NMF: iteration (\d+),", log.read_text())]
+            again = [int(n) for n in re.findall(r"NMF: iteration (\d+),", second)]
+            assert 1 < again[0] <= done[-1] + 1 and again[-1] == params["max_iter"], second
+            with pytest.warns(Warning, match="did not converge"):
+                H = local.fit_transform(X)
+            np.testing.assert_allclose(stored["H"][:], H, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(stored["objective_history"][:],
+                                       local.objective_history_, rtol=1e-10)
+            scalars = stored.attrs["scalars"]
+            assert (scalars["n_iter_"], scalars["n_passes_"]) == (local.n_iter_,
+                                                                  local.n_passes_)
+        else:
+            local.fit(X)
+        np.testing.assert_allclose(stored["components"][:], local.components_, rtol=1e-10,
+                                   atol=1e-12)
+        assert not _leftovers(where, job) and not _leftovers(where, nxt)
 
 
 NMF_PARAMS = dict(n_components=3, max_iter=60, tol=0, random_state=0)
