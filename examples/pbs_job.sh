@@ -59,7 +59,9 @@ rm -f "$SCHEDULER_FILE"
 # a scheduler left without any worker (every worker task gone) fails the fit's work after
 # this long, instead of holding it until the walltime
 export DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT=${DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT:-10m}
-dask scheduler --scheduler-file "$SCHEDULER_FILE" --dashboard-address :0 &
+# any free port (the address is in the scheduler file): the default, 8786, may be taken
+# by another job or scheduler on the same node
+dask scheduler --scheduler-file "$SCHEDULER_FILE" --port 0 --dashboard-address :0 &
 SCHEDULER=$!
 # one launcher per node through PBS's own task manager (pbsdsh -n INDEX: the node's first
 # line in PBS_NODEFILE), no ssh. A task starts without this shell's environment: the

@@ -130,7 +130,7 @@ def test_pbs_job_activates_the_environment_on_every_node(batch, resubmitted):
                         f"{scratch}")] * 2
     assert [(a, args) for p, a, args in lines if p == "dask" and args.startswith("scheduler")] \
         == [(env["DASKRNMF_ENV"], f"scheduler --scheduler-file {scheduler_file} "
-             "--dashboard-address :0")]
+             "--port 0 --dashboard-address :0")]
     (fit,) = [(a, args) for p, a, args in lines if p == "daskrnmf" and args.startswith("fit")]
     assert fit == (env["DASKRNMF_ENV"], f"fit ONMFO /shared/data.zarr/X --output {output} "
                    f"--scheduler-file {scheduler_file} --n-components 49 --max-iter 2 "
