@@ -12,9 +12,25 @@ n_init=10: restarts screened on the first pass's sample, one run on X) for at mo
 ``--max-iter`` iterations.  Reported: the whole fit, its passes, the time per iteration
 from the callback's timestamps and per pass, each over the read pass, and each worker's
 peak RSS.  Numbers, not assertions.
+
+    python benchmarks/bench_rfnmf_scale.py --aims [--rows 1000000] [--features 64]
+                                           [--json OUT.json] [--compare OLD.json]
+
+Issue 38's aims instead: two float32 stores of ``rows x features`` (chunks of 100 000
+rows), gross outliers as whole rows (``make_zarr_blobs``' defaults: 5 % of the rows, a
+quarter of their entries) or as 5 % of the entries of every row; on the same capped
+cluster, the plain read pass ``X.sum()`` (the best of three), a small fit of each loss
+first (kernels compiled on the workers), then RFNMF(10, loss, max_iter=8, tol=0) per
+store and loss ("l21", "l1"): the whole fit per iteration over the read pass, its passes,
+its median rounds and each pass's seconds (debug log).  ``--json`` saves the figures;
+``--compare OLD.json`` (the same run of an older checkout, e.g. with PYTHONPATH at it)
+puts them beside the new in the section this writes into ``--out``, replacing the
+section of an earlier ``--aims`` run and keeping the rest of the file.
 """
 
 import argparse
+import json
+import logging
 import os
 import shutil
 import tempfile
@@ -35,7 +51,12 @@ def main():
     parser.add_argument("--keep", action="store_true", help="keep the store afterwards")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                       "rfnmf_scale.md"))
+    parser.add_argument("--aims", action="store_true", help="issue 38's 1M x 64 aims")
+    parser.add_argument("--json", default=None, help="--aims: save the figures here")
+    parser.add_argument("--compare", default=None, help="--aims: an older run's --json")
     args = parser.parse_args()
+    if args.aims:
+        return aims(args)
     from daskrnmf import RFNMF
     from daskrnmf.io import open_dask_array
 
@@ -98,6 +119,133 @@ def main():
     emit.write(args.out)
     if not args.keep and args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+AIMS_SECTION = "## Issue 38's aims: whole fit per iteration over a plain read pass"
+
+
+def _aims_store(workdir, kind, n, d):
+    import dask
+    import dask.array as da
+
+    from daskrnmf.datasets import make_zarr_blobs
+
+    store = os.path.join(workdir, f"rfnmf-aims-{kind}-{n}x{d}.zarr")
+    if not os.path.exists(store):
+        outliers = ({"outlier_fraction": 0.05} if kind == "rows"
+                    else {"outlier_fraction": 0.9999, "corrupt_fraction": 0.05})
+        with dask.config.set(scheduler="threads"):
+            make_zarr_blobs(store, n_samples=n, n_features=d, n_clusters=10, dtype="float32",
+                            chunk_rows=100_000, random_state=0, **outliers)
+    return store, da.from_zarr(store, component="X")
+
+
+class _PassLog(logging.Handler):
+    """Each pass's seconds, from daskrnmf._blocks' debug lines."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.passes = []
+
+    def emit(self, record):
+        if record.args and str(record.msg).startswith("pass %d (%s) over %d blocks"):
+            n_blocks, seconds = record.args[2], record.args[3]
+            if n_blocks > 1:        # not the in-memory screening on the seeding sample
+                self.passes.append((record.args[1], round(float(seconds), 3)))
+
+
+def aims(args):
+    import daskrnmf
+    from daskrnmf import RFNMF
+
+    warnings.simplefilter("ignore")
+    n = args.rows if args.rows != 40_000_000 else 1_000_000
+    d = args.features if args.features != 128 else 64
+    workdir = args.workdir or tempfile.mkdtemp(prefix="daskrnmf-aims-")
+    stores = {kind: _aims_store(workdir, kind, n, d) for kind in ("rows", "entries")}
+    log = _PassLog()
+    logger = logging.getLogger("daskrnmf")
+    logger.addHandler(log)
+    logger.setLevel(logging.DEBUG)
+    out = {"library": os.path.dirname(daskrnmf.__file__), "runs": []}
+    with capped_cluster(LIMIT):
+        for kind, (store, X) in stores.items():
+            X.sum().compute()
+            reads = []
+            for _ in range(3):
+                tic = time.perf_counter()
+                X.sum().compute()
+                reads.append(time.perf_counter() - tic)
+            t_read = min(reads)
+            for loss in ("l21", "l1"):
+                RFNMF(10, loss=loss, max_iter=2, tol=0, random_state=1).fit(store + "/X")
+                t_fit = float("inf")
+                for _ in range(2):          # the better of two fits (a shared machine)
+                    log.passes = []
+                    model = RFNMF(10, loss=loss, max_iter=8, tol=0, random_state=0)
+                    tic = time.perf_counter()
+                    model.fit(store + "/X")
+                    seconds = time.perf_counter() - tic
+                    if seconds < t_fit:
+                        t_fit, passes = seconds, list(log.passes)
+                run = {"kind": kind, "loss": loss, "read": t_read, "fit": t_fit,
+                       "n_iter": model.n_iter_, "n_passes": model.n_passes_,
+                       "median_rounds": list(getattr(model, "median_rounds_", [])),
+                       "passes": passes,
+                       "ratio": t_fit / model.n_iter_ / t_read}
+                print(run, flush=True)
+                out["runs"].append(run)
+    logger.removeHandler(log)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+    old = None
+    if args.compare:
+        with open(args.compare) as fh:
+            old = {(r["kind"], r["loss"]): r for r in json.load(fh)["runs"]}
+    _write_aims(args.out, out, old, n, d)
+    if args.workdir is None and not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _write_aims(path, new, old, n, d):
+    emit = Report()
+    emit(AIMS_SECTION)
+    emit()
+    emit(f"X: {n:,} x {d} float32 in Zarr on local disk (chunks of 100 000 rows), 10 "
+         "clusters; gross outliers as whole rows (5 % of the rows, a quarter of their "
+         "entries) or as 5 % of the entries of every row. LocalCluster 2 workers x 1 "
+         f"thread, {LIMIT / 2**30:.0f} GiB each; RFNMF(10, loss, max_iter=8, tol=0, "
+         "random_state=0), the better of two fits, after a small fit of each loss (kernels "
+         "compiled); the read pass `X.sum()` the best of three on the same cluster in the same run. "
+         f"{cpu()}; run {time.strftime('%Y-%m-%d %H:%M')} UTC, the machine shared with "
+         "other work (ratios moved by up to ~30 % between runs).")
+    emit()
+    emit("Aims: whole fit per iteration <= 1.1x the read pass with L2,1, <= 1.5x with L1.")
+    emit()
+    head = "| outliers | loss | read pass (s) | whole fit (s) | iterations | passes | median rounds | whole fit per iteration / read |"
+    emit(head if old is None else head + " before (read, fit, iterations, passes: ratio) |")
+    emit("|---|---|---:|---:|---:|---:|---|---:|" + ("" if old is None else "---|"))
+    for r in new["runs"]:
+        row = (f"| {r['kind']} | {r['loss']} | {r['read']:.2f} | {r['fit']:.2f} | "
+               f"{r['n_iter']} | {r['n_passes']} | {r['median_rounds'] or '-'} | "
+               f"{r['ratio']:.2f} |")
+        o = None if old is None else old.get((r["kind"], r["loss"]))
+        if o is not None:
+            row += (f" {o['read']:.2f} s, {o['fit']:.2f} s, {o['n_iter']} it., "
+                    f"{o['n_passes']} passes: {o['ratio']:.2f} |")
+        emit(row)
+    emit()
+    emit("Seconds of each pass over X (first: the feature statistics and seeding sample):")
+    emit()
+    for r in new["runs"]:
+        emit(f"- {r['kind']}, {r['loss']}: " + ", ".join(f"{s:.2f} ({name})"
+                                                     for name, s in r["passes"]))
+    text = open(path).read() if os.path.exists(path) else ""
+    if AIMS_SECTION in text:
+        text = text[:text.index(AIMS_SECTION)]
+    with open(path, "w") as fh:
+        fh.write(text.rstrip("\n") + "\n\n" + "\n".join(emit.lines) + "\n")
 
 
 if __name__ == "__main__":
