@@ -344,13 +344,20 @@ def prune(path, storage_options=None):
         _remove_ours(sub, keep={latest})
 
 
-def _write_generation(group, arrays, attrs):
+def write_arrays(group, arrays):
+    """Every array of ``arrays`` (name -> ndarray) as one chunk of the Zarr ``group``;
+    their SHA-256, by name."""
     sums = {}
     for key, value in arrays.items():
         value = np.ascontiguousarray(value)
         group.create_array(key, shape=value.shape, dtype=value.dtype,
                            chunks=value.shape or None)[...] = value
         sums[key] = _digest(value)
+    return sums
+
+
+def _write_generation(group, arrays, attrs):
+    sums = write_arrays(group, arrays)
     group.attrs.update(json.loads(json.dumps({**attrs, "_arrays": sorted(arrays),
                                               "_sha256": sums})))
 

@@ -160,12 +160,7 @@ def write_block(content, where, storage_options=None):
     arrays = {}
     skel = flatten(content, "a", arrays)
     group = zarr.open_group(zarr_target(where, storage_options, read_only=False), mode="w")
-    sums = {}
-    for name, value in arrays.items():
-        value = np.ascontiguousarray(value)
-        group.create_array(name, shape=value.shape, dtype=value.dtype,
-                           chunks=value.shape or None)[...] = value
-        sums[name] = digest(value)
+    sums = _checkpoint.write_arrays(group, arrays)
     group.attrs.update({"skeleton": skel, "_sha256": sums})
     return _block_digest(skel, sums)
 
