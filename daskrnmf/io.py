@@ -5,7 +5,7 @@ The estimators accept a ``zarr.Array`` or the path of one wherever they take dat
 :func:`check_array` turns whatever they are given into the array a fit reads, and
 :func:`open_input` is what it uses to open a path.  They read a user's own files out of
 core too, each block by a worker task that opens the file itself (the client reads a
-header only; see :mod:`daskrnmf._files`):
+header only; see the user guide's page on your own data):
 
 * the path of a ``.npy`` file (``numpy.save``);
 * an HDF5 dataset: ``"data.h5/X"``, ``("data.h5", "X")`` or ``fit("data.h5",
@@ -40,7 +40,7 @@ the old version and prefixes abandoned by interrupted writes are deleted.  One w
 a time per location.  Local paths keep the write-then-``rename`` rule.  Both rules are
 behind :func:`write_whole` (the checks before the work behind :func:`check_destination`),
 which ``model.save`` and the CLI's outputs use.  ONMFO checkpoints on an object store
-follow the same rule with their own pointer (``LATEST``), see :mod:`daskrnmf._checkpoint`.
+follow the same rule with their own pointer (``LATEST``), see the user guide's page *Checkpoints and resuming a fit*.
 """
 
 from __future__ import annotations
@@ -383,7 +383,7 @@ def open_dask_array(url: PathLike, component: str | None = None, *,
     The blocks are whole stored chunks, about 32 MiB each (and small enough for the
     workers' memory limit, when a distributed Client is active).  Chunks of a Zarr
     array on a local or shared file system are decompressed straight into reused
-    buffers on the workers (:mod:`daskrnmf._reader`; in a Dask worker about twice as
+    buffers on the workers (in a Dask worker about twice as
     fast as reading through zarr); other arrays are read by zarr.  A ``.npy`` file or an
     HDF5 dataset is read by the workers, each block by a task that opens the file.  Use
     it to compute on X the way a fit reads it.
@@ -422,7 +422,7 @@ def open_dask_array(url: PathLike, component: str | None = None, *,
 def open_input(url: PathLike, component: str | None = None, *,
                storage_options: dict | None = None):
     """What an input path names: a read-only ``zarr.Array``, or the reader of a ``.npy``
-    file or an HDF5 dataset (:class:`daskrnmf._files.FileRows`: the file's path and
+    file or an HDF5 dataset (a small picklable description: the file's path and
     layout, read from its header only).
 
     Parameters
@@ -515,8 +515,8 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
     fsspec URL of a Zarr array (read-only; its blocks whole stored chunks, read by the
     workers), the path of a ``.npy`` file or of an HDF5/NetCDF-4 dataset
     (``data.h5/X``), a pair ``(path, component)``, an ``np.memmap`` or an
-    ``h5py.Dataset`` (read by the workers in row blocks, see :mod:`daskrnmf._files`).
-    The messages are :mod:`daskrnmf._validation`'s.
+    ``h5py.Dataset`` (read by the workers in row blocks).  The messages are the
+    estimators'.
 
     Parameters
     ----------
@@ -528,7 +528,7 @@ def check_array(X, *, estimator_name, input_name="X", storage_options=None, allo
         The input's name in the messages (``"H"`` for ``inverse_transform``).
     storage_options : dict, default=None
         Options of a URL's fsspec file system; None takes the running fit's
-        (:func:`daskrnmf._validation.current_storage_options`).
+        (``fit(..., storage_options=...)``).
     allow_nan : bool, default=False
         NaN entries are missing values (``missing="mask"``): only inf is refused.
 
@@ -595,7 +595,7 @@ def native_dtype(X):
 def _zarr_to_dask(z, where):
     """A Zarr array as a Dask array of whole rows: blocks of whole stored chunks, about
     :data:`BLOCK_BYTES` (less if dask's ``array.chunk-size`` is smaller), and small enough
-    for the workers' memory limit (see :func:`daskrnmf._blocks.worker_block_budget`; the
+    for the workers' memory limit (what a worker holds besides them is estimated; the
     kernels hold a float64 copy of a block).  When even one stored chunk is too large for
     that, blocks split stored chunks (each block then decompresses its whole stored chunk:
     the time of several decodes per pass, and one decoded stored chunk transiently in a

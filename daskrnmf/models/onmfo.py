@@ -95,7 +95,7 @@ class ONMFO(_OutlierFactorization):
         planted samples: four).
     batch_size : int or None, default=None
         Samples per batch (one W update per batch).  None chooses the batches from X's
-        shape and ``random_state`` alone, never from its chunks (:mod:`daskrnmf._stream`):
+        shape and ``random_state`` alone, never from its chunks:
         a pass makes ``max(8, n_samples / 4096)`` W updates: 8 batches of
         ``n_samples / 8`` rows on up to 32,768 samples, batches of 4,096 rows above (a
         4M-sample X: about 1,000 updates a pass).  The rows are read in groups of at most
