@@ -39,11 +39,13 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from . import _checkpoint
 from . import _validation as v
 from . import io
 from ._driver import Progress, iterate, warn_if_not_converged
 from ._files import is_file_memmap, is_h5py_dataset
 from ._reader import release_after
+from ._resume import FitCheckpoint, model_fingerprint
 from ._typing import Data, Labels, PathLike
 from .kernels.blocks import MAX_ABS, checked_apply
 
@@ -407,9 +409,6 @@ class BaseModel(BaseEstimator):
         if path is None:
             yield None
             return
-        from . import _checkpoint
-        from ._resume import FitCheckpoint, model_fingerprint
-
         options = v.current_storage_options()
         _checkpoint.check_location(path, X)        # never in or around X's store
         lock = _checkpoint.Lock(path)

@@ -179,9 +179,7 @@ class RowBlocks:
         return (root, BlockState(states)) if keep_state else root
 
     def _map_reduce_dask(self, chunk, combine, finalize, args, state, keep_state):
-        dargs = [delayed(a, traverse=False)
-                 if isinstance(a, (np.ndarray, dict)) or dataclasses.is_dataclass(a) else a
-                 for a in args]
+        dargs = _broadcast(args)
         fn = delayed(chunk, pure=True, nout=2 if keep_state else None)
         parts, states = [], []
         for b, block in enumerate(self._blocks):
@@ -215,9 +213,7 @@ class RowBlocks:
         if not self.is_dask:
             out = tree_reduce([chunk(st, *args) for st in state], combine, self.split_every)
         else:
-            dargs = [delayed(a, traverse=False)
-                     if isinstance(a, (np.ndarray, dict)) or dataclasses.is_dataclass(a) else a
-                     for a in args]
+            dargs = _broadcast(args)
             if isinstance(state, SpilledState) and state.paths:
                 # state on the scratch disk: any worker reads any block, so a task takes a
                 # run of blocks (a few tasks per thread, not one per block: a state pass
@@ -260,8 +256,7 @@ class RowBlocks:
         import dask.array as da
 
         make = delayed(fn or _identity, pure=True)
-        dargs = [delayed(a, traverse=False) if isinstance(a, (np.ndarray, dict)) else a
-                 for a in args]
+        dargs = _broadcast(args)
         return da.concatenate([da.from_delayed(make(st, *dargs), (n, width), dtype=dtype)
                                for st, n in zip(state, self.sizes)])
 
@@ -510,6 +505,14 @@ def _state_group(paths, keep_alive, chunk, combine, *args):
 def _total_threads():
     client = active_client()
     return max(1, sum(client.nthreads().values())) if client is not None else 1
+
+
+def _broadcast(args):
+    """Arguments sent to every block's task: arrays, dicts and dataclasses as one task
+    each (not embedded in every block's task, nor traversed for tasks)."""
+    return [delayed(a, traverse=False)
+            if isinstance(a, (np.ndarray, dict)) or dataclasses.is_dataclass(a) else a
+            for a in args]
 
 
 def _identity(x):

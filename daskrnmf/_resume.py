@@ -24,9 +24,11 @@ work is saved:
   store), which is checked after each save.
 * What is saved is fingerprinted: the model, its parameters (all but ``max_iter``,
   ``verbose``, ``callback`` and the checkpoint's own, which may change between the two
-  fits), the seed, X's shape, dtype, row chunking and sampled rows, and the first pass's
-  per-feature statistics (a summary of every value of X).  Resuming with other data or
-  parameters, or from damaged files (every array has its SHA-256), is a ValueError.
+  fits; arrays by their SHA-256), the seed, X's shape, dtype, row chunking and sampled
+  rows (checked before any pass), the SHA-256 of every block of X (computed where it is
+  read, in the first pass of a checkpointed fit) with the first pass's statistics, and a
+  classifier's labels.  Resuming with other data, labels or parameters, or from damaged
+  files (every array has its SHA-256), is a ValueError naming what differs.
 
 The directory itself, its atomic generations, lock and claim rules are those of
 :mod:`daskrnmf._checkpoint`.
@@ -212,7 +214,6 @@ class FitCheckpoint:
         self.row_blocks = blocks        # the fit's RowBlocks (set once made)
         self.saved = saved              # (arrays, attrs) of the generation resumed, or None
         self.runs = []                  # one entry per run so far: (skeleton, arrays, blocks, info)
-        self.resumed = []               # (run index, iteration) taken from the checkpoint
         self.saved_once = False         # this fit wrote a generation
 
     # -- what was saved
@@ -505,7 +506,6 @@ class RunCheckpoint:
         run_info = {k: v for k, v in saved.items() if k != "skeleton"}
         self.fit.runs[self.index] = (skel, {k: a for k, a in self.fit.saved[0].items()
                                             if k.startswith(prefix)}, restored, run_info)
-        self.fit.resumed.append((self.index, info[-1]))
         return info
 
     def save(self, state, problem, log, iteration):
