@@ -9,7 +9,9 @@ One key, ``cluster``, names the kind; the other keys go to its constructor:
 ``slurm`` / ``pbs``
     ``dask_jobqueue.SLURMCluster`` / ``PBSCluster`` (the ``[hpc]`` extra): ``cores``,
     ``memory``, ``walltime``, ``queue``, ``account``, ``job_extra_directives``, ...; plus
-    ``jobs`` (how many batch jobs of workers to submit, default 1).
+    ``jobs`` (how many batch jobs of workers to submit, default 1).  The scheduler's
+    dashboard listens on any free port unless ``scheduler_options`` names a
+    ``dashboard_address``.
 ``scheduler-file``
     Connect to a running scheduler through the file it wrote (``scheduler_file``), as
     batch scripts that start ``dask scheduler --scheduler-file`` and ``dask worker``
@@ -272,6 +274,18 @@ def make_cluster(config: dict) -> Any:
             raise ValueError(f"a {kind!r} cluster needs dask-jobqueue: pip install "
                              "'daskrnmf[hpc]'.") from None
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
+        if "dashboard_address" not in config:
+            # the scheduler's dashboard on any free port where none was asked for
+            # (dask-jobqueue's default, 8787, may be taken on a shared login node: "Port
+            # 8787 is already in use"); its scheduler_options otherwise, or dask config
+            # jobqueue.<kind>.scheduler-options as dask-jobqueue reads it
+            import dask
+
+            options = config.get("scheduler_options")
+            if options is None:
+                name = config.get("config_name") or kind
+                options = dask.config.get(f"jobqueue.{name}.scheduler-options", {})
+            config["scheduler_options"] = {"dashboard_address": ":0", **(options or {})}
         failures = []
         cluster = cls(job_cls=_recording_job_class(cls.job_cls, failures), **config)
         cluster.daskrnmf_submit_failures = failures      # read by connect's wait for workers
