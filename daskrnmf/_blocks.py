@@ -9,11 +9,14 @@ paths give bit-identical results for the same row blocks.
 Every pass increments :attr:`RowBlocks.n_passes`: passes over X are the cost model.
 
 Per-block state that a pass computes from the previous pass's state (H of the
-multiplicative-update models, the outliers R, ...) forms a chain as long as the fit.  On a
-distributed cluster such a chain cannot be rebuilt once a worker holding one of its links
-dies: its earlier links were released.  So, on a distributed cluster, chained state is
-written to a scratch directory (one file per block, written atomically) and the next pass
-reads it from there: a block lost with its worker is recomputed from the file, exactly.
+multiplicative-update models, the outliers R, ...) forms a chain as long as the fit.  A
+worker that dies takes its links of the chain with it; distributed (2026.7, seen in a
+SLURM test with a killed worker) rebuilds them from the tasks that made them, back along
+the chain, exactly.  Still, on a distributed cluster, chained state is also written to a
+scratch directory (one file per block, written atomically) and the next pass reads it
+from there, as insurance: a block lost with its worker is then recomputed from its file,
+one step, not along the whole chain, and without relying on the scheduler keeping the
+chain's history.
 The scratch directory is ``dask.config`` ``"daskrnmf.scratch-directory"`` (it must be
 visible to every worker), else the system temporary directory when every worker runs on
 this host; a generation of files is deleted as soon as the next one is complete, the last

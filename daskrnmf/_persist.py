@@ -74,8 +74,10 @@ _CHUNK_BYTES = 16 * 2**20
 
 # The fitted attributes each model's fit may set (beyond its ``_saved_private``): a file
 # naming any other is refused, since a model's methods may read an attribute it does not
-# expect to have.  A registered model missing here cannot be loaded (the round-trip test
-# of every model in tests/test_persist.py fails first).
+# expect to have.  Kept here by hand: this module sits below the models and does not read
+# the registry (tests/test_structure.py), and the estimators declare their attributes
+# only in their docstrings.  tests/test_persist.py fits every registered model (with
+# feature names and its optional outputs) and fails on an attribute missing here.
 _COMMON = ("n_features_in_", "feature_names_in_", "n_iter_", "n_passes_",
            "objective_history_", "objective_")
 _FACTORS = _COMMON + ("components_", "n_components_", "reconstruction_err_")

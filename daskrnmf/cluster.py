@@ -9,7 +9,9 @@ One key, ``cluster``, names the kind; the other keys go to its constructor:
 ``slurm`` / ``pbs``
     ``dask_jobqueue.SLURMCluster`` / ``PBSCluster`` (the ``[hpc]`` extra): ``cores``,
     ``memory``, ``walltime``, ``queue``, ``account``, ``job_extra_directives``, ...; plus
-    ``jobs`` (how many batch jobs of workers to submit, default 1).
+    ``jobs`` (how many batch jobs of workers to submit, default 1).  The scheduler's
+    dashboard listens on any free port unless ``scheduler_options`` names a
+    ``dashboard_address``.
 ``scheduler-file``
     Connect to a running scheduler through the file it wrote (``scheduler_file``), as
     batch scripts that start ``dask scheduler --scheduler-file`` and ``dask worker``
@@ -54,10 +56,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ._dasklog import (DASK_LOGGERS, NO_TIMED_OUT_TASKS, SILENT, dask_log_level,  # noqa: F401
+                       quiet_shutdown, quiet_task_errors, raise_log_levels, restore_log_levels,
+                       silence_worker)
+
 KINDS = ("local", "slurm", "pbs", "scheduler-file", "address")
 _TLS_KEYS = ("tls_ca_file", "tls_client_cert", "tls_client_key")
-DASK_LOGGERS = ("distributed", "tornado", "asyncio", "bokeh")
-SILENT = logging.CRITICAL + 1
 #: seconds :func:`connect` waits for a first worker (dask config ``daskrnmf.worker-timeout``)
 WORKER_TIMEOUT = 600.0
 #: the command that submits a batch job of workers, per jobqueue kind
@@ -270,6 +274,18 @@ def make_cluster(config: dict) -> Any:
             raise ValueError(f"a {kind!r} cluster needs dask-jobqueue: pip install "
                              "'daskrnmf[hpc]'.") from None
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
+        if "dashboard_address" not in config:
+            # the scheduler's dashboard on any free port where none was asked for
+            # (dask-jobqueue's default, 8787, may be taken on a shared login node: "Port
+            # 8787 is already in use"); its scheduler_options otherwise, or dask config
+            # jobqueue.<kind>.scheduler-options as dask-jobqueue reads it
+            import dask
+
+            options = config.get("scheduler_options")
+            if options is None:
+                name = config.get("config_name") or kind
+                options = dask.config.get(f"jobqueue.{name}.scheduler-options", {})
+            config["scheduler_options"] = {"dashboard_address": ":0", **(options or {})}
         failures = []
         cluster = cls(job_cls=_recording_job_class(cls.job_cls, failures), **config)
         cluster.daskrnmf_submit_failures = failures      # read by connect's wait for workers
@@ -404,94 +420,6 @@ def _client(*args, **kwargs):
     return _client_class(distributed.Client)(*args, **kwargs)
 
 
-def raise_log_levels(level: int) -> list:
-    """Raise Dask's loggers (``distributed``, ``tornado``, ``asyncio``, ``bokeh`` and
-    every logger below them that exists) to at least ``level`` in this process.
-
-    Returns the ``(logger, old level)`` pairs changed, for :func:`restore_log_levels`.
-    """
-    names = set(DASK_LOGGERS) | {name for name in list(logging.Logger.manager.loggerDict)
-                                 if name.split(".")[0] in DASK_LOGGERS}
-    changed = []
-    for name in sorted(names):
-        log = logging.getLogger(name)
-        if log.level < level:
-            changed.append((log, log.level))
-            log.setLevel(level)
-    return changed
-
-
-def restore_log_levels(changed: list) -> None:
-    """Undo :func:`raise_log_levels`."""
-    for log, level in reversed(changed):
-        log.setLevel(level)
-
-
-@contextlib.contextmanager
-def dask_log_level(level: int = logging.WARNING) -> Iterator[None]:
-    """Dask's own log records below ``level`` dropped in this process while inside (the
-    CLI runs at WARNING unless ``--debug``: no scheduler chatter, no dashboard hints).
-    Imports distributed first, whose logging configuration would reset the levels."""
-    import distributed  # noqa: F401
-
-    changed = raise_log_levels(level)
-    try:
-        yield
-    finally:
-        restore_log_levels(changed)
-
-
-class _NoComputeFailed(logging.Filter):
-    """Drops distributed's "Compute Failed" record (``distributed.worker``, ERROR: the
-    failed task, its arguments and a traceback, logged by the worker that ran it).  The
-    exception itself still reaches the client, which reports it."""
-
-    def filter(self, record):
-        return not (record.name == "distributed.worker"
-                    and str(record.msg).startswith("Compute Failed"))
-
-
-_NO_COMPUTE_FAILED = _NoComputeFailed()
-
-
-class _QuietTaskErrorsPlugin:
-    """Worker plugin: :class:`_NoComputeFailed` on the worker's ``distributed.worker``
-    logger (registered with the scheduler, so also on workers started later, as after a
-    lost worker)."""
-
-    name = "daskrnmf-quiet-task-errors"
-
-    def setup(self, worker):
-        logging.getLogger("distributed.worker").addFilter(_NO_COMPUTE_FAILED)
-
-
-@contextlib.contextmanager
-def quiet_task_errors(client: Any = None) -> Iterator[None]:
-    """No "Compute Failed" block from a task that raises, in this process and, for a
-    ``client`` of a cluster started here (whose worker processes write to this process's
-    stderr), on its workers: a command reports the exception in one line instead.
-    Workers of a scheduler that others share are left alone."""
-    log = logging.getLogger("distributed.worker")
-    log.addFilter(_NO_COMPUTE_FAILED)
-    try:
-        if client is not None and getattr(client, "cluster", None) is not None:
-            from distributed.diagnostics.plugin import WorkerPlugin
-
-            plugin = type("QuietTaskErrors", (_QuietTaskErrorsPlugin, WorkerPlugin), {})()
-            client.register_plugin(plugin, name=_QuietTaskErrorsPlugin.name)
-        yield
-    finally:
-        log.removeFilter(_NO_COMPUTE_FAILED)
-
-
-def _silence_worker(client_pid: int) -> None:
-    """On a worker process: no more Dask logging (its cluster is about to shut down).
-    Workers in the client's own process are left alone (the client restores its levels
-    after the shutdown)."""
-    if os.getpid() != client_pid:
-        raise_log_levels(SILENT)
-
-
 def shutdown(scheduler_file: str | os.PathLike, *, timeout: float = 60.0) -> bool:
     """Shut down the scheduler of ``scheduler_file`` and its workers in order, as a batch
     job ends: once no task runs any more (at most ``timeout`` seconds, e.g. the last
@@ -510,36 +438,11 @@ def shutdown(scheduler_file: str | os.PathLike, *, timeout: float = 60.0) -> boo
                 time.sleep(0.5)
             for run in (lambda f: client.run(f, -1, nanny=True), lambda f: client.run(f, -1),
                         lambda f: client.run_on_scheduler(f, -1)):
-                run(_silence_worker)
+                run(silence_worker)
             client.shutdown()
     except (OSError, TimeoutError, ValueError):
         return False
     return True
-
-
-@contextlib.contextmanager
-def _quiet_shutdown() -> Iterator[Any]:
-    """Yields ``quiet(client)``: called as a cluster's work ends, it silences Dask's
-    logging on the cluster's worker processes and in this process until the context
-    exits, after the client and the cluster have closed.  Connections that close in the
-    wrong order while a cluster shuts down (a worker's heartbeat to a scheduler that
-    is gone) are then not printed as CommClosedError tracebacks."""
-    changed = []
-
-    def quiet(client=None):
-        """``client``: of a cluster started here, whose workers are silenced too (those of
-        a cluster that others share are not touched)."""
-        if client is not None:
-            try:
-                client.run(_silence_worker, os.getpid(), on_error="ignore")
-            except Exception:   # a worker already gone: nothing to silence there
-                pass
-        changed.extend(raise_log_levels(SILENT))
-
-    try:
-        yield quiet
-    finally:
-        restore_log_levels(changed)
 
 
 @contextlib.contextmanager
@@ -583,44 +486,30 @@ def connect(config: str | os.PathLike | dict | None = None, *,
     if kind not in KINDS:
         raise ValueError(f"'cluster' must be one of {list(KINDS)}; got {kind!r}.")
     check_config(config, where)
-    if kind == "scheduler-file":
-        path = config.get("scheduler_file")
-        deadline = time.monotonic() + float(config.get("wait", 60))
-        while path and not os.path.exists(path) and time.monotonic() < deadline:
-            time.sleep(0.2)   # a batch script starts the scheduler just before the command
-        if not path or not os.path.exists(path):
-            raise ValueError(f"scheduler file {path} does not exist (is the scheduler running?).")
-        address = _read_scheduler_file(path)
-        with _quiet_shutdown() as quiet, _client(address, timeout=timeout) as client:
-            try:
-                what = f"the scheduler at {address} (scheduler file {path})"
-                _wait_for_workers(client, wait, what)
-                try:
-                    yield client
-                except Exception as exc:
-                    _raise_if_workers_lost(exc, what, kind)
-                    raise
-            finally:
-                quiet()
-        return
-    if kind == "address":
-        if not config.get("address"):
-            raise ValueError("an 'address' cluster needs the scheduler's address.")
-        security = security_from(config)
-        if security is None and str(config["address"]).startswith("tls://"):
-            _tls_from_dask_config(config["address"])
-        with _quiet_shutdown() as quiet, \
-                _client(config["address"], security=security, timeout=timeout) as client:
-            try:
-                what = f"the scheduler at {config['address']}"
-                _wait_for_workers(client, wait, what)
-                try:
-                    yield client
-                except Exception as exc:
-                    _raise_if_workers_lost(exc, what, kind)
-                    raise
-            finally:
-                quiet()
+    if kind in ("scheduler-file", "address"):
+        security = None
+        if kind == "scheduler-file":
+            path = config.get("scheduler_file")
+            deadline = time.monotonic() + float(config.get("wait", 60))
+            while path and not os.path.exists(path) and time.monotonic() < deadline:
+                time.sleep(0.2)   # a batch script starts the scheduler just before the command
+            if not path or not os.path.exists(path):
+                raise ValueError(f"scheduler file {path} does not exist (is the scheduler "
+                                 "running?).")
+            address = _read_scheduler_file(path)
+            what = f"the scheduler at {address} (scheduler file {path})"
+        else:
+            address = config.get("address")
+            if not address:
+                raise ValueError("an 'address' cluster needs the scheduler's address.")
+            security = security_from(config)
+            if security is None and str(address).startswith("tls://"):
+                _tls_from_dask_config(address)
+            what = f"the scheduler at {address}"
+        with quiet_shutdown() as quiet, \
+                _client(address, security=security, timeout=timeout) as client, \
+                _working(client, quiet, kind, what, wait):
+            yield client
         return
     jobs = int(config.get("jobs", 1))
     try:
@@ -631,34 +520,45 @@ def connect(config: str | os.PathLike | dict | None = None, *,
         raise ValueError(f"{where}: {text[0] if text else type(exc).__name__}") from exc
     scheduler_log = logging.getLogger("distributed.scheduler")   # the scheduler runs here
     with contextlib.ExitStack() as stack:
-        scheduler_log.addFilter(_NO_TIMED_OUT_TASKS)
-        stack.callback(scheduler_log.removeFilter, _NO_TIMED_OUT_TASKS)
-        quiet = stack.enter_context(_quiet_shutdown())
+        scheduler_log.addFilter(NO_TIMED_OUT_TASKS)
+        stack.callback(scheduler_log.removeFilter, NO_TIMED_OUT_TASKS)
+        quiet = stack.enter_context(quiet_shutdown())
         cluster = stack.enter_context(started)
         if kind in ("slurm", "pbs"):
             cluster.scale(jobs=jobs)
-        with _client(cluster, timeout=timeout) as client:
-            try:
-                failures = getattr(cluster, "daskrnmf_submit_failures", [])
+        failures = getattr(cluster, "daskrnmf_submit_failures", [])
 
-                def refused():
-                    if failures:
-                        raise ValueError(f"{where}: the batch system refused the workers' "
-                                         f"job: {_refusal(failures[0])}")
+        def refused():
+            if failures:
+                raise ValueError(f"{where}: the batch system refused the workers' job: "
+                                 f"{_refusal(failures[0])}")
 
-                _wait_for_workers(client, wait, f"the {kind} cluster's scheduler at "
-                                                f"{cluster.scheduler_address}"
-                                  + (f" ({jobs} batch job(s) submitted with "
-                                     f"{_SUBMIT[kind]}: are they still queued?)"
-                                     if kind in _SUBMIT else ""), check=refused)
-                try:
-                    yield client
-                except Exception as exc:
-                    _raise_if_workers_lost(exc, f"the {kind} cluster's scheduler at "
-                                                f"{cluster.scheduler_address}", kind)
-                    raise
-            finally:
-                quiet(client)     # then the client closes, then the cluster
+        what = f"the {kind} cluster's scheduler at {cluster.scheduler_address}"
+        waiting = what + (f" ({jobs} batch job(s) submitted with {_SUBMIT[kind]}: are they "
+                          "still queued?)" if kind in _SUBMIT else "")
+        # quiet(client) silences the workers too; then the client closes, then the cluster
+        with _client(cluster, timeout=timeout) as client, \
+                _working(client, quiet, kind, what, wait, waiting=waiting, check=refused,
+                         ours=True):
+            yield client
+
+
+@contextlib.contextmanager
+def _working(client, quiet, kind, what, wait, *, waiting=None, check=None, ours=False):
+    """Yields ``client`` once its scheduler has a worker (:func:`_wait_for_workers`;
+    ``waiting``, default ``what``, names the scheduler if none comes); a task failed for
+    want of workers inside ends as :class:`NoWorkersError` naming ``what``.  On the way
+    out ``quiet`` (of :func:`~daskrnmf._dasklog.quiet_shutdown`) silences Dask's logging,
+    on the workers too when ``ours`` (a cluster started here, not a shared scheduler)."""
+    try:
+        _wait_for_workers(client, wait, waiting or what, check=check)
+        try:
+            yield client
+        except Exception as exc:
+            _raise_if_workers_lost(exc, what, kind)
+            raise
+    finally:
+        quiet(client if ours else None)
 
 
 @contextlib.contextmanager
@@ -677,19 +577,6 @@ def _no_workers_timeout(seconds):
     with dask.config.set({"distributed.scheduler.no-workers-timeout": f"{seconds}s"}):
         yield
 
-
-class _NoTimedOutTasks(logging.Filter):
-    """Drops the scheduler's ERROR record for every task it failed for want of workers
-    (one per waiting task: hundreds in a large fit); the client reports the loss once,
-    as :class:`NoWorkersError`."""
-
-    def filter(self, record):
-        return not (record.name == "distributed.scheduler"
-                    and str(record.msg).startswith("Task %s marked as failed because it "
-                                                   "timed out waiting"))
-
-
-_NO_TIMED_OUT_TASKS = _NoTimedOutTasks()
 
 
 def _raise_if_workers_lost(exc, what, kind):

@@ -237,6 +237,24 @@ def test_jobqueue_configs_build_the_expected_job_script(kind, directive):
         assert "#PBS -q workq" in script and "select=1:ncpus=8:mem=32GB" in script
 
 
+
+def test_a_jobqueue_clusters_dashboard_takes_a_free_port_unless_one_is_asked_for():
+    """dask-jobqueue's scheduler would take 8787 ("Port 8787 is already in use" where
+    another scheduler has it); one the configuration names is kept."""
+    import socket
+
+    pytest.importorskip("dask_jobqueue")
+    config = load_config(os.path.join(CONFIGS, "slurm.yaml"))
+    with make_cluster(config) as cluster:   # nothing is submitted
+        assert cluster.scheduler_spec["options"]["dashboard_address"] == ":0"
+        assert cluster.dashboard_link and ":8787/" not in cluster.dashboard_link
+    with socket.socket() as sock:           # a port free now
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    config["scheduler_options"] = {"dashboard_address": f":{port}"}
+    with make_cluster(config) as cluster:
+        assert cluster.scheduler_spec["options"]["dashboard_address"] == f":{port}"
+
 def test_cluster_configs_are_valid(tmp_path):
     for name in os.listdir(CONFIGS):
         config = load_config(os.path.join(CONFIGS, name))

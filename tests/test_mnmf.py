@@ -200,6 +200,26 @@ def test_mnmf_predicts_dask_as_dask(small_toy):
     assert many.score(Xd, y) == many.score(X, y)
 
 
+
+def test_mnmf_scores_dask_labels_and_weights(small_toy):
+    """score of Dask X with Dask y and sample weights chunked otherwise than X (one pass,
+    nothing gathered): scikit-learn's weighted accuracy; y of the wrong length is refused."""
+    from sklearn.metrics import accuracy_score
+
+    X, y = small_toy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = MNMF(2, semi_max_iter=5, max_iter=2, tol=0, random_state=0).fit(X, y)
+    w = np.random.default_rng(0).random(len(y))
+    Xd = da.from_array(X, chunks=(13, -1))
+    yd, wd = da.from_array(y, chunks=7), da.from_array(w, chunks=11)
+    want = accuracy_score(y, est.predict(X), sample_weight=w)
+    assert est.score(Xd, yd, wd) == pytest.approx(want, rel=1e-12)
+    assert est.score(X, yd, wd) == pytest.approx(want, rel=1e-12)
+    assert est.score(Xd, yd) == est.score(X, y)
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        est.score(Xd, y[:-1])
+
 def test_mnmf_pass_count(small_toy):
     X, y = small_toy
     with warnings.catch_warnings():

@@ -232,3 +232,21 @@ def test_one_sample_fits_in_memory_and_out_of_core():
             warnings.simplefilter("ignore", ConvergenceWarning)
             m = ORNMF(2, max_iter=3, random_state=0).fit(data)
         assert m.jumps_.shape == (0,) and m.boundaries_.shape == (0,)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_jumps_are_in_xs_float_dtype_and_independent_of_the_chunking(seq):
+    """jumps_ (n_samples - 1 values kept by the model, as labels_) in X's float dtype,
+    computed by the workers: float64 for float32 X before."""
+    X, _ = seq
+    kw = dict(alpha=0.3, max_iter=3, tol=0.0, random_state=0)
+    assert ORNMF(4, **kw).fit(X).jumps_.dtype == np.float64
+    X32 = X.astype(np.float32)
+    m = ORNMF(4, **kw).fit(X32)
+    md = ORNMF(4, **kw).fit(da.from_array(X32, chunks=(7, -1)))
+    for est in (m, md):
+        assert isinstance(est.jumps_, np.ndarray) and est.jumps_.dtype == np.float32
+        assert est.jumps_.shape == (X.shape[0] - 1,)
+    np.testing.assert_allclose(md.jumps_, m.jumps_, rtol=1e-5,
+                               atol=1e-6 * float(m.jumps_.max()))
+    np.testing.assert_array_equal(md.boundaries_, m.boundaries_)

@@ -85,6 +85,20 @@ def test_round_trip_gives_identical_outputs(name, tmp_path):
     assert os.listdir(tmp_path) == ["model.zarr"]      # no temporary left next to it
 
 
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_every_attribute_a_fit_sets_is_one_load_accepts(name):
+    """_persist.FITTED is kept by hand: every attribute a fit sets must be in it, the
+    optional ones too (feature_names_in_ of a DataFrame, ORNMF's labels_ with
+    n_clusters), or a saved model would not load."""
+    pd = pytest.importorskip("pandas")
+    X, y = _data()
+    model = _fit(name, pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])]), y)
+    private = set(getattr(type(model), "_saved_private", ()))
+    fitted = set(_persist.saved_state(model)) - private
+    assert "feature_names_in_" in fitted
+    assert fitted <= set(_persist.FITTED[name]), sorted(fitted - set(_persist.FITTED[name]))
+
 def test_an_unfitted_model_round_trips_its_parameters(tmp_path):
     from daskrnmf import RFNMF
 

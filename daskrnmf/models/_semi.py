@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..kernels import hinge, rng
-from ..kernels.blocks import as_float_block, sum_arrays
+from ..kernels.blocks import as_float_block, checked_apply, sum_arrays
 from ..kernels.nnls import nnls_codes
 
 _EPS = 1e-12
@@ -289,3 +289,18 @@ def predict_block(x, Gs, coefs, intercepts, classes, dtype):
     dec = decision_block(x, Gs, coefs, intercepts, len(classes)).astype(dtype, copy=False)
     idx = (dec > 0).astype(np.intp) if dec.ndim == 1 else np.argmax(dec, axis=1)
     return np.asarray(classes)[idx]
+
+
+def score_chunk(block, start, labels, check, Gs, coefs, intercepts, classes, dtype):
+    """MNMF.score on one block: ``[weight of the rows predicted right, weight of all
+    rows]`` (float64; a row weighs 1 without sample weights).  ``labels``: the block's
+    ``(y, sample_weight or None)``; the block is checked as predict checks it
+    (``check``, see :func:`daskrnmf.kernels.blocks.checked_apply`)."""
+    y, w = labels
+    pred = checked_apply(block, predict_block, check, np.asarray(classes).dtype, Gs, coefs,
+                         intercepts, classes, dtype)
+    right = (pred == np.asarray(y)).astype(np.float64)
+    if w is None:
+        return np.array([right.sum(), right.size], dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    return np.array([right @ w, w.sum()])

@@ -89,7 +89,9 @@ from sklearn.utils.validation import check_consistent_length, column_or_1d
 
 from .. import _validation as v
 from .._base import BaseModel, FactorizationMixin
+from .._blocks import RowBlocks
 from .._typing import Array, Data, Labels
+from ..kernels.blocks import sum_arrays
 from ..reductions import label_counts
 from . import _semi
 from .seminmf import _COMMON
@@ -546,7 +548,10 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         y : ndarray of shape (n_samples,)
             Labels from ``classes_``; lazy for Dask/Zarr input.
         """
-        X = self._checked_input(X, "predict")
+        return self._predicted(self._checked_input(X, "predict"))
+
+    def _predicted(self, X):
+        """:meth:`predict` of an already checked X."""
         return self._map_rows(X, _semi.predict_block, None, self.classes_.dtype,
                               *self._problems(), self.classes_, self._output_dtype(X))
 
@@ -573,19 +578,40 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
         return len(self.pairs_) * self.n_components_
 
     def score(self, X: Data, y: Labels, sample_weight: Labels | None = None) -> float:
-        """Mean accuracy on (X, y); computed on the cluster for Dask input."""
-        pred = self.predict(X)
-        if isinstance(pred, np.ndarray) and not _is_dask_array(y):
-            return float(accuracy_score(y, pred, sample_weight=sample_weight))
-        import dask.array as da
+        """Mean accuracy on (X, y).
 
-        pred = da.asarray(pred)
-        y = da.asarray(y).rechunk(pred.chunks)
-        hit = (pred == y).astype(np.float64)
-        if sample_weight is None:
-            return float(hit.mean().compute())
-        w = da.asarray(sample_weight).rechunk(pred.chunks)
-        return float(((hit * w).sum() / w.sum()).compute())
+        Parameters
+        ----------
+        X : array-like, dask array, zarr.Array or Zarr path of shape (n_samples, n_features)
+        y : array-like or dask array of shape (n_samples,)
+            True labels.
+        sample_weight : array-like or dask array of shape (n_samples,), optional
+
+        Returns
+        -------
+        score : float
+            The (weighted) fraction of samples predicted right.  For Dask/Zarr X one pass
+            on the cluster: neither the predictions nor y are gathered.
+        """
+        X = self._checked_input(X, "score")
+        if isinstance(X, np.ndarray):      # X is in memory: y is small next to it
+            y, sample_weight = (a.compute() if _is_dask_array(a) else a
+                                for a in (y, sample_weight))
+            return float(accuracy_score(y, self._predicted(X), sample_weight=sample_weight))
+        for a in (y, sample_weight):
+            if a is not None and np.ndim(a) != 1:
+                raise ValueError(f"y should be a 1d array, got an array of shape "
+                                 f"{tuple(np.shape(a))} instead.")
+        check_consistent_length(X, y, sample_weight)
+        blocks = RowBlocks(X)
+        labels = blocks.split(y)
+        weights = [None] * blocks.n_blocks if sample_weight is None else \
+            blocks.split(sample_weight)
+        right, total = blocks.map_reduce(
+            _semi.score_chunk, sum_arrays, state=list(zip(labels, weights)),
+            args=((f"X passed to {self._name}", self._non_negative, self._allow_nan),
+                  *self._problems(), self.classes_, self._output_dtype(X)), name="score")
+        return float(right / total)
 
     def _outputs(self, X):
         return {"predictions": self.predict(X)}

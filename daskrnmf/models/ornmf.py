@@ -88,7 +88,8 @@ class ORNMF(NMF):
         Indices i of the first sample after a segment boundary (the jump between samples
         i-1 and i), ascending: the paper's Figure 1 reading of the column norms of H R.
     jumps_ : ndarray (n_samples - 1,)
-        ``||h_{i+1} - h_i||``.
+        ``||h_{i+1} - h_i||``, in X's float dtype; computed by the workers in the fit's
+        last pass and kept as NumPy, as ``labels_`` (for Dask/Zarr input too).
 
     References
     ----------
@@ -160,8 +161,9 @@ class ORNMF(NMF):
     def _after_fit(self, fit, H, seed):
         from .rfnmf import RFNMF
 
-        jumps, top = segment_jumps(fit)
-        # the model owns its per-sample results (computed now, never a graph over X)
+        jumps, top = segment_jumps(fit, self._fit_dtype)
+        # the model owns its per-sample results as RFNMF its labels_ (computed now on the
+        # workers, in X's float dtype; never a graph over X)
         self.jumps_ = jumps
         if self.n_clusters is not None:
             self.boundaries_ = np.sort(top["idx"][:self.n_clusters - 1] + 1)
@@ -175,21 +177,23 @@ class ORNMF(NMF):
             self.boundaries_ = np.sort(top["idx"][big] + 1)
 
 
-def segment_jumps(fit, m=1024):
-    """``||h_{i+1} - h_i||`` (n_samples - 1,) of the fit's final codes, as NumPy (the
-    model keeps it), and its ``m`` largest local maxima, strongest first: ``{"score",
-    "idx", "max"}`` (idx i: the jump after sample i).  Each block's jumps are computed
-    where its codes are (the next block's first row from the halo)."""
-    J = fit.blocks.gather(fit.H, _block_jumps, fit.halo, starts=True)
+def segment_jumps(fit, dtype=np.float64, m=1024):
+    """``||h_{i+1} - h_i||`` (n_samples - 1,) of the fit's final codes, as NumPy in
+    ``dtype`` (X's float dtype: the model keeps it), and its ``m`` largest local maxima,
+    strongest first: ``{"score", "idx", "max"}`` (idx i: the jump after sample i).  Each
+    block's jumps are computed where its codes are (the next block's first row from the
+    halo) and come back in ``dtype``."""
+    J = fit.blocks.gather(fit.H, _block_jumps, fit.halo, np.dtype(dtype), starts=True)
     return J, {**_top_block(_peak_scores(J), 0, m), "max": J.max(initial=0.0)}
 
 
-def _block_jumps(h, start, halo):
-    """Jumps ``||h_{i+1} - h_i||`` for the block's rows i (the last one uses the next block)."""
+def _block_jumps(h, start, halo, dtype=np.float64):
+    """Jumps ``||h_{i+1} - h_i||`` for the block's rows i (the last one uses the next
+    block), computed in float64, returned in ``dtype``."""
     b = int(np.searchsorted(halo["starts"], start))
     nxt = halo["first"][b + 1] if b + 1 < halo["first"].shape[0] else None
     ext = np.vstack([h, nxt[None]]) if nxt is not None else h
-    return np.sqrt(((ext[1:] - ext[:-1]) ** 2).sum(axis=1))
+    return np.sqrt(((ext[1:] - ext[:-1]) ** 2).sum(axis=1)).astype(dtype, copy=False)
 
 
 def _peak_scores(J):
