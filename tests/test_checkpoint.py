@@ -340,3 +340,25 @@ def test_a_corrupt_checkpoint_chunk_is_named(X, tmp_path):
     with pytest.raises(ValueError, match=rf"gen-\d+ is damaged: the chunk {w}/c/0/0 cannot "
                                          "be read"):
         ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+
+
+def test_a_checkpoint_of_onmfo_s_own_earlier_format_is_refused_as_older(X, tmp_path):
+    ck = tmp_path / "ck"
+    _checkpoint.claim(ck)
+    # what ONMFO saved before the driver kept its checkpoints: a fingerprint of its own,
+    # the position as attributes
+    _checkpoint.save(ck, {"W": np.ones((3, 8))}, {
+        "fingerprint": {"model": "ONMFO", "seed": "0"}, "seed": "0", "pass": 1,
+        "position": 2, "n_steps": 7})
+    with pytest.raises(ValueError, match=r"gen-\d+ is of an older format .* "
+                                         r"overwrite_checkpoint=True to start afresh"):
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+
+
+def test_a_max_iter_below_the_saved_position_is_refused(X, tmp_path):
+    ck = tmp_path / "ck"
+    ONMFO(**{**KW, "max_iter": 3}, checkpoint=ck,
+          callback=lambda info: info["iteration"] == 12).fit(X)     # 5 batches a pass
+    with pytest.raises(ValueError, match=r"checkpointed after batch 12, beyond its max_iter "
+                                         r"\(10 batches\): resume with a larger max_iter"):
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
