@@ -296,15 +296,15 @@ class BaseModel(BaseEstimator):
             checkpoint is a ValueError unless this is True (the earlier run is then
             replaced at the first save).
         storage_options : dict, optional
-            Options of the fsspec file system of every URL the fit opens (X, and an
-            ONMFO ``checkpoint`` URL): credentials, ``client_kwargs={"endpoint_url":
+            Options of the fsspec file system of every URL the fit opens (X, a
+            ``checkpoint`` URL): credentials, ``client_kwargs={"endpoint_url":
             ...}``, ... (e.g. ``{"key": ..., "secret": ...}`` for S3).  Wrong
             credentials or a missing bucket fail before any work, naming the URL.
         component : str, optional
             With X a path: the array inside the Zarr group, or the dataset of the HDF5
             file, at X (``fit("store.zarr", component="X")`` reads ``store.zarr/X``).
         **fit_params
-            Model-specific options of the fit (e.g. ONMFO's ``resume``).
+            Model-specific options of the fit.
 
         Returns
         -------

@@ -398,7 +398,8 @@ class ONMFO(_OutlierFactorization):
             st = feed.solve(0, solve_batch_piece, add_statistics, W, self._spec())
         finally:
             feed.close()
-        run = _Run(W, A, B, C, Bm, n_stat=0 if first else getattr(self, "_n_stat", self.n_steps_),
+        run = _Run(W, A, B, C, Bm,
+                   n_stat=0 if first else getattr(self, "_n_stat", self.n_steps_),
                    n_observed=0 if first else getattr(self, "_n_observed", 1))
         stream_step(run, st, self._past_weight, self._update_W)     # as fit's step
         self._W, self._A, self._B, self._C, self._Bm = run.W, run.A, run.B, run.C, run.Bm
