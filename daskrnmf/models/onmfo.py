@@ -538,14 +538,21 @@ def stream_step(run, st, past_weight, update_W):
     are scaled by ``past_weight(n_stat)`` and take its A, B, C (and the per-feature Bm
     of ``missing="mask"``), then W takes ``update_W``; a batch of all-missing rows adds
     nothing and leaves W as it is.  ``st`` is the batch's combined
-    :func:`~daskrnmf.models._outliers.add_statistics`."""
+    :func:`~daskrnmf.models._outliers.add_statistics`; ``run`` any object with the
+    attributes W, A, B, C, Bm (None: no missing value yet), ``n_stat`` and
+    ``n_observed`` (changed in place)."""
     if st["observed"]:
         run.n_stat += 1
-        run.scale(past_weight(run.n_stat))
+        weight = past_weight(run.n_stat)
+        if weight != 1.0:       # the past weighs less (forget_power)
+            for M in (run.A, run.B, run.C) + (() if run.Bm is None else (run.Bm,)):
+                M *= weight
         run.A += st["A"]
         run.B += st["B"]
         run.C += st["C"]
-        run.add_Bm(st.get("Bm"))
+        if st.get("Bm") is not None:
+            run.Bm = (np.array(st["Bm"], dtype=np.float64) if run.Bm is None
+                      else run.Bm + st["Bm"])
         run.W = update_W(run.W, run.A, run.B, run.C, run.Bm)
     run.n_observed += st["observed"]
 
@@ -567,14 +574,3 @@ class _Run:
         # observed (non-NaN) entries solved so far; 0: W is still its placeholder start
         self.n_observed = n_observed
         self.last = {}
-
-    def scale(self, weight):
-        """Scale the statistics A, B, C (and Bm) by ``weight`` (1: unchanged)."""
-        if weight != 1.0:
-            for M in (self.A, self.B, self.C) + (() if self.Bm is None else (self.Bm,)):
-                M *= weight
-
-    def add_Bm(self, Bm):
-        """Add a batch's per-feature statistics (None: it had no missing value)."""
-        if Bm is not None:
-            self.Bm = np.array(Bm, dtype=np.float64) if self.Bm is None else self.Bm + Bm
