@@ -213,8 +213,8 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     RFNMF's L2,1 fits once stopped at their second iteration when it did.
     ``rule="passes"`` (a stream, one step per batch): the run converges at the end of a
     pass when :func:`passes_converged` says so of ``pass_objectives(state)``, and a line
-    per pass is logged.  ``rule="none"`` runs all ``max_iter`` steps.  Converged restarts
-    drop out of later steps (``active`` is False for them).
+    per pass is logged.  Converged restarts drop out of later steps (``active`` is False
+    for them).
 
     Parameters
     ----------
@@ -232,7 +232,7 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         >= 1 writes one line per iteration (:func:`say`).
     passes : callable, optional
         Returns the number of passes over X so far (for logs and the callback).
-    rule : {"decrease", "passes", "none"}
+    rule : {"decrease", "passes"}
     start : int, default=0
         Steps already done: iterations are numbered from ``start + 1``.
     step_info : callable, optional
@@ -268,7 +268,7 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     prev = np.full(n_restarts, np.inf)
     best_so_far = np.full(n_restarts, np.inf)
     t0 = progress.t0 if progress is not None else time.perf_counter()
-    log.can_converge = rule == "decrease" or (rule == "passes" and tol > 0)
+    log.can_converge = rule == "decrease" or tol > 0
     restored = checkpoint.restore(state, problem) if checkpoint is not None else None
     if restored is not None:
         state, history, log.n_iter, log.converged, log.stopped_by_callback, start = restored
@@ -318,8 +318,6 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
             if ended:
                 pass_line = (len(h), h[-1], it - pass_start, time.perf_counter() - tic_pass)
                 n_passes_done, pass_start, tic_pass = len(h), it, time.perf_counter()
-        elif rule == "none":
-            newly = np.zeros(n_restarts, dtype=bool)
         else:
             # a small change only: an increase is no convergence (see the docstring)
             drop = np.abs(prev - full)

@@ -27,7 +27,10 @@ work is saved:
   fits; arrays by their SHA-256), the seed, X's shape, dtype, row chunking and sampled
   rows (checked before any pass), the SHA-256 of every block of X (computed where it is
   read, in the first pass of a checkpointed fit) with the first pass's statistics, and a
-  classifier's labels.  Resuming with other data, labels or parameters, or from damaged
+  classifier's labels.  A stream without that first pass (ONMFO) adds its batch layout
+  (:meth:`FitCheckpoint.add_fingerprint`) and saves the SHA-256 of the blocks it has read
+  among its ``checkpoint_attributes``: a resumed run checks each block as it reads it
+  again; its batches are fixed by rows, so X may be chunked otherwise.  Resuming with other data, labels or parameters, or from damaged
   files (every array has its SHA-256), is a ValueError naming what differs.
 
 The directory itself, its atomic generations, lock and claim rules are those of
