@@ -296,15 +296,15 @@ class BaseModel(BaseEstimator):
             checkpoint is a ValueError unless this is True (the earlier run is then
             replaced at the first save).
         storage_options : dict, optional
-            Options of the fsspec file system of every URL the fit opens (X, and an
-            ONMFO ``checkpoint`` URL): credentials, ``client_kwargs={"endpoint_url":
+            Options of the fsspec file system of every URL the fit opens (X, a
+            ``checkpoint`` URL): credentials, ``client_kwargs={"endpoint_url":
             ...}``, ... (e.g. ``{"key": ..., "secret": ...}`` for S3).  Wrong
             credentials or a missing bucket fail before any work, naming the URL.
         component : str, optional
             With X a path: the array inside the Zarr group, or the dataset of the HDF5
             file, at X (``fit("store.zarr", component="X")`` reads ``store.zarr/X``).
         **fit_params
-            Model-specific options of the fit (e.g. ONMFO's ``resume``).
+            Model-specific options of the fit.
 
         Returns
         -------
@@ -362,9 +362,6 @@ class BaseModel(BaseEstimator):
 
             rows = max(X.chunks[0]) if X.chunks[0] else 0
             check_block_fits(rows * X.shape[1] * 8, f"X passed to {self._name}")
-        if not self._driver_checkpoints:    # the model keeps its own (ONMFO's stream)
-            fit_params.update(resume=resume, overwrite_checkpoint=overwrite_checkpoint)
-            return self._fit_checked(X, y, None, **fit_params)
         with self._checkpointing(X, resume, overwrite_checkpoint) as ckpt:
             return self._fit_checked(X, y, ckpt, **fit_params)
 
@@ -390,16 +387,19 @@ class BaseModel(BaseEstimator):
         self._cast_fitted()
         return out
 
-    # the driver saves and restores this model's runs (the ``checkpoint`` parameter);
-    # False for a model that checkpoints its own stream (ONMFO)
-    _driver_checkpoints = True
+    # the model's saved state follows X's row chunks (per-block state, sums in chunk
+    # order): a resumed fit needs X chunked as it was; False for a stream whose batches
+    # are fixed by rows (ONMFO), which resumes on X chunked otherwise
+    _state_follows_chunks = True
 
     @contextlib.contextmanager
     def _checkpointing(self, X, resume, overwrite_checkpoint):
         """The fit's :class:`~daskrnmf._resume.FitCheckpoint` (None without the parameter
         ``checkpoint``): the directory locked for the whole fit, read (``resume``) or
         claimed; a fresh run that fails on bad data, or before it saved anything, leaves
-        no checkpoint behind; an earlier run's checkpoint is never removed here."""
+        no checkpoint behind, nor does one without the first pass that raises a
+        ValueError (it checks X's blocks as it reads them, after it may have saved: bad
+        data); an earlier run's checkpoint is never removed here."""
         path = getattr(self, "checkpoint", None)
         if resume and path is None:
             raise ValueError(f"resume=True needs the 'checkpoint' parameter of {self._name} "
@@ -423,13 +423,17 @@ class BaseModel(BaseEstimator):
             ckpt = None
             try:
                 ckpt = FitCheckpoint(path, model_fingerprint(self),
-                                     _checkpoint.data_fingerprint(X), saved, options)
+                                     _checkpoint.data_fingerprint(X), saved, options,
+                                     chunked=self._state_follows_chunks)
                 ckpt.check_early()  # model, parameters, seed, sampled rows: before any pass
                 yield ckpt
-            except BaseException:
-                # a fresh run that saved nothing leaves nothing (bad data is found in the
-                # first pass, before any save); one that saved keeps it, to resume
-                if claimed is not None and not (ckpt is not None and ckpt.saved_once):
+            except BaseException as exc:
+                # a fresh run that saved nothing, or found bad data while streaming,
+                # leaves nothing; one that saved keeps it, to resume (Ctrl-C, an error
+                # of the callback)
+                streamed_bad = isinstance(exc, ValueError) and not self._first_pass
+                if claimed is not None and (streamed_bad or not (
+                        ckpt is not None and ckpt.saved_once)):
                     _checkpoint.release(path, claimed, options)
                 raise
             ckpt.close()
@@ -477,8 +481,14 @@ class BaseModel(BaseEstimator):
         ConvergenceWarning when it used all ``max_iter`` iterations without converging."""
         self.objective_history_ = log.restart_history(restart)
         self.n_iter_ = int(log.n_iter[restart])
-        if warn and not log.stopped_by_callback and log.rule != "none":
-            # user code -> fit -> _fit -> _fit_blocks -> here -> warn: point at the user
+        if warn:
+            self._warn_unless_converged(log, restart, max_iter=max_iter, name=name)
+
+    def _warn_unless_converged(self, log, restart=0, *, max_iter=None, name=None):
+        """The ConvergenceWarning when the driver's run ended at ``max_iter`` without
+        converging (not for a run of fixed length or stopped by its callback)."""
+        if log.can_converge and not log.stopped_by_callback:
+            # points at the user's line, however deep the fit's call chain
             warn_if_not_converged(name or self._name, log.converged[restart],
                                   self.max_iter if max_iter is None else max_iter)
 

@@ -2,10 +2,9 @@
 
 A model supplies an update ``step(state, active) -> (state, objective)`` for its stacked
 restarts; the driver owns the stopping rule, the objective history, the callback, the
-logging and the :class:`~sklearn.exceptions.ConvergenceWarning`.  Batch models step over
-all of X per iteration; the online model (ONMFO) steps over one batch per iteration with
-``rule="none"`` (a fixed number of steps), resumable from ``start``, and saves its
-checkpoints from ``after_step``.
+logging, the :class:`~sklearn.exceptions.ConvergenceWarning` and the checkpoints.  Batch
+models step over all of X per iteration (``rule="decrease"``); the online model (ONMFO)
+steps over one batch per iteration and converges by its passes (``rule="passes"``).
 
 The callback receives one dict for every model::
 
@@ -184,6 +183,8 @@ class IterationLog:
     converged: np.ndarray = None
     stopped_by_callback: bool = False
     rule: str = "decrease"
+    # the run could converge (no ConvergenceWarning for a fixed number of steps)
+    can_converge: bool = True
 
     def restart_history(self, r):
         """Objective per iteration of restart ``r`` (iterations after it converged dropped)."""
@@ -191,10 +192,18 @@ class IterationLog:
         return h[~np.isnan(h)]
 
 
+def passes_converged(history, tol):
+    """``rule="passes"``: a stream's pass objectives ``history`` (noisy with the batch
+    order) have converged when the last two passes have not lowered the best of the
+    earlier ones by more than ``tol`` relative; never with ``tol`` 0."""
+    h = history
+    return bool(tol > 0 and len(h) >= 3 and min(h[-2:]) > (1 - tol) * min(h[:-2]))
+
+
 def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
-            name="model", passes=None, rule="decrease", start=0, after_step=None,
-            step_info=None, converged=None, progress=None, checkpoint=None, problem=None,
-            checkpoint_when=None):
+            name="model", passes=None, rule="decrease", start=0, step_info=None,
+            pass_objectives=None, progress=None, checkpoint=None, problem=None,
+            checkpoint_when=None, resume_stopped=False):
     """Run ``step`` until every restart has converged or ``max_iter`` is reached.
 
     Restart ``r`` converges at iteration ``t`` when its objective changes by no more than
@@ -202,8 +211,10 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     increase is no convergence, also for models whose updates cannot increase it: a step
     that is not one of those (RFNMF's unit-weight first step after seeding) may, and
     RFNMF's L2,1 fits once stopped at their second iteration when it did.
-    ``rule="none"`` runs all ``max_iter`` steps (streams).  Converged restarts drop out
-    of later steps (``active`` is False for them).
+    ``rule="passes"`` (a stream, one step per batch): the run converges at the end of a
+    pass when :func:`passes_converged` says so of ``pass_objectives(state)``, and a line
+    per pass is logged.  Converged restarts drop out of later steps (``active`` is False
+    for them).
 
     Parameters
     ----------
@@ -221,16 +232,14 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         >= 1 writes one line per iteration (:func:`say`).
     passes : callable, optional
         Returns the number of passes over X so far (for logs and the callback).
-    rule : {"decrease", "none"}
+    rule : {"decrease", "passes"}
     start : int, default=0
-        Steps already done (a resumed stream): iterations are numbered from ``start + 1``.
-    after_step : callable, optional
-        ``after_step(state, iteration, stopping)`` after the callback (checkpoints).
+        Steps already done: iterations are numbered from ``start + 1``.
     step_info : callable, optional
-        ``step_info(state) -> dict`` merged into the callback's dict and the log line.
-    converged : callable, optional
-        ``converged(state) -> bool`` after each step, for ``rule="none"``: a stream that
-        decides itself when it has converged (ONMFO, at the end of a pass).
+        ``step_info(state) -> dict`` merged into the callback's dict.
+    pass_objectives : callable, optional
+        ``rule="passes"``: ``pass_objectives(state) -> list`` of the objectives of the
+        passes the stream has completed (a step that makes it longer ended a pass).
     progress : Progress, optional
         The fit's :class:`Progress`: its clock (``elapsed``), and the passes made inside
         a step are left to the iteration's line.
@@ -245,6 +254,9 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         ``checkpoint_when(state, iteration, stopping) -> bool``: whether to save after
         this iteration (default: after every one); a run's last iteration is always
         saved.
+    resume_stopped : bool, default=False
+        A resumed run that its callback had stopped continues (a stream paused by its
+        callback) instead of ending at once with its saved state.
 
     Returns
     -------
@@ -256,6 +268,7 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     prev = np.full(n_restarts, np.inf)
     best_so_far = np.full(n_restarts, np.inf)
     t0 = progress.t0 if progress is not None else time.perf_counter()
+    log.can_converge = rule == "decrease" or tol > 0
     restored = checkpoint.restore(state, problem) if checkpoint is not None else None
     if restored is not None:
         state, history, log.n_iter, log.converged, log.stopped_by_callback, start = restored
@@ -268,12 +281,19 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         if verbose:
             say("%s resumed from its checkpoint after iteration %d%s", name, start,
                 "" if active.any() else " (converged)")
-        if log.stopped_by_callback:     # the run had ended: its callback stopped it
-            return state, log
+        if log.stopped_by_callback and not resume_stopped:
+            return state, log           # the run had ended: its callback stopped it
         if active.any() and start > max_iter:
+            if rule == "passes":      # max_iter counts passes, the steps batches
+                raise ValueError(f"{name} was checkpointed after batch {start}, beyond its "
+                                 f"max_iter ({max_iter} batches): resume with a larger "
+                                 "max_iter, or fit with overwrite_checkpoint=True to start "
+                                 "afresh.")
             raise ValueError(f"{name} was checkpointed after iteration {start}, beyond "
                              f"max_iter={max_iter}: resume with max_iter >= {start}, or fit "
                              "with overwrite_checkpoint=True to start afresh.")
+    n_passes_done = len(pass_objectives(state)) if rule == "passes" else 0
+    pass_start, tic_pass = start, time.perf_counter()     # the current pass's, in this run
     for it in range(start + 1, max_iter + 1):
         if not active.any():
             break
@@ -290,8 +310,14 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         log.history.append(full)
         log.n_iter[active] = it
         finite = np.isfinite(prev)
-        if rule == "none":
-            newly = np.full(n_restarts, bool(converged is not None and converged(state)))
+        pass_line = None
+        if rule == "passes":
+            h = pass_objectives(state)
+            ended = len(h) > n_passes_done
+            newly = np.full(n_restarts, ended and passes_converged(h, tol))
+            if ended:
+                pass_line = (len(h), h[-1], it - pass_start, time.perf_counter() - tic_pass)
+                n_passes_done, pass_start, tic_pass = len(h), it, time.perf_counter()
         else:
             # a small change only: an increase is no convergence (see the docstring)
             drop = np.abs(prev - full)
@@ -312,10 +338,11 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
                 "%s passes, %.3f s, %.1f s into the fit", name, it, full[best] if np.isfinite(
                     full[best]) else np.nanmin(full), best, active.sum(), n_restarts,
                 info["n_passes"], time.perf_counter() - tic, info["elapsed"])
+            if pass_line is not None:
+                say("%s pass %d: objective %.6g per sample, %d batches, %.3f s, %.1f s into "
+                    "the fit", name, *pass_line, time.perf_counter() - t0)
         stop = bool(callback is not None and callback(info))
         log.stopped_by_callback = stop
-        if after_step is not None:
-            after_step(state, it, stop or not active.any() or it == max_iter)
         last = stop or not active.any() or it == max_iter
         if checkpoint is not None and (last or checkpoint_when is None
                                        or checkpoint_when(state, it, last)):

@@ -27,7 +27,10 @@ work is saved:
   fits; arrays by their SHA-256), the seed, X's shape, dtype, row chunking and sampled
   rows (checked before any pass), the SHA-256 of every block of X (computed where it is
   read, in the first pass of a checkpointed fit) with the first pass's statistics, and a
-  classifier's labels.  Resuming with other data, labels or parameters, or from damaged
+  classifier's labels.  A stream without that first pass (ONMFO) adds its batch layout
+  (:meth:`FitCheckpoint.add_fingerprint`) and saves the SHA-256 of the blocks it has read
+  among its ``checkpoint_attributes``: a resumed run checks each block as it reads it
+  again; its batches are fixed by rows, so X may be chunked otherwise.  Resuming with other data, labels or parameters, or from damaged
   files (every array has its SHA-256), is a ValueError naming what differs.
 
 The directory itself, its atomic generations, lock and claim rules are those of
@@ -206,8 +209,10 @@ class FitCheckpoint:
     and claim); the driver takes :meth:`next_run` for each run it makes.
     """
 
-    def __init__(self, path, key, data, saved=None, storage_options=None, blocks=None):
+    def __init__(self, path, key, data, saved=None, storage_options=None, blocks=None,
+                 chunked=True):
         self.path = path
+        self.chunked = chunked          # the saved state follows X's row chunks
         self.key = key
         self.data = data
         self.options = storage_options
@@ -232,6 +237,11 @@ class FitCheckpoint:
         old = attrs.get("fingerprint", {})
         if not isinstance(old, dict):
             self._refuse("it holds no fingerprint")
+        if "params" not in old or "runs" not in attrs:
+            # ONMFO's own checkpoints before the driver kept every model's
+            raise ValueError(f"The checkpoint {attrs['_file']} is of an older format (written "
+                             "by an earlier version of daskrnmf) and cannot be resumed; fit "
+                             "with overwrite_checkpoint=True to start afresh.")
         if old.get("model") != self.key["model"]:
             self._refuse(f"it is of {old.get('model')!r}, not {self.key['model']!r}")
         params, mine = old.get("params", {}) or {}, self.key["params"]
@@ -243,7 +253,7 @@ class FitCheckpoint:
             self._refuse("random_state was " + ("an int" if old.get("fixed_seed") else
                                                 "not an int") + " there")
         _checkpoint.check_same_data(attrs.get("data", {}), self.data, attrs["_file"])
-        if attrs.get("data", {}).get("row_chunks") != self.data["row_chunks"]:
+        if self.chunked and attrs.get("data", {}).get("row_chunks") != self.data["row_chunks"]:
             self._refuse("X was chunked otherwise (the per-block state and the order of "
                          "the sums follow X's row chunks); resume with X chunked as it was")
 
@@ -271,6 +281,19 @@ class FitCheckpoint:
         if old.get("y") != self.key["y"]:
             self._refuse("the labels y differ from those it was made with")
         return seed
+
+    def add_fingerprint(self, **values):
+        """What else decides the saved state besides the model, its parameters, the seed
+        and X (e.g. a stream's batch layout, known once the fit has made it): added to
+        the fingerprint; a saved run whose values differ is refused, naming them."""
+        self.key = {**self.key, **values}
+        if self.saved is None:
+            return
+        old = self.saved[1].get("fingerprint", {})
+        differ = sorted(n for n in values if old.get(n) != values[n])
+        if differ:
+            self._refuse(", ".join(f"{n} {_short(old.get(n))} there, {_short(values[n])} here"
+                                   for n in differ))
 
     def saved_run(self, index):
         """``(skeleton, info)`` of run ``index`` in the checkpoint, or None."""
@@ -466,8 +489,10 @@ class RunCheckpoint:
 
     def restore(self, state, problem):
         """``(state, history, n_iter, converged, stopped, iteration)`` of this run as
-        saved, with ``problem``'s listed attributes set; None when the checkpoint has no
-        such run (it starts afresh)."""
+        saved, with ``problem``'s listed attributes set (a property may check the value
+        it is given); None when the checkpoint has no such run (it starts afresh).  A
+        ``problem`` with a method ``check_restored(state)`` checks the state restored
+        (shapes, finiteness, a position that exists): its ValueError names the damage."""
         saved = self.fit.saved_run(self.index)
         if saved is None:
             return None
@@ -491,12 +516,18 @@ class RunCheckpoint:
             info = (value["state"], history, np.array(saved["n_iter"], dtype=int),
                     np.array(saved["converged"], dtype=bool), bool(saved["stopped"]),
                     int(saved["iteration"]))
+            for attr, val in (value["problem"] or {}).items():
+                if attr in problem.checkpoint_attributes:   # never another attribute
+                    setattr(problem, attr, val)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"The checkpoint {where} is damaged or of another fit: "
                              f"{exc}.") from None
-        for attr, val in (value["problem"] or {}).items():
-            if attr in problem.checkpoint_attributes:   # never another attribute
-                setattr(problem, attr, val)
+        check = getattr(problem, "check_restored", None)
+        if check is not None:
+            try:
+                check(info[0])
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"The checkpoint {where} is damaged: {exc}") from None
         blocks = self.fit.row_blocks
         if blocks is not None and saved.get("n_passes") is not None:
             before = saved.get("passes_at_start") or [blocks.n_passes, blocks.n_state_passes]

@@ -11,6 +11,7 @@ import pytest
 
 from daskrnmf import ONMFO
 from daskrnmf import _checkpoint
+from daskrnmf._resume import unflatten
 
 KW = dict(n_components=3, max_iter=2, tol=0, batch_size=20, max_inner_iter=5, random_state=0)
 
@@ -35,8 +36,37 @@ def no_hang():
 def stopped_run(X, path, at=7):
     """A checkpoint of a fit stopped mid-stream (at batch ``at`` of 10)."""
     ONMFO(**KW, checkpoint=path, checkpoint_every=2,
-          callback=lambda info: info.get("iteration", info.get("n_steps")) == at).fit(X)
+          callback=lambda info: info["iteration"] == at).fit(X)
     return _checkpoint.load(path)
+
+
+def _plain(skel, arrays):
+    """A saved value as plain dicts, lists and values (objects by their fields)."""
+    if skel["t"] in ("dict", "obj"):
+        return {k: _plain(i, arrays) for k, i in zip(skel["keys"], skel["items"])}
+    if skel["t"] in ("list", "tuple"):
+        return [_plain(i, arrays) for i in skel["items"]]
+    return unflatten(skel, arrays)
+
+
+def saved_stream(path, storage_options=None):
+    """What ONMFO's checkpoint at ``path`` holds, as the driver saved it: the stream's
+    state (W, A, B, C, ``pass_``, ``pos``, ``n_steps``, ...) and its listed attributes
+    (``alpha_R_``, ``chunk_sha256``) in one dict with the driver's ``iteration``;
+    and ``attrs``; ``(None, None)`` while it holds no generation."""
+    loaded = _checkpoint.load(path, storage_options)
+    if loaded is None:
+        return None, None
+    arrays, attrs = loaded
+    run = attrs["runs"][0]
+    value = _plain(run["skeleton"], arrays)
+    return {**value["state"], **value["problem"], "iteration": run["iteration"]}, attrs
+
+
+def _state_entry(attrs, field):
+    """The skeleton entry of the saved state's ``field`` (edited in place by a test)."""
+    state = attrs["runs"][0]["skeleton"]["items"][0]
+    return state["items"][state["keys"].index(field)]
 
 
 def pointer_dir(path):
@@ -114,7 +144,8 @@ def test_damaged_pointer_is_an_error_and_deletes_nothing(X, tmp_path, damage):
 def test_damaged_chunk_is_an_error_naming_it(X, tmp_path, damage):
     ck = tmp_path / "ck"
     stopped_run(X, ck)
-    w = os.path.join(generation(ck), "W")
+    _, attrs = _checkpoint.load(ck)
+    w = os.path.join(generation(ck), _state_entry(attrs, "W")["k"])
     chunks = [os.path.join(r, f) for r, _, fs in os.walk(w) for f in fs if f != "zarr.json"]
     assert chunks
     if damage == "deleted":
@@ -138,7 +169,7 @@ def test_damaged_chunk_is_an_error_naming_it(X, tmp_path, damage):
 def test_nan_in_saved_state_is_an_error(X, tmp_path):
     ck = tmp_path / "ck"
     arrays, attrs = stopped_run(X, ck)
-    arrays["W"][0, 0] = np.nan
+    arrays[_state_entry(attrs, "W")["k"]][0, 0] = np.nan
     attrs = {k: v for k, v in attrs.items() if not k.startswith("_")}
     _checkpoint.save(ck, arrays, attrs)     # a run that diverged saves NaN faithfully
     with pytest.raises(ValueError, match=r"W holds NaN or infinite values"):
@@ -152,7 +183,8 @@ def test_position_outside_the_stream_is_an_error_not_a_hang(X, tmp_path, pass_, 
     ck = tmp_path / "ck"
     arrays, attrs = stopped_run(X, ck)       # 5 batches per pass
     attrs = {k: v for k, v in attrs.items() if not k.startswith("_")}
-    attrs.update({"pass": pass_, "position": position, "n_steps": n_steps})
+    for field, value in (("pass_", pass_), ("pos", position), ("n_steps", n_steps)):
+        _state_entry(attrs, field)["v"] = value
     _checkpoint.save(ck, arrays, attrs)
     with pytest.raises(ValueError, match=r"damaged: its position .* 5 batches per pass"):
         ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
@@ -195,9 +227,9 @@ def test_an_earlier_runs_checkpoint_is_not_overwritten_without_asking(X, tmp_pat
         ONMFO(**KW, checkpoint=ck).fit(X)
     assert snapshot(ck) == before
     other = ONMFO(**{**KW, "random_state": 5}, checkpoint=ck).fit(X, overwrite_checkpoint=True)
-    _, now = _checkpoint.load(ck)
-    assert now["fingerprint"]["seed"] == "5" and now["n_steps"] == 10
-    np.testing.assert_array_equal(_checkpoint.load(ck)[0]["W"], other._W)
+    now, attrs = saved_stream(ck)
+    assert attrs["fingerprint"]["seed"] == "5" and now["n_steps"] == 10
+    np.testing.assert_array_equal(now["W"], other._W)
     with pytest.raises(ValueError, match="contradict"):
         ONMFO(**KW, checkpoint=ck).fit(X, resume=True, overwrite_checkpoint=True)
     # a fresh directory, or one without a run in it, needs no permission
@@ -276,7 +308,7 @@ def test_a_second_fit_on_a_checkpoint_in_use_is_refused(X, tmp_path):
     assert len(errors) == 3
     for exc in errors:
         assert isinstance(exc, ValueError) and "in use by another fit" in str(exc), exc
-    np.testing.assert_array_equal(_checkpoint.load(ck)[0]["W"], first._W)
+    np.testing.assert_array_equal(saved_stream(ck)[0]["W"], first._W)
     ONMFO(**KW, checkpoint=ck).fit(X, resume=True)      # the lock went with the first fit
 
 
@@ -302,7 +334,31 @@ def test_resume_on_x_changed_outside_the_fingerprinted_rows_is_refused(tmp_path,
 def test_a_corrupt_checkpoint_chunk_is_named(X, tmp_path):
     ck = tmp_path / "ck"
     stopped_run(X, ck)
-    with open(os.path.join(generation(ck), "W", "c", "0", "0"), "r+b") as fh:
+    w = _state_entry(_checkpoint.load(ck)[1], "W")["k"]
+    with open(os.path.join(generation(ck), w, "c", "0", "0"), "r+b") as fh:
         fh.write(b"\xff" * 8)
-    with pytest.raises(ValueError, match=r"gen-\d+ is damaged: the chunk W/c/0/0 cannot be read"):
+    with pytest.raises(ValueError, match=rf"gen-\d+ is damaged: the chunk {w}/c/0/0 cannot "
+                                         "be read"):
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+
+
+def test_a_checkpoint_of_onmfo_s_own_earlier_format_is_refused_as_older(X, tmp_path):
+    ck = tmp_path / "ck"
+    _checkpoint.claim(ck)
+    # what ONMFO saved before the driver kept its checkpoints: a fingerprint of its own,
+    # the position as attributes
+    _checkpoint.save(ck, {"W": np.ones((3, 8))}, {
+        "fingerprint": {"model": "ONMFO", "seed": "0"}, "seed": "0", "pass": 1,
+        "position": 2, "n_steps": 7})
+    with pytest.raises(ValueError, match=r"gen-\d+ is of an older format .* "
+                                         r"overwrite_checkpoint=True to start afresh"):
+        ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+
+
+def test_a_max_iter_below_the_saved_position_is_refused(X, tmp_path):
+    ck = tmp_path / "ck"
+    ONMFO(**{**KW, "max_iter": 3}, checkpoint=ck,
+          callback=lambda info: info["iteration"] == 12).fit(X)     # 5 batches a pass
+    with pytest.raises(ValueError, match=r"checkpointed after batch 12, beyond its max_iter "
+                                         r"\(10 batches\): resume with a larger max_iter"):
         ONMFO(**KW, checkpoint=ck).fit(X, resume=True)

@@ -423,7 +423,7 @@ def test_onmfo_partial_fit_with_nan_equals_fit(data):
 
 
 def test_onmfo_resumes_a_masked_run_from_its_checkpoint(data, tmp_path):
-    from daskrnmf import _checkpoint
+    from .test_checkpoint import saved_stream
 
     X = da.from_array(data[1] * 3.0, chunks=(20, -1))
     kw = dict(n_components=3, max_iter=2, tol=0, max_inner_iter=30, random_state=7,
@@ -432,11 +432,11 @@ def test_onmfo_resumes_a_masked_run_from_its_checkpoint(data, tmp_path):
     ckpt = tmp_path / "ckpt"
     ONMFO(**kw, checkpoint=ckpt, checkpoint_every=3,
           callback=lambda info: info["iteration"] == 11).fit(X)     # stops in pass 2
-    arrays, attrs = _checkpoint.load(ckpt)
-    assert attrs["pass"] == 1 and arrays["Bm"].shape == (24, 3, 3)
+    saved, _ = saved_stream(ckpt)
+    assert saved["pass_"] == 1 and saved["Bm"].shape == (24, 3, 3)
     resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     np.testing.assert_array_equal(resumed.components_, full.components_)
-    with pytest.raises(ValueError, match="different run: missing 'mask' there, None here"):
+    with pytest.raises(ValueError, match='another fit: missing="mask" there, "raise" here'):
         ONMFO(**{**kw, "missing": "raise"}, checkpoint=ckpt).fit(X, resume=True)
 
 

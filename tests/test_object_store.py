@@ -28,6 +28,8 @@ import zarr  # noqa: E402
 import daskrnmf  # noqa: E402
 from daskrnmf import ONMFO, RFNMF, RNMF, _checkpoint, cli, io  # noqa: E402
 
+from .test_checkpoint import saved_stream  # noqa: E402
+
 BUCKET = "daskrnmf-test"
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
@@ -235,8 +237,8 @@ def test_killed_onmfo_with_a_checkpoint_on_s3_resumes_to_the_same_result(s3, tmp
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
-            state = _checkpoint.load(ckpt, so) if _checkpoint.holds_run(ckpt, so) else None
-            if state and state[1]["n_steps"] >= 10:
+            state = saved_stream(ckpt, so)[0] if _checkpoint.holds_run(ckpt, so) else None
+            if state and state["n_steps"] >= 10:
                 break
             assert proc.poll() is None, "the fit ended before it could be killed"
             time.sleep(0.05)
@@ -244,8 +246,8 @@ def test_killed_onmfo_with_a_checkpoint_on_s3_resumes_to_the_same_result(s3, tmp
         proc.wait(30)
     finally:
         proc.kill()
-    _, attrs = _checkpoint.load(ckpt, so)
-    assert 10 <= attrs["n_steps"] < 60, attrs     # killed mid-stream, not after it
+    saved, _ = saved_stream(ckpt, so)
+    assert 10 <= saved["n_steps"] < 60, saved     # killed mid-stream, not after it
     with pytest.raises(ValueError, match="earlier run"):   # never a silent fresh start
         ONMFO(**KW, checkpoint=ckpt).fit(X, storage_options=so)
     resumed = ONMFO(**KW, checkpoint=ckpt).fit(X, resume=True, storage_options=so)

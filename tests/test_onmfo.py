@@ -26,6 +26,7 @@ from daskrnmf.models._outliers import initial_components as _initial_components
 from daskrnmf.models._outliers import SolveSpec, add_statistics, solve_batch_piece
 
 from .reference import _mu, onmfo_reference, robust_nmf_reference
+from .test_checkpoint import saved_stream
 from .reference import planted_outliers as planted
 
 
@@ -429,9 +430,10 @@ def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path, monkeyp
     ckpt = tmp_path / "ckpt"
     ONMFO(**kw, checkpoint=ckpt, checkpoint_every=3,
           callback=lambda info: info["iteration"] == 13).fit(X)   # stops mid-pass 2
-    arrays, attrs = _checkpoint.load(ckpt)
-    assert (attrs["pass"], attrs["position"], attrs["n_steps"]) == (1, 4, 13)
-    assert set(attrs["chunk_sha256"]) == {"0:100", "100:200", "200:300"}
+    saved, _ = saved_stream(ckpt)
+    assert (saved["pass_"], saved["pos"], saved["n_steps"]) == (1, 4, saved["iteration"]) \
+        == (1, 4, 13)
+    assert set(saved["chunk_sha256"]) == {"0:100", "100:200", "200:300"}
     resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     np.testing.assert_array_equal(resumed.components_, full.components_)
     np.testing.assert_array_equal(resumed.objective_history_, full.objective_history_)
@@ -439,7 +441,7 @@ def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path, monkeyp
     # a finished checkpoint resumes to itself; a different run is refused by name
     again = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     np.testing.assert_array_equal(again.components_, full.components_)
-    with pytest.raises(ValueError, match=r"different run: alpha_R 'auto' there, 2.0 here"):
+    with pytest.raises(ValueError, match=r'another fit: alpha_R="auto" there, 2.0 here'):
         ONMFO(**{**kw, "alpha_R": 2.0}, checkpoint=ckpt).fit(X, resume=True)
     with pytest.raises(ValueError, match="needs the 'checkpoint' parameter"):
         ONMFO(**kw).fit(X, resume=True)
@@ -490,9 +492,9 @@ def test_killed_process_resumes_to_the_uninterrupted_result(tmp_path):
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
-            state = _checkpoint.load(ckpt) if (ckpt / _checkpoint.SUBDIR / "LATEST").exists() \
+            state = saved_stream(ckpt)[0] if (ckpt / _checkpoint.SUBDIR / "LATEST").exists() \
                 else None
-            if state and state[1]["n_steps"] >= 30:
+            if state and state["n_steps"] >= 30:
                 break
             assert proc.poll() is None, "the fit ended before it could be killed"
             time.sleep(0.05)
@@ -500,8 +502,8 @@ def test_killed_process_resumes_to_the_uninterrupted_result(tmp_path):
         proc.wait(30)
     finally:
         proc.kill()
-    _, attrs = _checkpoint.load(ckpt)
-    assert 30 <= attrs["n_steps"] < 200, attrs     # killed mid-stream, not after it
+    saved, _ = saved_stream(ckpt)
+    assert 30 <= saved["n_steps"] < 200, saved     # killed mid-stream, not after it
     resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     full = ONMFO(**kw).fit(X)
     np.testing.assert_array_equal(resumed.components_, full.components_)
@@ -813,8 +815,7 @@ def test_a_resumed_auto_alpha_run_keeps_the_checkpoint_s_value(data, tmp_path):
     full = ONMFO(**kw).fit(X)
     ckpt = tmp_path / "ckpt"
     ONMFO(**kw, checkpoint=ckpt, callback=lambda info: info["iteration"] == 7).fit(X)
-    _, attrs = _checkpoint.load(ckpt)
-    assert attrs["alpha_R_"] == full.alpha_R_
+    assert saved_stream(ckpt)[0]["alpha_R_"] == full.alpha_R_
     resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     assert resumed.alpha_R_ == full.alpha_R_
     np.testing.assert_array_equal(resumed.components_, full.components_)

@@ -1,8 +1,8 @@
-"""Every model the driver checkpoints (the registry's ``resumable`` ones but ONMFO, whose
-stream keeps its own: tests/test_checkpoint.py) is resumable with the guarantees of
-:mod:`daskrnmf._resume`: killed at any iteration — in the middle of one (its state not
-saved yet) or between two (saved) — and resumed, the fit ends with exactly the
-uninterrupted result; per-block state is written block by block; other data, other
+"""Every model the driver checkpoints (the registry's ``resumable`` ones, ONMFO's stream
+among them; its own refusals are tests/test_checkpoint.py's) is resumable with the
+guarantees of :mod:`daskrnmf._resume`: killed at any iteration — in the middle of one
+(its state not saved yet) or between two (saved) — and resumed, the fit ends with exactly
+the uninterrupted result; per-block state is written block by block; other data, other
 parameters, other chunking and damaged files are refused."""
 
 import os
@@ -22,8 +22,7 @@ import pytest
 from daskrnmf import REGISTRY
 from daskrnmf._resume import RunCheckpoint
 
-DRIVER_RESUMABLE = [name for name, spec in REGISTRY.items()
-                    if spec.resumable and spec.cls._driver_checkpoints]
+DRIVER_RESUMABLE = [name for name, spec in REGISTRY.items() if spec.resumable]
 
 
 class Killed(Exception):
@@ -66,6 +65,9 @@ def _model(name, **extra):
         params.update(n_row_clusters=3, n_column_clusters=2, n_init=2, init_size=20)
     if name == "MNMF":
         params.update(semi_max_iter=3, max_inner_iter=2, max_iter=4)
+    if name == "ONMFO":
+        # a step per batch (8 a pass), every one saved: passes 3 (n_iter_) > iteration 2
+        params.update(max_iter=3, checkpoint_every=1, max_inner_iter=5)
     return cls(**{**params, **extra})
 
 

@@ -16,7 +16,9 @@ outliers of all its samples are found with W fixed (``max_inner_iter`` rounds of
 (16)-(17)); only the batch's A, B, C come back; then W takes ``max_w_iter`` rounds of
 (18).  The stream (batches, orders, read-ahead) is :mod:`daskrnmf._stream`; the per-batch
 solve is :mod:`daskrnmf.models._outliers`; the loop is the one driver
-(:mod:`daskrnmf._driver`), one step per batch; checkpoints are :mod:`daskrnmf._checkpoint`.
+(:mod:`daskrnmf._driver`), one step per batch, converging by its passes
+(``rule="passes"``) and checkpointing W, the statistics and the position as every model
+does (:mod:`daskrnmf._resume`).
 
 Choices the paper leaves open: the starting h and r of each solve
 (:func:`daskrnmf.kernels.outliers.initial_codes`), the inner iteration counts, and whether
@@ -24,14 +26,11 @@ A, B, C start again at each pass (``reset_statistics``, measured to help).
 """
 
 import hashlib
-import time
 
 import numpy as np
 
-from .. import _checkpoint
 from .. import _validation as v
 from .._base import BaseModel
-from .._driver import say
 from .._stream import (Feed, batch_order, batch_rows, make_batches, read_ahead,
                        unit_bounds, upcoming)
 from ._outliers import (add_statistics, feature_max, initial_components, piece_feature_max,
@@ -223,6 +222,7 @@ class ONMFO(_OutlierFactorization):
     """
 
     _first_pass = False     # every batch is checked as it is streamed
+    _state_follows_chunks = False   # batches by rows: resumes on X chunked otherwise
     _renamed_params = {"lam": "alpha_R", "n_passes": "max_iter"}
     # what save/load keeps beyond the public attributes: partial_fit continues after load
     _saved_private = BaseModel._saved_private + ("_W", "_A", "_B", "_C", "_Bm",
@@ -269,116 +269,57 @@ class ONMFO(_OutlierFactorization):
         self.callback = callback
         self._take_renamed(renamed)
 
-    # its checkpoints are of the stream's position (checkpoint_every batches), its own
-    _driver_checkpoints = False
-
     # -- the stream
-    def fit(self, X, y=None, *, resume=False, overwrite_checkpoint=False):
-        """Stream X until the passes converge (``tol``) or ``max_iter`` passes.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features), non-negative
-            NumPy array or array-like, Dask array chunked along rows, ``zarr.Array`` or
-            Zarr path.
-        y : None
-            Ignored.
-        resume : bool, default=False
-            Continue from ``checkpoint`` if it holds a run of this model on this X (same
-            data, batches, parameters and seed; ``max_iter`` may differ); the result is
-            the W of an uninterrupted run.  Without a checkpoint the fit starts afresh.
-            A damaged checkpoint, or one made from other data, is a ValueError.
-        overwrite_checkpoint : bool, default=False
-            Without ``resume``, a ``checkpoint`` directory that holds an earlier run's
-            checkpoint is a ValueError unless this is True (the earlier run is then
-            replaced at the first save).
-
-        Returns
-        -------
-        self : ONMFO
-        """
-        if resume and self.checkpoint is None:
-            raise ValueError(f"resume=True needs the 'checkpoint' parameter of {self._name} "
-                             "to be set.")
-        if resume and overwrite_checkpoint:
-            raise ValueError("resume=True and overwrite_checkpoint=True contradict each other.")
-        self._fit(X, y, resume=resume, overwrite_checkpoint=overwrite_checkpoint)
-        return self
-
-    def _fit_blocks(self, X, blocks, stats, seed, y, *, resume, overwrite_checkpoint):
-        # one fit at a time on a checkpoint directory: the lock is held until the fit
-        # returns (a second fit on it is a ValueError, not a race for its generations)
-        lock = None if self.checkpoint is None else _checkpoint.Lock(self.checkpoint)
-        try:
-            self._fit_stream(X, seed, resume, overwrite_checkpoint, lock)
-        finally:
-            if lock is not None:
-                lock.release()
-
-    def _fit_stream(self, X, seed, resume, overwrite_checkpoint, lock):
-        n, d = X.shape
+    def _fit_blocks(self, X, blocks, stats, seed, y):
         k = self.n_components
         batches, pieces, units = make_batches(X, self.batch_size)
-        saved, data, claimed = None, None, None
-        if self.checkpoint is not None:
-            _checkpoint.check_location(self.checkpoint, X)    # never in or around X's store
-            lock.acquire()              # the directory is read only under the lock
-            saved = _checkpoint.load(self.checkpoint) if resume else None
-            if saved is None:
-                claimed = _checkpoint.claim(self.checkpoint, overwrite=overwrite_checkpoint)
-                lock.acquire()          # the marker claim() made, if it was not there
-            data = _checkpoint.data_fingerprint(X)
-        if saved and self.random_state is None:
-            seed = int(saved[1]["seed"])
-        key = self._fingerprint(n, d, batches, units, seed)
+        ckpt = getattr(self, "_fit_checkpoint", None)
+        checks = {}
+        if ckpt is not None:
+            # the stream's batches decide its saved position; the chunks of X read so
+            # far are checksummed (a resumed run checks them as it reads them again)
+            layout = (np.array(batches, dtype=np.int64).tobytes()
+                      + np.array([len(u) for u in units], dtype=np.int64).tobytes())
+            ckpt.add_fingerprint(batches=hashlib.sha256(layout).hexdigest()[:16])
+            checks["checksums"] = {}
+            if ckpt.saved is not None:
+                checks.update(since=f"the checkpoint {ckpt.saved[1]['_file']} was made",
+                              hint="Resume with the X it was made from, or fit with "
+                                   "overwrite_checkpoint=True to start afresh.")
         bounds = unit_bounds(batches, units) if self.batch_size is None else None
-        feed = Feed(X, pieces, bounds=bounds, **self._chunk_checksums(saved))
+        feed = Feed(X, pieces, bounds=bounds, **checks)
+        vars(self).pop("alpha_R_", None)        # a refit's: from this fit's stream
+        stream = _Stream(self, feed, batches, units, seed)
+        d, nb = X.shape[1], len(batches)
+        start = _Run(None, np.zeros((k, d)), np.zeros((k, k)), np.zeros((k, d)))
         try:
-            if saved:
-                _checkpoint.check_same_data(saved[1].get("data", {}), data, saved[1]["_file"])
-                run = self._restore(saved, key, len(batches))
-                self.alpha_R_ = self._saved_alpha(saved[1])
-            else:
-                first = batch_order(seed, 0, units, self.shuffle)[0]
-                self.alpha_R_ = self._fit_alpha(lambda: feature_max(
-                    feed._run(first, piece_feature_max, ())))
-                W = initial_components(seed, k, d, feed.mean(first))
-                run = _Run(W=W, A=np.zeros((k, d)), B=np.zeros((k, k)), C=np.zeros((k, d)))
-            run = self._stream(run, feed, batches, units, seed, key, data)
-        except BaseException as exc:
-            # bad data found while streaming (each batch is checked as it is read): a
-            # fresh run leaves no checkpoint behind; any other failure (a callback that
-            # raises, Ctrl-C) keeps what this run saved, to resume, and leaves no empty
-            # checkpoint when it saved nothing.  An earlier run's checkpoint is never
-            # removed here (see _checkpoint.release).
-            if claimed is not None and (isinstance(exc, ValueError) or not
-                                        _checkpoint.holds_run(self.checkpoint)):
-                _checkpoint.release(self.checkpoint, claimed)
-            raise
+            # one driver step per batch until the passes converge (the driver's
+            # rule="passes") or max_iter passes; a run its callback stopped continues
+            # when resumed
+            run, log = self._run(
+                stream.step, start, max_iter=self.max_iter * nb, rule="passes",
+                blocks=stream, problem=stream, step_info=lambda run: dict(run.last),
+                pass_objectives=lambda run: run.history, resume_stopped=True,
+                checkpoint_when=lambda run, it, last: (run.pos == 0 or
+                                                       it % self.checkpoint_every == 0))
         finally:
             feed.close()
-        self._W, self._A, self._B, self._C = run.W, run.A, run.B, run.C
-        self._Bm = run.Bm
-        self._n_observed = run.n_observed
-        self._n_stat = (run.n_stat if run.n_stat is not None
-                        else run.pos if self.reset_statistics else run.n_steps)
+        self._W, self._A, self._B, self._C, self._Bm = run.W, run.A, run.B, run.C, run.Bm
+        self._n_observed, self._n_stat = run.n_observed, run.n_stat
         self._stream_seed = seed
         self.components_ = run.W
         self.objective_history_ = np.array(run.history, dtype=np.float64)
         self.n_iter_ = run.pass_ + (1 if run.pos else 0)
         self.n_inner_iter_ = run.inner_rounds / max(run.inner_n, 1)
-        if self.tol > 0 and not run.converged and not run.stopped:
-            from .._driver import warn_if_not_converged
-
-            warn_if_not_converged(self._name, False, self.max_iter)
+        self._warn_unless_converged(log)
         self.n_steps_ = run.n_steps
-        self.n_passes_ = run.passes_done      # set here: the fit's final event shows it
+        self.n_passes_ = run.pass_      # set here: the fit's final event shows it
         progress = getattr(self, "_progress", None)
         if progress is not None:
             # the last line: the bar full when the stream converged before max_iter passes
-            progress.note(converged=bool(run.converged), stopped=bool(run.stopped),
-                          n_batches=len(batches), iteration=int(run.n_steps),
-                          max_iter=int(self.max_iter) * len(batches),
+            progress.note(converged=bool(log.converged[0]),
+                          stopped=bool(log.stopped_by_callback), n_batches=nb,
+                          iteration=int(run.n_steps), max_iter=int(self.max_iter) * nb,
                           n_samples_seen=int(run.n_seen),
                           objective=float(run.history[-1]) if run.history else None)
         self.n_samples_seen_ = run.n_seen
@@ -393,217 +334,6 @@ class ONMFO(_OutlierFactorization):
 
     def _update_W(self, W, A, B, C, Bm=None):
         return update_W(W, A, B, C, self.solver, self.max_w_iter, float(self.inner_tol), Bm)
-
-    def _stream(self, run, feed, batches, units, seed, key, data):
-        """One driver step per batch, from the run's position until the passes converge
-        or ``max_iter`` passes."""
-        nb = len(batches)
-        spec = self._spec()
-        orders = {}
-        # default batches: the next ``prefetch`` row groups are read ahead (a group is
-        # many batches); else the next ``prefetch`` batches
-        unit_of = {b: u for u, unit in enumerate(units) for b in unit}
-        span = max(len(u) for u in units) if self.batch_size is None else 1
-
-        def order(p):
-            if p not in orders:
-                orders[p] = batch_order(seed, p, units, self.shuffle)
-            return orders[p]
-
-        def step(run, active):
-            nonlocal spec
-            p, j = run.pass_, run.pos
-            if j == 0:
-                run.tic_pass = time.perf_counter()
-                run.loss_sum, run.pass_n = 0.0, 0
-                run.inner_rounds, run.inner_n = 0, 0
-                if p > 0 and self.reset_statistics:
-                    run.A[:], run.B[:], run.C[:] = 0.0, 0.0, 0.0
-                    run.Bm = None
-                    run.n_stat = 0
-            if run.n_stat is None:
-                # a fresh or resumed run: its statistics hold the batches its position
-                # says (exact unless a batch of only missing values came before a
-                # checkpoint within the same statistics; checkpoints do not hold n_stat)
-                run.n_stat = j if self.reset_statistics else run.n_steps
-            ahead = upcoming(order, nb, self.max_iter, p, j, 1 + self.prefetch * span)
-            for b in read_ahead(ahead, unit_of, self.prefetch):
-                feed.want(b)
-            b = int(order(p)[j])
-            if run.n_observed == 0 and run.n_steps > 0:
-                # every batch so far was all missing: W's start came from a 'mean' of
-                # nothing; start it from this batch instead (as from a first batch)
-                run.W = initial_components(seed, self.n_components, run.W.shape[1],
-                                           feed.mean(b))
-                if isinstance(self.alpha_R, str):       # alpha_R="auto" too
-                    self.alpha_R_ = self._fit_alpha(lambda: feature_max(
-                        feed._run(b, piece_feature_max, ())))
-                    spec = self._spec()
-            rows = (batch_rows(seed, p, units, batches, b)
-                    if self.shuffle and self.batch_size is None else None)
-            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, spec, rows=rows)
-            if st["observed"]:      # an all-missing batch adds nothing and counts not
-                # the past weighs less: the t-th batch with observed values scales the
-                # statistics first
-                run.n_stat += 1
-                run.scale(self._past_weight(run.n_stat))
-                run.A += st["A"]
-                run.B += st["B"]
-                run.C += st["C"]
-                run.add_Bm(st.get("Bm"))
-            run.n_observed += st["observed"]
-            if st["observed"]:      # all-missing rows add nothing: W stays as it is
-                run.W = self._update_W(run.W, run.A, run.B, run.C, run.Bm)
-            run.inner_rounds += st["rounds"]
-            run.inner_n += st["n"]
-            if j >= nb // 2:        # the pass's objective: its second half of batches
-                run.loss_sum += st["loss"]
-                run.pass_n += st["n"]
-            run.n_seen += st["n"]
-            run.n_steps += 1
-            run.pos += 1
-            run.last = {"pass": p, "batch": j, "n_batches": nb, "n_samples_seen": run.n_seen,
-                        "loss": st["loss"] / max(st["n"], 1),
-                        "inner_rounds": st["rounds"] / max(st["n"], 1)}
-            if run.pos == nb:
-                if run.n_observed == 0:
-                    # found in the pass that reads X anyway (a lazy X is not read before)
-                    raise ValueError(f"X passed to {self._name} has no observed (non-NaN) "
-                                     "value.")
-                run.history.append(run.loss_sum / max(run.pass_n, 1))
-                run.pass_, run.pos = p + 1, 0
-                run.passes_done += 1
-                h = run.history      # noisy (batch order): two passes without a new best
-                run.converged = bool(self.tol > 0 and len(h) >= 3
-                                     and min(h[-2:]) > (1 - self.tol) * min(h[:-2]))
-                if self.verbose:
-                    progress = getattr(self, "_progress", None)
-                    say("%s pass %d: objective %.6g per sample, %d batches, %.3f s%s",
-                        self._name, p + 1, run.history[-1], nb,
-                        time.perf_counter() - getattr(run, "tic_pass", time.perf_counter()),
-                        f", {progress.elapsed():.1f} s into the fit" if progress else "")
-            return run, np.array([run.last["loss"]])
-
-        def after_step(run, iteration, stopping):
-            if self.checkpoint is not None and (
-                    stopping or run.pos == 0 or iteration % self.checkpoint_every == 0):
-                self._save(run, key, data, feed.checksums)
-
-        # ``blocks=run``: the driver reports ``run.n_passes`` (complete passes) as n_passes
-        if run.converged:       # a resumed run that had converged: nothing left to do
-            return run
-        run, log = self._run(step, run, max_iter=self.max_iter * nb, tol=0.0, rule="none",
-                             blocks=run, start=run.n_steps, after_step=after_step,
-                             step_info=lambda run: dict(run.last),
-                             converged=lambda run: run.converged)
-        run.stopped = log.stopped_by_callback
-        return run
-
-    # -- checkpoints
-    def _fingerprint(self, n, d, batches, units, seed):
-        bounds = (np.array(batches, dtype=np.int64).tobytes()
-                  + np.array([len(u) for u in units], dtype=np.int64).tobytes())
-        if self.batch_size is None:
-            # the default batches are row groups read whole (before: X's chunks): a
-            # checkpoint of the old default batches is of a different run
-            bounds += b"row groups"
-        extra = {"missing": "mask"} if self._allow_nan else {}
-        return {**extra, "model": self._name, "n_samples": int(n), "n_features": int(d),
-                "n_components": int(self.n_components),
-                "alpha_R": (self.alpha_R if isinstance(self.alpha_R, str)
-                            else float(self.alpha_R)),
-                "solver": self.solver, "tol": float(self.tol),
-                "inner_tol": float(self.inner_tol),
-                "max_inner_iter": int(self.max_inner_iter), "max_w_iter": int(self.max_w_iter),
-                "reset_statistics": bool(self.reset_statistics), "shuffle": bool(self.shuffle),
-                "forget_power": float(self.forget_power),
-                "batches": hashlib.sha256(bounds).hexdigest()[:16], "seed": str(seed)}
-
-    def _chunk_checksums(self, saved):
-        """The feed's checksum arguments: none without a checkpoint; a resumed run's
-        X is checked against the checksums of the chunks the run read before."""
-        if self.checkpoint is None:
-            return {}
-        if not saved:
-            return {"checksums": {}}
-        sums, where = saved[1].get("chunk_sha256", {}), saved[1]["_file"]
-        if not isinstance(sums, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                 for k, v in sums.items()):
-            raise ValueError(f"The checkpoint {where} is damaged: its chunk checksums are "
-                             "not a mapping of row ranges to checksums.")
-        return {"checksums": sums, "since": f"the checkpoint {where} was made",
-                "hint": "Resume with the X it was made from, or fit with "
-                        "overwrite_checkpoint=True to start afresh."}
-
-    def _save(self, run, key, data, checksums=None):
-        arrays = {"W": run.W, "A": run.A, "B": run.B, "C": run.C,
-                  "history": np.array(run.history, dtype=np.float64)}
-        if run.Bm is not None:      # missing="mask": the per-feature Gram matrices
-            arrays["Bm"] = run.Bm
-        attrs = {"fingerprint": key, "data": data, "seed": key["seed"], "pass": run.pass_,
-                 "position": run.pos, "n_steps": run.n_steps, "n_samples_seen": run.n_seen,
-                 "passes_done": run.passes_done, "loss_sum": run.loss_sum,
-                 "pass_n": run.pass_n, "inner_rounds": int(run.inner_rounds),
-                 "inner_n": int(run.inner_n), "converged": bool(run.converged),
-                 # the chunks of X read so far, checked when a resumed run reads them
-                 "chunk_sha256": dict(checksums or {}),
-                 "n_observed": int(run.n_observed), "alpha_R_": float(self.alpha_R_)}
-        _checkpoint.save(self.checkpoint, arrays, attrs)
-
-    def _saved_alpha(self, attrs):
-        """The resumed run's alpha_R (``"auto"``: the one computed at its start)."""
-        if not isinstance(self.alpha_R, str):
-            return float(self.alpha_R)
-        alpha = attrs.get("alpha_R_")
-        if (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
-                or not np.isfinite(alpha) or alpha <= 0):
-            raise ValueError(f"The checkpoint {attrs['_file']} is damaged: its alpha_R_ "
-                             f"{alpha!r} is not a positive number.")
-        return float(alpha)
-
-    def _restore(self, saved, key, n_batches):
-        arrays, attrs = saved
-        where = attrs["_file"]
-        old = dict(attrs.get("fingerprint", {}))
-        # "missing" is in the fingerprint of missing="mask" runs only (older checkpoints,
-        # and missing="raise" runs, have none): a difference either way counts
-        fields = list(key) + [f for f in ("missing",) if f in old and f not in key]
-        differ = sorted(f for f in fields if old.get(f) != key.get(f))
-        if differ:
-            raise ValueError(f"The checkpoint {where} is of a different run: "
-                             + ", ".join(f"{f} {old.get(f)!r} there, {key.get(f)!r} here"
-                                         for f in differ)
-                             + ". Fit without resume=True to start afresh.")
-        try:
-            p, pos, steps = int(attrs["pass"]), int(attrs["position"]), int(attrs["n_steps"])
-            run = _Run(W=arrays["W"], A=arrays["A"], B=arrays["B"], C=arrays["C"],
-                       Bm=arrays.get("Bm"),
-                       history=list(arrays["history"]), pass_=p, pos=pos, n_steps=steps,
-                       n_seen=int(attrs["n_samples_seen"]),
-                       passes_done=int(attrs["passes_done"]),
-                       loss_sum=float(attrs["loss_sum"]), pass_n=int(attrs["pass_n"]),
-                       inner_rounds=int(attrs.get("inner_rounds", 0)),
-                       inner_n=int(attrs.get("inner_n", 0)),
-                       converged=bool(attrs.get("converged", False)),
-                       # older checkpoints: counted as observed (W updated as before)
-                       n_observed=int(attrs.get("n_observed", 1)))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"The checkpoint {where} is damaged: {type(exc).__name__}: "
-                             f"{exc}.") from exc
-        k, d = key["n_components"], key["n_features"]
-        shapes = {"W": (k, d), "A": (k, d), "B": (k, k), "C": (k, d)}
-        if "Bm" in arrays:
-            shapes["Bm"] = (d, k, k)
-        bad = [f"{a} {arrays[a].shape} (expected {s})" for a, s in shapes.items()
-               if arrays[a].shape != s]
-        if bad:
-            raise ValueError(f"The checkpoint {where} is damaged: " + ", ".join(bad) + ".")
-        if not (0 <= pos < n_batches and p >= 0 and steps == p * n_batches + pos
-                and 0 <= run.passes_done == len(run.history) == p):
-            raise ValueError(f"The checkpoint {where} is damaged: its position (pass {p}, "
-                             f"batch {pos}, {steps} steps) is not a position of a stream of "
-                             f"{n_batches} batches per pass.")
-        return run
 
     # -- data that arrives over time
     def partial_fit(self, X, y=None):
@@ -668,20 +398,12 @@ class ONMFO(_OutlierFactorization):
             st = feed.solve(0, solve_batch_piece, add_statistics, W, self._spec())
         finally:
             feed.close()
-        n_stat = (0 if first else getattr(self, "_n_stat", self.n_steps_)) + bool(st["observed"])
-        # as in fit: the statistics scaled before a batch with observed values is added
-        if st["observed"]:      # an all-missing batch adds nothing
-            w = self._past_weight(n_stat)
-            A, B, C = A * w + st["A"], B * w + st["B"], C * w + st["C"]
-            if Bm is not None:
-                Bm = Bm * w
-            if "Bm" in st:
-                Bm = st["Bm"] if Bm is None else Bm + st["Bm"]
-        # a batch of all-missing rows adds nothing and leaves W as it is
-        self._W = self._update_W(W, A, B, C, Bm) if st["observed"] else W
-        self._n_observed = (0 if first else getattr(self, "_n_observed", 1)) + st["observed"]
-        self._A, self._B, self._C, self._Bm = A, B, C, Bm
-        self._n_stat = n_stat
+        run = _Run(W, A, B, C, Bm,
+                   n_stat=0 if first else getattr(self, "_n_stat", self.n_steps_),
+                   n_observed=0 if first else getattr(self, "_n_observed", 1))
+        stream_step(run, st, self._past_weight, self._update_W)     # as fit's step
+        self._W, self._A, self._B, self._C, self._Bm = run.W, run.A, run.B, run.C, run.Bm
+        self._n_observed, self._n_stat = run.n_observed, run.n_stat
         if first:
             self._stream_seed = seed
             self._fit_dtype = self._output_dtype(X)
@@ -696,39 +418,159 @@ class ONMFO(_OutlierFactorization):
         return self
 
 
-class _Run:
-    """State of a streaming fit (everything a checkpoint holds)."""
+class _Stream:
+    """ONMFO's fit-state object: X's batches, their order and the step the driver makes
+    per batch; ``alpha_R_`` and the chunk checksums of X's blocks read so far
+    (``checkpoint_attributes``) are saved with the :class:`_Run`."""
 
-    def __init__(self, *, W, A, B, C, Bm=None, history=None, pass_=0, pos=0, n_steps=0,
-                 n_seen=0, passes_done=0, loss_sum=0.0, pass_n=0, inner_rounds=0, inner_n=0,
-                 converged=False, n_observed=0):
-        self.W = np.array(W, dtype=np.float64)
+    checkpoint_attributes = ("alpha_R_", "chunk_sha256")
+
+    def __init__(self, model, feed, batches, units, seed):
+        self.model, self.feed, self.batches, self.units, self.seed = (model, feed, batches,
+                                                                      units, seed)
+        self.nb = len(batches)
+        self.n_passes = 0           # complete passes (the driver's count)
+        self.orders = {}
+        # default batches: the next ``prefetch`` row groups are read ahead (a group is
+        # many batches); else the next ``prefetch`` batches
+        self.unit_of = {b: u for u, unit in enumerate(units) for b in unit}
+        self.span = max(len(u) for u in units) if model.batch_size is None else 1
+
+    @property
+    def alpha_R_(self):
+        return getattr(self.model, "alpha_R_", None)
+
+    @alpha_R_.setter
+    def alpha_R_(self, value):
+        self.model.alpha_R_ = value
+
+    @property
+    def chunk_sha256(self):
+        return dict(self.feed.checksums or {})
+
+    @chunk_sha256.setter
+    def chunk_sha256(self, sums):
+        if not isinstance(sums, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in sums.items()):
+            raise ValueError("its chunk checksums are not a mapping of row ranges to "
+                             "checksums")
+        self.feed.checksums = dict(sums)
+
+    def order(self, p):
+        if p not in self.orders:
+            self.orders[p] = batch_order(self.seed, p, self.units, self.model.shuffle)
+        return self.orders[p]
+
+    def check_restored(self, run):
+        """A resumed run's state is one this stream can continue (see
+        :meth:`daskrnmf._resume.RunCheckpoint.restore`)."""
+        k, d = self.model.n_components, self.feed.X.shape[1]
+        shapes = {"W": (k, d), "A": (k, d), "B": (k, k), "C": (k, d), "Bm": (d, k, k)}
+        for name, shape in shapes.items():
+            M = getattr(run, name)
+            if name == "Bm" and M is None:
+                continue
+            if not isinstance(M, np.ndarray) or M.shape != shape:
+                raise ValueError(f"{name} {getattr(M, 'shape', M)} (expected {shape}).")
+            if not np.isfinite(M).all():
+                raise ValueError(f"{name} holds NaN or infinite values.")
+        p, pos, steps, nb = run.pass_, run.pos, run.n_steps, self.nb
+        if not all(isinstance(i, int) for i in (p, pos, steps)) or not (
+                0 <= pos < nb and p >= 0 and steps == p * nb + pos
+                and len(run.history) == p):
+            raise ValueError(f"its position (pass {p}, batch {pos}, {steps} steps) is not a "
+                             f"position of a stream of {nb} batches per pass.")
+        a = self.alpha_R_
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not a > 0 or a == np.inf:
+            raise ValueError(f"its alpha_R_ {a!r} is not a positive number.")
+
+    def step(self, run, active):
+        """One batch: its codes and outliers solved where it is read, its statistics
+        added, W updated (:func:`stream_step`)."""
+        m, feed, seed, nb = self.model, self.feed, self.seed, self.nb
+        p, j = run.pass_, run.pos
+        if j == 0:
+            run.loss_sum, run.pass_n = 0.0, 0
+            run.inner_rounds, run.inner_n = 0, 0
+            if p > 0 and m.reset_statistics:
+                run.A[:], run.B[:], run.C[:] = 0.0, 0.0, 0.0
+                run.Bm = None
+                run.n_stat = 0
+        ahead = upcoming(self.order, nb, m.max_iter, p, j, 1 + m.prefetch * self.span)
+        for b in read_ahead(ahead, self.unit_of, m.prefetch):
+            feed.want(b)
+        b = int(self.order(p)[j])
+        if run.n_observed == 0:
+            # the stream's start, or every batch so far was all missing (W started from
+            # a 'mean' of nothing): W and alpha_R="auto" from this batch
+            if run.n_steps == 0 or isinstance(m.alpha_R, str):
+                self.alpha_R_ = m._fit_alpha(lambda: feature_max(
+                    feed._run(b, piece_feature_max, ())))
+            run.W = initial_components(seed, m.n_components, feed.X.shape[1], feed.mean(b))
+        rows = (batch_rows(seed, p, self.units, self.batches, b)
+                if m.shuffle and m.batch_size is None else None)
+        st = feed.solve(b, solve_batch_piece, add_statistics, run.W, m._spec(), rows=rows)
+        stream_step(run, st, m._past_weight, m._update_W)
+        run.inner_rounds += st["rounds"]
+        run.inner_n += st["n"]
+        if j >= nb // 2:        # the pass's objective: its second half of batches
+            run.loss_sum += st["loss"]
+            run.pass_n += st["n"]
+        run.n_seen += st["n"]
+        run.n_steps += 1
+        run.pos += 1
+        run.last = {"pass": p, "batch": j, "n_batches": nb, "n_samples_seen": run.n_seen,
+                    "loss": st["loss"] / max(st["n"], 1),
+                    "inner_rounds": st["rounds"] / max(st["n"], 1)}
+        if run.pos == nb:
+            if run.n_observed == 0:
+                # found in the pass that reads X anyway (a lazy X is not read before)
+                raise ValueError(f"X passed to {m._name} has no observed (non-NaN) value.")
+            run.history.append(run.loss_sum / max(run.pass_n, 1))
+            run.pass_, run.pos = p + 1, 0
+        self.n_passes = run.pass_
+        return run, np.array([run.last["loss"]])
+
+
+def stream_step(run, st, past_weight, update_W):
+    """Algorithm 1's arithmetic for one solved batch, shared by ``fit`` and
+    ``partial_fit``: a batch with observed values counts (``run.n_stat``), the statistics
+    are scaled by ``past_weight(n_stat)`` and take its A, B, C (and the per-feature Bm
+    of ``missing="mask"``), then W takes ``update_W``; a batch of all-missing rows adds
+    nothing and leaves W as it is.  ``st`` is the batch's combined
+    :func:`~daskrnmf.models._outliers.add_statistics`; ``run`` any object with the
+    attributes W, A, B, C, Bm (None: no missing value yet), ``n_stat`` and
+    ``n_observed`` (changed in place)."""
+    if st["observed"]:
+        run.n_stat += 1
+        weight = past_weight(run.n_stat)
+        if weight != 1.0:       # the past weighs less (forget_power)
+            for M in (run.A, run.B, run.C) + (() if run.Bm is None else (run.Bm,)):
+                M *= weight
+        run.A += st["A"]
+        run.B += st["B"]
+        run.C += st["C"]
+        if st.get("Bm") is not None:
+            run.Bm = (np.array(st["Bm"], dtype=np.float64) if run.Bm is None
+                      else run.Bm + st["Bm"])
+        run.W = update_W(run.W, run.A, run.B, run.C, run.Bm)
+    run.n_observed += st["observed"]
+
+
+class _Run:
+    """State of a streaming fit (the driver's state, saved by its checkpoints): W, the
+    statistics and the position in the stream."""
+
+    def __init__(self, W, A, B, C, Bm=None, *, n_stat=0, n_observed=0):
+        self.W = None if W is None else np.array(W, dtype=np.float64)
         self.A, self.B, self.C = (np.array(M, dtype=np.float64) for M in (A, B, C))
         # missing="mask": per-feature Gram matrices of the rows with missing values
         self.Bm = None if Bm is None else np.array(Bm, dtype=np.float64)
-        self.history = [float(h) for h in (history or [])]
-        self.pass_, self.pos, self.n_steps, self.n_seen = pass_, pos, n_steps, n_seen
-        self.passes_done, self.loss_sum, self.pass_n = passes_done, loss_sum, pass_n
-        self.inner_rounds, self.inner_n = inner_rounds, inner_n
-        self.converged, self.stopped = converged, False
-        # batches with observed values in the statistics since their last reset (None:
-        # as many as the position says, see ONMFO._stream)
-        self.n_stat = None
+        self.history = []           # per pass: the objective of its second half
+        self.pass_, self.pos, self.n_steps, self.n_seen = 0, 0, 0, 0
+        self.loss_sum, self.pass_n, self.inner_rounds, self.inner_n = 0.0, 0, 0, 0
+        # batches with observed values in the statistics since their last reset
+        self.n_stat = n_stat
         # observed (non-NaN) entries solved so far; 0: W is still its placeholder start
         self.n_observed = n_observed
         self.last = {}
-
-    @property
-    def n_passes(self):
-        return self.passes_done
-
-    def scale(self, weight):
-        """Scale the statistics A, B, C (and Bm) by ``weight`` (1: unchanged)."""
-        if weight != 1.0:
-            for M in (self.A, self.B, self.C) + (() if self.Bm is None else (self.Bm,)):
-                M *= weight
-
-    def add_Bm(self, Bm):
-        """Add a batch's per-feature statistics (None: it had no missing value)."""
-        if Bm is not None:
-            self.Bm = np.array(Bm, dtype=np.float64) if self.Bm is None else self.Bm + Bm
