@@ -210,7 +210,8 @@ class CentroidFit:
         # miss does not, nor the first after random labels)
         self.warm_hit = None
         self.seed_rows = None  # the seeding sample (k-medians++), for the first medians
-        self._last_pass = None  # L1 out of core: (centres, objective, labels) of the last step
+        # L1 out of core: (centres, objective, labels, new centres) of the last step
+        self._last_pass = None
         # in memory (L1): every restart's last labels and medians (cluster_medians keeps
         # the medians of clusters whose members did not change), and which are set
         self._medians = None
@@ -305,6 +306,12 @@ class CentroidFit:
             self._medians[1][cols] = newF
             self._medians[2][cols] = True
             self.median_rounds.append(1)
+        elif self.loss == "l1" and self._repeats_last_pass(Fa, active):
+            # the last step's pass was given these very centres (they did not move): its
+            # labels, objective and exact medians are this step's, so no pass is made
+            # (the step that confirms convergence, one pass a fit)
+            self.median_rounds.append(0)
+            return self._last_pass[3].copy(), self._last_pass[1].copy()
         elif self.loss == "l1":
             search = self._median_search(Ra, active, Fa)
             plan = search.first_plan()
@@ -319,6 +326,7 @@ class CentroidFit:
                 name="median round"))
             # the pass's labels and objective stay until the next step: if the centres
             # it was given turn out to be the final ones, they are the final assignment
+            # (and the medians it gave are the next step's, see _repeats_last_pass)
             self._last_pass = (None if Fa is None or self.missing or not active.all()
                                else (Fa.copy(), res["objective"], labels))
             del labels
@@ -341,7 +349,18 @@ class CentroidFit:
             fill = (np.broadcast_to(mid, newF.shape) if Fa is None
                     else np.where(np.isnan(Fa), mid, Fa))
             newF = np.where(np.isnan(newF), fill, newF)
+        if self.loss == "l1" and self._last_pass is not None and len(self._last_pass) == 3:
+            self._last_pass += (newF.copy(),)       # the step's centres, for the next
         return newF, res["objective"]
+
+    def _repeats_last_pass(self, Fa, active):
+        """Whether the last step's pass (L1, out of core) was given exactly the centres
+        ``Fa`` of every restart: its step is then this one (the same labels, the same
+        exact medians; with ``median_tol > 0`` a search may end elsewhere in a window)."""
+        last = self._last_pass
+        return (last is not None and len(last) == 4 and self.median_tol == 0
+                and Fa is not None and active.all() and last[0].shape == Fa.shape
+                and np.array_equal(last[0], Fa))
 
     def _median_search(self, Ra, active, Fa=None):
         lo = np.tile(self.lo, Ra * self.k)
