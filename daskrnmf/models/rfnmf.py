@@ -16,7 +16,9 @@ so eq. (18) needs no inverse.
 
 One iteration = one fused pass over X (assign with the current centres and accumulate
 the new centres' statistics; all ``n_init`` restarts at once) plus, for L1, the median
-refinement rounds that remain (usually zero or one).
+refinement rounds that remain (usually zero or one).  Out of core, an L1 step given the
+very centres the last step's pass was given (they did not move) is that pass's step and
+makes none: the step that confirms convergence costs nothing.
 """
 
 import numpy as np
@@ -104,7 +106,8 @@ class RFNMF(ClusterBase):
     n_passes_ : int
         Passes over X the fit made (its cost model), initialisation included.
     median_rounds_ : list of int
-        L1: passes per iteration spent on medians (the fused pass included).
+        L1: passes per iteration spent on medians (the fused pass included); 0 for a step
+        that repeated the last step's pass (its centres had not moved) and made none.
     n_features_in_ : int
     feature_names_in_ : ndarray of str (n_features_in_,)
         Only when X had string column names (a DataFrame).
