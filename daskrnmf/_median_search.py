@@ -70,6 +70,10 @@ class MedianSearch:
     A window whose values are all equal resolves at once (ties).  With ``tol > 0`` an
     entry whose window is narrower than ``tol * span`` resolves to the window's midpoint.
 
+    A round is planned (:meth:`first_plan`, :meth:`next_plan`), run over X by the caller
+    (:func:`median_refine_chunk` per block, or inside a fused pass), and folded in
+    (:meth:`update`); :meth:`finish` runs the rounds that remain.
+
     Parameters
     ----------
     lo, hi : ndarray (E,)

@@ -112,12 +112,9 @@ def grouped_medians(blocks, labels, n_clusters, n_restarts, lo, hi, *, tol=0.0):
     reps = n_restarts * n_clusters
     search = _median_search.MedianSearch(np.tile(lo, reps), np.tile(hi, reps), tol=tol,
                                          n_total=blocks.shape[0] * d * n_restarts)
-    plan = search.first_plan()
-    while plan is not None:
-        part = blocks.map_reduce(_median_search.median_refine_chunk, merge_median_round,
-                                 args=(n_clusters, plan), state=labels, name="median round")
-        search.update(plan, part)
-        plan = search.next_plan()
+    search.finish(lambda plan: blocks.map_reduce(
+        _median_search.median_refine_chunk, merge_median_round, args=(n_clusters, plan),
+        state=labels, name="median round"))
     return search.value.reshape(n_restarts, n_clusters, d), search.rounds
 
 
