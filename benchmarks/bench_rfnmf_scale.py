@@ -21,8 +21,9 @@ rows), gross outliers as whole rows (``make_zarr_blobs``' defaults: 5 % of the r
 quarter of their entries) or as 5 % of the entries of every row; on the same capped
 cluster, the plain read pass ``X.sum()`` (the best of three), a small fit of each loss
 first (kernels compiled on the workers), then RFNMF(10, loss, max_iter=8, tol=0) per
-store and loss ("l21", "l1"): the whole fit per iteration over the read pass, its passes,
-its median rounds and each pass's seconds (debug log).  ``--json`` saves the figures;
+store and loss ("l21", "l1"): the whole fit per iteration over the read pass, its passes
+(and passes per iteration), its median rounds (0: a step that repeated the last pass made
+none) and each pass's seconds (debug log).  ``--json`` saves the figures;
 ``--compare OLD.json`` (the same run of an older checkout, e.g. with PYTHONPATH at it)
 puts them beside the new in the section this writes into ``--out``, replacing the
 section of an earlier ``--aims`` run and keeping the rest of the file.
@@ -223,13 +224,14 @@ def _write_aims(path, new, old, n, d):
     emit()
     emit("Aims: whole fit per iteration <= 1.1x the read pass with L2,1, <= 1.5x with L1.")
     emit()
-    head = "| outliers | loss | read pass (s) | whole fit (s) | iterations | passes | median rounds | whole fit per iteration / read |"
+    head = ("| outliers | loss | read pass (s) | whole fit (s) | iterations | passes | passes "
+            "per iteration | median rounds | whole fit per iteration / read |")
     emit(head if old is None else head + " before (read, fit, iterations, passes: ratio) |")
-    emit("|---|---|---:|---:|---:|---:|---|---:|" + ("" if old is None else "---|"))
+    emit("|---|---|---:|---:|---:|---:|---:|---|---:|" + ("" if old is None else "---|"))
     for r in new["runs"]:
         row = (f"| {r['kind']} | {r['loss']} | {r['read']:.2f} | {r['fit']:.2f} | "
-               f"{r['n_iter']} | {r['n_passes']} | {r['median_rounds'] or '-'} | "
-               f"{r['ratio']:.2f} |")
+               f"{r['n_iter']} | {r['n_passes']} | {r['n_passes'] / r['n_iter']:.2f} | "
+               f"{r['median_rounds'] or '-'} | {r['ratio']:.2f} |")
         o = None if old is None else old.get((r["kind"], r["loss"]))
         if o is not None:
             row += (f" {o['read']:.2f} s, {o['fit']:.2f} s, {o['n_iter']} it., "

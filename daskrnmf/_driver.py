@@ -352,6 +352,17 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     return state, log
 
 
+
+def run_quiet(step, state, *, n_restarts, max_iter, tol):
+    """An inner loop of a fit (a sample's clustering, an initialisation's candidates):
+    :func:`iterate` with the caller's own limits and no callback, logs, progress,
+    checkpoint or ConvergenceWarning — the fit's outer run reports and saves, and an
+    inner run is done again on resume.  A model's inner loop on X itself runs through
+    ``BaseModel._run(..., quiet=True)`` instead.  Returns ``state, log``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return iterate(step, state, n_restarts=n_restarts, max_iter=max_iter, tol=tol)
+
 def warn_if_not_converged(name, converged, max_iter, stacklevel=None):
     """A :class:`~sklearn.exceptions.ConvergenceWarning` unless ``converged``, pointing
     at the user's line that called into daskrnmf (``stacklevel`` None: the first frame

@@ -3,7 +3,7 @@ and the median search run on its own (:func:`grouped_medians`)."""
 
 import numpy as np
 
-from daskrnmf import reductions
+from daskrnmf import _median_search
 from daskrnmf.kernels.median_rounds import merge_median_round
 
 
@@ -90,7 +90,7 @@ def rfnmtf_reference(X, S0, c0, n_iter):
 # ---------------------------------------------------------------- the median search
 def grouped_medians(blocks, labels, n_clusters, n_restarts, lo, hi, *, tol=0.0):
     """Median of every feature within every cluster, for labels kept per block: the
-    median search (:class:`daskrnmf.reductions.MedianSearch`) run to its end on its own,
+    median search (:class:`daskrnmf._median_search.MedianSearch`) run to its end on its own,
     as the models run it inside their passes.
 
     Parameters
@@ -110,14 +110,11 @@ def grouped_medians(blocks, labels, n_clusters, n_restarts, lo, hi, *, tol=0.0):
     """
     d = lo.shape[0]
     reps = n_restarts * n_clusters
-    search = reductions.MedianSearch(np.tile(lo, reps), np.tile(hi, reps), tol=tol,
-                                     n_total=blocks.shape[0] * d * n_restarts)
-    plan = search.first_plan()
-    while plan is not None:
-        part = blocks.map_reduce(reductions.median_refine_chunk, merge_median_round,
-                                 args=(n_clusters, plan), state=labels, name="median round")
-        search.update(plan, part)
-        plan = search.next_plan()
+    search = _median_search.MedianSearch(np.tile(lo, reps), np.tile(hi, reps), tol=tol,
+                                         n_total=blocks.shape[0] * d * n_restarts)
+    search.finish(lambda plan: blocks.map_reduce(
+        _median_search.median_refine_chunk, merge_median_round, args=(n_clusters, plan),
+        state=labels, name="median round"))
     return search.value.reshape(n_restarts, n_clusters, d), search.rounds
 
 

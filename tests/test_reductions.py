@@ -5,7 +5,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from daskrnmf import reductions
+from daskrnmf import _median_search as search_mod
 from daskrnmf._blocks import RowBlocks, tree_reduce
 from daskrnmf.kernels import rng as krng
 from daskrnmf.reductions import feature_stats, sample_rows
@@ -220,7 +220,7 @@ def test_warm_window_collection_is_bounded(dask_config):
     blocks = RowBlocks(X, block_rows=500)
     labels = [np.zeros((n, 1), dtype=np.int64) for n in blocks.sizes]
     warm = (np.full(3, -0.5), np.full(3, 0.5), np.full(3, 10))
-    search = reductions.MedianSearch(X.min(0), X.max(0), warm=warm)
+    search = search_mod.MedianSearch(X.min(0), X.max(0), warm=warm)
     plan, held = search.first_plan(), []
 
     def merge(parts):
@@ -229,7 +229,7 @@ def test_warm_window_collection_is_bounded(dask_config):
         return out
 
     while plan is not None:
-        part = blocks.map_reduce(reductions.median_refine_chunk, merge, args=(1, plan),
+        part = blocks.map_reduce(search_mod.median_refine_chunk, merge, args=(1, plan),
                                  state=labels)
         if search.rounds == 0:
             assert part["dropped"].any() and max(held) <= 2 * 64
@@ -264,13 +264,13 @@ def test_warm_windows_resized_to_the_budget_resolve_in_one_round(dask_config, mo
         for n in blocks.sizes:
             labels.append(lab[s:s + n, None].astype(np.int64))
             s += n
-        search = reductions.MedianSearch(np.tile(X.min(0), k), np.tile(X.max(0), k),
+        search = search_mod.MedianSearch(np.tile(X.min(0), k), np.tile(X.max(0), k),
                                          warm=warm, counts_given=known,
                                          trust_warm=known and warm is not None)
         plan = search.first_plan()
         n_values = np.repeat(np.bincount(lab, minlength=k), 3) if known else None
         while plan is not None:
-            search.update(plan, blocks.map_reduce(reductions.median_refine_chunk,
+            search.update(plan, blocks.map_reduce(search_mod.median_refine_chunk,
                                                   merge_median_round, args=(k, plan),
                                                   state=labels), n_values=n_values)
             n_values = None
@@ -302,11 +302,11 @@ def test_sample_bracket_holds_the_population_medians():
     med = np.stack([np.median(P[lab == c], axis=0) for c in range(2)]).ravel()
     for _ in range(200):
         idx = rs.choice(P.shape[0], 400, replace=False)
-        lo, hi = reductions.sample_bracket(P[idx], lab[idx], 2)
+        lo, hi = search_mod.sample_bracket(P[idx], lab[idx], 2)
         assert np.all((lo <= med) & (med <= hi))
-    lo, hi = reductions.sample_bracket(P[:40], lab[:40], 2)          # 40 of cluster 0
+    lo, hi = search_mod.sample_bracket(P[:40], lab[:40], 2)          # 40 of cluster 0
     assert np.isnan(lo[3:]).all() and np.isfinite(lo[:3]).all()
-    lo, hi = reductions.sample_bracket(P[:40], lab[:40], 2, z=10.0)  # wider than the sample
+    lo, hi = search_mod.sample_bracket(P[:40], lab[:40], 2, z=10.0)  # wider than the sample
     assert np.all(lo[:3] == -np.inf) and np.all(hi[:3] == np.inf)
 
 
@@ -323,12 +323,12 @@ def test_first_round_from_a_bracket_is_exact_when_the_bracket_misses(side):
     med = np.median(X, axis=0)
     shift = {"below": 1.0, "above": -1.0, "inside": 0.0}[side]
     bracket = (med + shift - 0.05, med + shift + 0.05)
-    search = reductions.MedianSearch(X.min(0), X.max(0), counts_given=True, bracket=bracket)
+    search = search_mod.MedianSearch(X.min(0), X.max(0), counts_given=True, bracket=bracket)
     plan = search.first_plan()
     np.testing.assert_array_equal(plan["hlo"], bracket[0])
     n_values = np.full(2, X.shape[0])
     while plan is not None:
-        search.update(plan, blocks.map_reduce(reductions.median_refine_chunk,
+        search.update(plan, blocks.map_reduce(search_mod.median_refine_chunk,
                                               merge_median_round, args=(1, plan),
                                               state=labels), n_values=n_values)
         n_values = None

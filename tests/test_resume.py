@@ -341,10 +341,10 @@ def test_rfnmtf_resumed_with_median_searches_over_several_passes(init, kind, whe
     init="random" (its S step over X before the run) two restarts run on X and one stops
     at iteration 4, before the other; X in memory keeps every restart's last row labels.
     Killed at iteration 5 or after 4, the fit ends as if it had not been stopped."""
-    from daskrnmf import reductions
+    from daskrnmf import _median_search
 
-    monkeypatch.setattr(reductions, "COLLECT_VALUES", 100)
-    monkeypatch.setattr(reductions, "HIST_CELLS", 16)
+    monkeypatch.setattr(_median_search, "COLLECT_VALUES", 100)
+    monkeypatch.setattr(_median_search, "HIST_CELLS", 16)
     X = _as(_data("RFNMTF"), kind)
     extra = {"init": init, "n_column_clusters": 3, "n_row_clusters": 4,
              "tol": 5e-4 if init == "random" else 0.0}

@@ -570,6 +570,26 @@ def test_l1_out_of_core_final_assignment_is_the_last_pass_when_the_centres_stay(
     assert short.n_passes_ == 1 + sum(short.median_rounds_) + 1      # the final pass
 
 
+@pytest.mark.parametrize("chunks", [1200, 250])
+def test_l1_out_of_core_step_that_repeats_the_last_pass_makes_none(chunks):
+    """Out of core with tol=0, an L1 fit stops when its centres stop moving: the step
+    that confirms it is given the centres the last step's pass was given, so that pass's
+    labels, objective and exact medians are its own and it makes no pass (it made a
+    fused pass before: 5 passes for 3 iterations on the benchmark's data, now 4).  The
+    final centres are the exact medians of the final clusters (NumPy's), on one chunk
+    and on many."""
+    X, _, _ = _gross_outlier_blobs(1200, 6, 4, seed=3)
+    m = RFNMF(4, loss="l1", n_init=1, tol=0.0, random_state=0).fit(
+        da.from_array(X, chunks=(chunks, 6)))
+    assert m.median_rounds_[-1] == 0 and min(m.median_rounds_[:-1]) >= 1
+    assert m.n_passes_ == 1 + sum(m.median_rounds_)         # no final pass either
+    labels = np.asarray(m.labels_)
+    for c in range(4):
+        np.testing.assert_array_equal(m.cluster_centers_[c], np.median(X[labels == c], axis=0))
+    assert m.objective_ == pytest.approx(np.abs(X - m.cluster_centers_[labels]).sum(),
+                                         rel=1e-12)
+
+
 @pytest.mark.parametrize("loss", ["l1", "l21", "l2"])
 @pytest.mark.parametrize("lazy", [False, True])
 def test_missing_feature_no_sample_observes_gets_zero_centres(loss, lazy):

@@ -196,7 +196,7 @@ def test_block_bracket_matches_its_numpy_twin_and_holds_the_medians(planted):
     """The first S step's windows: order statistics of each block's sample values at the
     row-counted ranks (a NumPy sort per block), and on planted data they hold the block
     medians of all of X."""
-    from daskrnmf.models.rfnmtf import block_bracket
+    from daskrnmf._median_search import block_bracket
     X, rows, cols, _ = planted
     K, L, z = 8, 6, 4.0
     sample = X[::5]
@@ -380,11 +380,11 @@ def test_candidates_that_start_alike_are_co_fitted_once(monkeypatch):
     from daskrnmf.models import rfnmtf
 
     fitted, profiles = [], {}
-    real_iterate, real_kmedians = rfnmtf.iterate, rfnmtf.kmedians_labels
+    real_run, real_kmedians = rfnmtf.run_quiet, rfnmtf.kmedians_labels
 
-    def iterate(step, state, **kw):
+    def run_quiet(step, state, **kw):
         fitted.append(kw["n_restarts"])
-        return real_iterate(step, state, **kw)
+        return real_run(step, state, **kw)
 
     def kmedians_labels(X, k, n_restarts, seed, **kw):
         if k == 8:      # row fits: their profile's columns (in any order), by their seeds
@@ -394,7 +394,7 @@ def test_candidates_that_start_alike_are_co_fitted_once(monkeypatch):
                                      for i in range(X.shape[1]))
         return real_kmedians(X, k, n_restarts, seed, **kw)
 
-    monkeypatch.setattr(rfnmtf, "iterate", iterate)
+    monkeypatch.setattr(rfnmtf, "run_quiet", run_quiet)
     monkeypatch.setattr(rfnmtf, "kmedians_labels", kmedians_labels)
     for i, frac in enumerate([0.0, 0.05, 0.10]):
         X, r, c, _ = make_coclusters(1000, 120, 8, 6, outlier_fraction=frac, random_state=i)

@@ -236,7 +236,7 @@ def block_medians(X, rows, cols, K, L, pivots=None, window=None):
         :func:`group_medians`).  The result does not depend on them.
     window : tuple (lo, hi) of ndarray (K, L), optional
         Instead, windows that likely hold the medians
-        (:func:`~daskrnmf.models.rfnmtf.block_bracket`, from a row sample): one pass
+        (:func:`~daskrnmf._median_search.block_bracket`, from a row sample): one pass
         counts each block's values below its window and gathers the ones inside, and the
         middle ranks are selected among those; a block whose window missed (or is NaN)
         is selected among all its values.  The first S step of a fit started on a

@@ -19,7 +19,9 @@ from sklearn.exceptions import ConvergenceWarning
 from .. import _validation as v
 from .._base import BaseModel, float_tags
 from .._blocks import RowBlocks
-from .._driver import iterate, user_stacklevel
+from .._driver import run_quiet, user_stacklevel
+from .._median_search import (MedianSearch, keep_windows, median_refine_chunk, sample_bracket,
+                              warm_windows)
 from .._typing import Array, Data
 from ..kernels.assign import (distances, nearest, pairwise_distances, seed_potentials,
                               seed_potentials_gram, seed_potentials_pairwise, seed_update,
@@ -28,9 +30,8 @@ from ..kernels.blocks import as_kernel_block, available_cpus, sum_arrays
 from ..kernels.kmedians import kmedians_fit, seed_draw
 from ..kernels.median_rounds import merge_median_round
 from ..kernels.median_select import group_medians, group_medians_ranked, group_order
-from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, AssignSpec, MedianSearch, assign_chunk,
-                          assign_combine, feature_stats, median_refine_chunk, sample_bracket,
-                          sample_rows)
+from ..reductions import (SAMPLE_SEED, SAMPLE_STREAM, AssignSpec, assign_chunk, assign_combine,
+                          feature_stats, sample_rows)
 
 # Seeding runs in memory on a uniform row sample drawn in the first pass: at least
 # SEED_SAMPLE_ROWS rows (and 100 per cluster), at most SEED_SAMPLE_BYTES as float64.
@@ -209,7 +210,8 @@ class CentroidFit:
         # miss does not, nor the first after random labels)
         self.warm_hit = None
         self.seed_rows = None  # the seeding sample (k-medians++), for the first medians
-        self._last_pass = None  # L1 out of core: (centres, objective, labels) of the last step
+        # L1 out of core: (centres, objective, labels, new centres) of the last step
+        self._last_pass = None
         # in memory (L1): every restart's last labels and medians (cluster_medians keeps
         # the medians of clusters whose members did not change), and which are set
         self._medians = None
@@ -304,6 +306,12 @@ class CentroidFit:
             self._medians[1][cols] = newF
             self._medians[2][cols] = True
             self.median_rounds.append(1)
+        elif self.loss == "l1" and self._repeats_last_pass(Fa, active):
+            # the last step's pass was given these very centres (they did not move): its
+            # labels, objective and exact medians are this step's, so no pass is made
+            # (the step that confirms convergence, one pass a fit)
+            self.median_rounds.append(0)
+            return self._last_pass[3].copy(), self._last_pass[1].copy()
         elif self.loss == "l1":
             search = self._median_search(Ra, active, Fa)
             plan = search.first_plan()
@@ -313,18 +321,16 @@ class CentroidFit:
             n_values = (res["observed"].ravel() if "observed" in res
                         else np.repeat(res["counts"].ravel(), self.d))
             search.update(plan, res["median"], n_values=n_values)
-            rounds = 1
-            while (plan := search.next_plan()) is not None:
-                part = self.blocks.map_reduce(median_refine_chunk, merge_median_round, args=(self.k, plan),
-                                              state=labels, name="median round")
-                search.update(plan, part)
-                rounds += 1
+            search.finish(lambda plan: self.blocks.map_reduce(
+                median_refine_chunk, merge_median_round, args=(self.k, plan), state=labels,
+                name="median round"))
             # the pass's labels and objective stay until the next step: if the centres
             # it was given turn out to be the final ones, they are the final assignment
+            # (and the medians it gave are the next step's, see _repeats_last_pass)
             self._last_pass = (None if Fa is None or self.missing or not active.all()
                                else (Fa.copy(), res["objective"], labels))
             del labels
-            self.median_rounds.append(rounds)
+            self.median_rounds.append(search.rounds)
             newF = search.value.reshape(Ra, self.k, self.d)
             self._keep_warm(search, active)
         else:
@@ -343,15 +349,24 @@ class CentroidFit:
             fill = (np.broadcast_to(mid, newF.shape) if Fa is None
                     else np.where(np.isnan(Fa), mid, Fa))
             newF = np.where(np.isnan(newF), fill, newF)
+        if self.loss == "l1" and self._last_pass is not None and len(self._last_pass) == 3:
+            self._last_pass += (newF.copy(),)       # the step's centres, for the next
         return newF, res["objective"]
+
+    def _repeats_last_pass(self, Fa, active):
+        """Whether the last step's pass (L1, out of core) was given exactly the centres
+        ``Fa`` of every restart: its step is then this one (the same labels, the same
+        exact medians; with ``median_tol > 0`` a search may end elsewhere in a window)."""
+        last = self._last_pass
+        return (last is not None and len(last) == 4 and self.median_tol == 0
+                and Fa is not None and active.all() and last[0].shape == Fa.shape
+                and np.array_equal(last[0], Fa))
 
     def _median_search(self, Ra, active, Fa=None):
         lo = np.tile(self.lo, Ra * self.k)
         hi = np.tile(self.hi, Ra * self.k)
-        warm = bracket = None
-        if self.warm is not None:
-            warm = tuple(w[active].ravel() for w in self.warm)
-        elif Fa is not None and self.seed_rows is not None:
+        warm, bracket = warm_windows(self.warm, active), None
+        if warm is None and Fa is not None and self.seed_rows is not None:
             # the first step: the seeding sample, labelled by the same centres, brackets
             # the medians (a histogram of the bracket, then a collection: two rounds)
             labels = nearest(self.seed_rows, Fa, self.metric)[0]
@@ -369,12 +384,7 @@ class CentroidFit:
                             bracket=bracket)
 
     def _keep_warm(self, search, active):
-        if self.warm is None:
-            shape = (self.R, self.k, self.d)
-            self.warm = (np.full(shape, np.nan), np.full(shape, np.nan),
-                         np.zeros(shape, dtype=np.int64), np.full(shape, np.nan))
-        for w, new in zip(self.warm, search.final_window):
-            w[active] = new.reshape(-1, self.k, self.d)
+        self.warm = keep_windows(self.warm, search, active, (self.k, self.d))
         if search.warm_hit is not None:
             self.warm_hit = bool(search.warm_hit)
 
@@ -394,10 +404,11 @@ class CentroidFit:
                                       keep_state=True, name="final assignment")
 
 
-KMEDIANS_TOL = 1e-4     # kmedians_labels' stopping tolerance (relative objective decrease)
+# kmedians_labels' limits: iterations, and the stopping tolerance (relative decrease)
+KMEDIANS_MAX_ITER, KMEDIANS_TOL = 30, 1e-4
 
 
-def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=True, first=0,
+def kmedians_labels(X, k, n_restarts, seed, max_iter=KMEDIANS_MAX_ITER, ranked=None, compiled=True, first=0,
                     seeds=None):
     """In-memory RFNMF_L1 from robust greedy k-medians++ seeds, ``n_restarts`` independent restarts.
 
@@ -416,7 +427,7 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=T
     the same numbers as the general fit, whose Python between the kernels cost RFNMTF's
     1000 x 120 benchmark 0.10 s for its 40 row fits) when X has no NaN and is one block
     of the general fit; ``compiled=False`` runs the general fit
-    (:class:`CentroidFit` under :func:`~daskrnmf._driver.iterate`), the reference the
+    (:class:`CentroidFit` under :func:`~daskrnmf._driver.run_quiet`), the reference the
     tests hold the compiled one to.
 
     Returns
@@ -438,10 +449,7 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=30, ranked=None, compiled=T
         return kmedians_fit(X, ranked, F0, max_iter, KMEDIANS_TOL)[0]
     fit = CentroidFit(blocks, feature_stats(blocks), k=k, R=n_restarts, metric="l1", loss="l1",
                       seed=seed, median_tol=0.0, ranked=ranked)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        F, _ = iterate(fit.step, F0, n_restarts=n_restarts, max_iter=max_iter,
-                       tol=KMEDIANS_TOL)
+    F, _ = run_quiet(fit.step, F0, n_restarts=n_restarts, max_iter=max_iter, tol=KMEDIANS_TOL)
     return nearest(X, F, "l1")[0]
 
 

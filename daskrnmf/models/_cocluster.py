@@ -1,7 +1,8 @@
-"""The worker side of RFNMTF (:mod:`daskrnmf.models.rfnmtf`): the fused co-clustering
-pass of a row block (row step, column costs, sizes, worst-fit rows, a speculative first
-round of the S step's medians) and the rounds of the random initial labels.  NumPy in,
-small arrays out; no Dask, no scikit-learn."""
+"""The NumPy pieces of RFNMTF (:mod:`daskrnmf.models.rfnmtf`): on the workers, the fused
+co-clustering pass of a row block (row step, column costs, sizes, worst-fit rows, a
+speculative first round of the S step's medians) and the rounds of the random initial
+labels; on the client, the rules for empty row and column clusters.  NumPy in, small
+arrays out; no Dask, no scikit-learn."""
 
 from dataclasses import dataclass
 
@@ -66,3 +67,57 @@ def random_median_chunk(block, start, K, plan, C, seed, R):
     """An S-step round for the random initial row labels, drawn from (seed, restart, row)."""
     x = as_float_block(block)
     return median_round(x, random_labels(seed, R, start, x.shape[0], K), K, plan, C)
+
+
+# ---------------------------------------------------------------- empty clusters
+def reseed_empty_columns(C, costs, L):
+    """An empty column cluster takes the feature that fits its own cluster worst (largest
+    cost; ties to the lowest index) among clusters with more than one feature."""
+    R = C.shape[0]
+    n_in = np.bincount((C + L * np.arange(R)[:, None]).ravel(), minlength=R * L)
+    if n_in.all():
+        return C
+    C = C.copy()
+    for r in np.flatnonzero((n_in.reshape(R, L) == 0).any(axis=1)):
+        own = np.take_along_axis(costs[r], C[r][:, None], axis=1)[:, 0]
+        for l in np.flatnonzero(np.bincount(C[r], minlength=L) == 0):
+            sizes = np.bincount(C[r], minlength=L)
+            movable = sizes[C[r]] > 1
+            if not movable.any():   # every feature alone (L > n_features): the rest stay empty
+                break
+            j = int(np.argmax(np.where(movable, own, -np.inf)))
+            C[r, j] = l
+            own[j] = -np.inf
+    return C
+
+
+def reseed_empty_rows(S, counts, worst, C):
+    """An empty row cluster takes the worst-fit sample as its prototype: S[k, l] = the
+    median of that sample's features in column cluster l (worst first, ties to the lowest
+    index)."""
+    if counts.all():
+        return S
+    S = S.copy()
+    for r in range(S.shape[0]):
+        for slot, k in enumerate(np.flatnonzero(counts[r] == 0)):
+            row = worst["rows"][r, slot]
+            for l in range(S.shape[2]):
+                members = row[C[r] == l]
+                if members.size:        # an empty column cluster: zero_empty_columns
+                    S[r, k, l] = np.median(members)
+    return S
+
+
+def zero_empty_columns(S, C, L):
+    """S with 0 in the blocks of column clusters no feature is in (only with
+    n_column_clusters > n_features), the value the out-of-core S step's search gives them
+    (an empty range), instead of the NaN of an empty median: the column costs of the
+    next step then stay finite, and a feature moves there only if 0 fits it better."""
+    R = C.shape[0]
+    used = np.zeros((R, L), dtype=bool)
+    used[np.repeat(np.arange(R), C.shape[1]), C.ravel()] = True
+    if used.all():
+        return S
+    S = S.copy()
+    S[~used[:, None, :].repeat(S.shape[1], axis=1)] = 0.0
+    return S

@@ -16,13 +16,19 @@ so eq. (18) needs no inverse.
 
 One iteration = one fused pass over X (assign with the current centres and accumulate
 the new centres' statistics; all ``n_init`` restarts at once) plus, for L1, the median
-refinement rounds that remain (usually zero or one).
+refinement rounds that remain (usually zero or one).  Out of core, an L1 step given the
+very centres the last step's pass was given (they did not move) is that pass's step and
+makes none: the step that confirms convergence costs nothing.
 """
 
 import numpy as np
 
 from .. import _validation as v
-from ._clustering import CentroidFit, ClusterBase, restart_column, seed_sample_size
+from .._blocks import RowBlocks
+from ..kernels.kmedians import kmedians_fit
+from ..kernels.median_select import rank_rows
+from ._clustering import (CentroidFit, ClusterBase, objective_chunk, restart_column,
+                          seed_sample_size)
 
 
 class RFNMF(ClusterBase):
@@ -100,7 +106,8 @@ class RFNMF(ClusterBase):
     n_passes_ : int
         Passes over X the fit made (its cost model), initialisation included.
     median_rounds_ : list of int
-        L1: passes per iteration spent on medians (the fused pass included).
+        L1: passes per iteration spent on medians (the fused pass included); 0 for a step
+        that repeated the last step's pass (its centres had not moved) and made none.
     n_features_in_ : int
     feature_names_in_ : ndarray of str (n_features_in_,)
         Only when X had string column names (a DataFrame).
@@ -172,11 +179,19 @@ class RFNMF(ClusterBase):
 
     def _screen_restarts(self, fit, F0, stats):
         """The restarts of ``F0`` run to convergence on the in-memory seeding sample;
-        returns the centres of the one with the lowest objective there, (1, k, d)."""
-        from .._blocks import RowBlocks
-        from ._clustering import objective_chunk
+        returns the centres of the one with the lowest objective there, (1, k, d).
 
+        L1 with nothing missing runs the compiled k-medians loop
+        (:func:`~daskrnmf.kernels.kmedians.kmedians_fit`, the general fit's numbers bit for
+        bit) on the sample's features sorted once: 10 restarts on 10 000 x 64 in 0.31
+        against 0.70 s (a loaded machine), client time in which the workers wait."""
         S = fit.sample
+        if fit.loss == "l1" and not fit.missing:
+            S = np.ascontiguousarray(S, dtype=np.float64)
+            F = kmedians_fit(S, rank_rows(np.ascontiguousarray(S.T)), F0, self.max_iter,
+                             self.tol)[1]
+            objective = objective_chunk(S, 0, F, fit.metric, False)
+            return F[[int(np.argmin(objective))]]
         sample_blocks = RowBlocks(S, block_rows=S.shape[0])
         sfit = CentroidFit(sample_blocks, {"min": stats["min"], "max": stats["max"]}, k=fit.k,
                            R=F0.shape[0], metric=fit.metric, loss=fit.loss, seed=fit.seed,

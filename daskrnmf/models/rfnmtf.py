@@ -30,7 +30,9 @@ import numpy as np
 
 from .. import _validation as v
 from .._blocks import RowBlocks
-from .._driver import iterate
+from .._driver import run_quiet
+from .._median_search import (MedianSearch, block_bracket, keep_windows, median_refine_chunk,
+                              warm_windows)
 from ..kernels import rng
 from ..kernels.assign import nearest
 from ..kernels.blocks import as_kernel_block, available_cpus
@@ -40,15 +42,17 @@ from ..kernels.median_select import (RANKED_MAX_ROWS, SortedValues, block_median
                                      group_medians, group_medians_ranked, group_order,
                                      rank_rows)
 from ..kernels.sums import merge_worst_fit
-from ..reductions import (BRACKET_MIN, BRACKET_Z, SAMPLE_SEED, SAMPLE_STREAM, MedianSearch,
-                          feature_stats, median_refine_chunk, sample_rows)
+from ..reductions import SAMPLE_SEED, SAMPLE_STREAM, feature_stats, sample_rows
 from ._clustering import (ClusterBase, kmedians_labels, objective_chunk, objective_combine,
                           restart_column)
 from ._cocluster import (CoclusterSpec, cocluster_assign_chunk, cocluster_assign_combine,
-                         random_median_chunk, worst_chunk)
+                         random_median_chunk, reseed_empty_columns, reseed_empty_rows,
+                         worst_chunk, zero_empty_columns)
 
 _SAMPLE_VALUES = 2**24  # cap on init_size * n_features (128 MiB of float64 on the client)
 SORTED_MAX_VALUES = 2**21   # samples up to this many values are sorted once (32 MiB)
+# a candidate's co-fit on the initialisation's sample: iterations, stopping tolerance
+CANDIDATE_MAX_ITER, CANDIDATE_TOL = 20, 1e-4
 
 
 class RFNMTF(ClusterBase):
@@ -417,13 +421,14 @@ class _CoFit:
 
         _on_cores(block_values, range(fitted.size))
         columns_fitted = columns[fitted]
-        S = _zero_empty_columns(S, columns_fitted, self.L)
+        S = zero_empty_columns(S, columns_fitted, self.L)
         blocks = RowBlocks(St)
         sub = _CoFit(blocks, feature_stats(blocks), K=self.K, L=self.L, R=fitted.size,
                      seed=self.seed, median_tol=0.0)
         sub.sweep = sweep
-        state, _ = iterate(sub.step, {"S": S, "columns": columns_fitted},
-                           n_restarts=fitted.size, max_iter=20, tol=1e-4)
+        state, _ = run_quiet(sub.step, {"S": S, "columns": columns_fitted},
+                             n_restarts=fitted.size, max_iter=CANDIDATE_MAX_ITER,
+                             tol=CANDIDATE_TOL)
         objective, _ = sub.final(state)
         which = np.searchsorted(fitted, start)
         return {key: value[which] for key, value in state.items()}, objective[which]
@@ -449,7 +454,7 @@ class _CoFit:
             keep_state=True, name="row step + column costs")
         newC = argmin_ties_low(res["costs"])
         objective = np.take_along_axis(res["costs"], newC[:, :, None], axis=2)[:, :, 0].sum(axis=1)
-        newC = _reseed_empty_columns(newC, res["costs"], self.L)
+        newC = reseed_empty_columns(newC, res["costs"], self.L)
         if in_memory:
             labels = np.concatenate(labels)
             X = as_kernel_block(self.blocks.array)
@@ -501,7 +506,7 @@ class _CoFit:
         if worst is None and not res["counts"].all():     # X in memory, a cluster empty
             worst = self.blocks.map_reduce(worst_chunk, merge_worst_fit, args=(P, self.K),
                                            name="worst-fit rows")
-        newS = _zero_empty_columns(_reseed_empty_rows(newS, res["counts"], worst, newC),
+        newS = zero_empty_columns(reseed_empty_rows(newS, res["counts"], worst, newC),
                                    newC, self.L)
         state = {"S": state["S"].copy(), "columns": state["columns"].copy()}
         state["S"][active], state["columns"][active] = newS, newC
@@ -515,25 +520,17 @@ class _CoFit:
         Ra = C.shape[0]
         ncols = np.stack([np.bincount(C[r], minlength=self.L) for r in range(Ra)])
         n_values = None if counts is None else (counts[:, :, None] * ncols[:, None, :]).ravel()
-        rounds = 0
         if speculative is not None:
             search, plan, part = speculative
             search.update(plan, part, n_values=n_values)
-            rounds = 1
         else:
             bracket = None
             if sample_labels is not None and counts is not None:
                 bracket = block_bracket(self.sample, sample_labels, C, self.K, self.L)
             search = self._median_search(C, active, bracket)
-            plan = search.first_plan()
-            part = self._median_pass(labels, C, plan, Ra)
-            search.update(plan, part, n_values=n_values)
-            rounds = 1
-        while (plan := search.next_plan()) is not None:
-            search.update(plan, self._median_pass(labels, C, plan, Ra))
-            rounds += 1
-        self.median_rounds.append(rounds)
-        self._keep_warm(search, active)
+        search.finish(lambda plan: self._median_pass(labels, C, plan, Ra), n_values)
+        self.median_rounds.append(search.rounds)
+        self.warm = keep_windows(self.warm, search, active, (self.K, self.L))
         return search.value.reshape(Ra, self.K, self.L)
 
     def _median_pass(self, labels, C, plan, Ra):
@@ -559,21 +556,10 @@ class _CoFit:
         lo[empty], hi[empty] = 0.0, 0.0
         lo = np.repeat(lo[:, None, :], self.K, axis=1).ravel()
         hi = np.repeat(hi[:, None, :], self.K, axis=1).ravel()
-        warm = None
-        if self.warm is not None:
-            warm = tuple(w[active].ravel() for w in self.warm)
-        return MedianSearch(lo, hi, tol=self.median_tol, warm=warm,
+        return MedianSearch(lo, hi, tol=self.median_tol, warm=warm_windows(self.warm, active),
                             n_total=self.blocks.shape[0] * self.d * Ra,
                             counts_given=counts_given or bracket is not None,
                             trust_warm=counts_given, bracket=bracket)
-
-    def _keep_warm(self, search, active):
-        if self.warm is None:
-            shape = (self.R, self.K, self.L)
-            self.warm = (np.full(shape, np.nan), np.full(shape, np.nan),
-                         np.zeros(shape, dtype=np.int64), np.full(shape, np.nan))
-        for w, new in zip(self.warm, search.final_window):
-            w[active] = new.reshape(-1, self.K, self.L)
 
     # -- the end
     def final(self, state):
@@ -658,103 +644,9 @@ def _agreed(objective, rtol=1e-12):
     return int(np.count_nonzero(objective <= objective.min() * (1 + rtol))) >= 2
 
 
-def block_bracket(sample, labels, C, K, L, z=BRACKET_Z, min_count=BRACKET_MIN):
-    """Windows that hold each (restart, row cluster, column cluster) block median of X with
-    high probability, from a uniform row sample labelled as X is (``labels`` (m, R)) and
-    the column labels ``C`` (R, d).
-
-    A block's sample values come in rows that may move together, so the bracket counts
-    rows, not values: with m_c sample rows in the cluster, the quantiles ``1/2 -+ z /
-    (2 sqrt(m_c))`` of the block's sample values (the rank interval of
-    :func:`~daskrnmf.reductions.sample_bracket` for m_c values, wider than one for all
-    of them).  NaN where a cluster has fewer than ``min_count`` sample rows, -inf / inf
-    where the interval leaves the sample.  A median outside continues on its side
-    (:class:`~daskrnmf.reductions.MedianSearch`).
-
-    Returns ``(lo, hi)`` of shape (R * K * L,).
-    """
-    R = C.shape[0]
-    lo = np.full((R, K, L), np.nan)
-    hi = np.full((R, K, L), np.nan)
-    for r in range(R):
-        groups = [np.flatnonzero(C[r] == l) for l in range(L)]
-        for k in range(K):
-            rows = sample[labels[:, r] == k]
-            m = rows.shape[0]
-            if m < min_count:
-                continue
-            half = 0.5 * z / np.sqrt(m)
-            for l, g in enumerate(groups):
-                if not g.size:
-                    continue
-                V = rows[:, g].ravel()
-                N = V.size
-                a = int(np.floor((0.5 - half) * (N - 1)))
-                b = int(np.ceil((0.5 + half) * (N - 1)))
-                kth = [i for i in (a, b) if 0 <= i < N]
-                V = np.partition(V, kth) if kth else V
-                lo[r, k, l] = V[a] if a >= 0 else -np.inf
-                hi[r, k, l] = V[b] if b < N else np.inf
-    return lo.ravel(), hi.ravel()
-
-
 def init_sample_size(n_samples, n_features, n_row_clusters, init_size=None):
     """Rows of the "k-medians++" initialisation's sample: ``init_size``, by default
     ``max(2000, 20 * n_row_clusters)``, at most ``n_samples`` and ``2**24 /
     n_features`` (and at least ``n_row_clusters``)."""
     size = init_size or max(2000, 20 * n_row_clusters)
     return int(max(n_row_clusters, min(size, n_samples, _SAMPLE_VALUES // max(n_features, 1))))
-
-
-# ---------------------------------------------------------------- empty clusters
-def _reseed_empty_columns(C, costs, L):
-    """An empty column cluster takes the feature that fits its own cluster worst (largest
-    cost; ties to the lowest index) among clusters with more than one feature."""
-    R = C.shape[0]
-    n_in = np.bincount((C + L * np.arange(R)[:, None]).ravel(), minlength=R * L)
-    if n_in.all():
-        return C
-    C = C.copy()
-    for r in np.flatnonzero((n_in.reshape(R, L) == 0).any(axis=1)):
-        own = np.take_along_axis(costs[r], C[r][:, None], axis=1)[:, 0]
-        for l in np.flatnonzero(np.bincount(C[r], minlength=L) == 0):
-            sizes = np.bincount(C[r], minlength=L)
-            movable = sizes[C[r]] > 1
-            if not movable.any():   # every feature alone (L > n_features): the rest stay empty
-                break
-            j = int(np.argmax(np.where(movable, own, -np.inf)))
-            C[r, j] = l
-            own[j] = -np.inf
-    return C
-
-
-def _reseed_empty_rows(S, counts, worst, C):
-    """An empty row cluster takes the worst-fit sample as its prototype: S[k, l] = the
-    median of that sample's features in column cluster l (worst first, ties to the lowest
-    index)."""
-    if counts.all():
-        return S
-    S = S.copy()
-    for r in range(S.shape[0]):
-        for slot, k in enumerate(np.flatnonzero(counts[r] == 0)):
-            row = worst["rows"][r, slot]
-            for l in range(S.shape[2]):
-                members = row[C[r] == l]
-                if members.size:        # an empty column cluster: _zero_empty_columns
-                    S[r, k, l] = np.median(members)
-    return S
-
-
-def _zero_empty_columns(S, C, L):
-    """S with 0 in the blocks of column clusters no feature is in (only with
-    n_column_clusters > n_features), the value the out-of-core S step's search gives them
-    (an empty range), instead of the NaN of an empty median: the column costs of the
-    next step then stay finite, and a feature moves there only if 0 fits it better."""
-    R = C.shape[0]
-    used = np.zeros((R, L), dtype=bool)
-    used[np.repeat(np.arange(R), C.shape[1]), C.ravel()] = True
-    if used.all():
-        return S
-    S = S.copy()
-    S[~used[:, None, :].repeat(S.shape[1], axis=1)] = 0.0
-    return S
