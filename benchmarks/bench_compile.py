@@ -14,9 +14,16 @@ package's ``__pycache__`` are not consulted.  Each process times the fit alone (
 the cluster's start are outside the timer), so the difference is the compile wait.
 
 ``--old-repo`` measures a checkout of the code before (``git worktree add /tmp/old
-a6a218d``) in turn with this one, family by family, for the table's old columns (or
-``--previous``: figures saved by an earlier run's ``--json``).  Numbers, not assertions;
-the machine may be shared.
+5a7c08d``) in turn with this one, family by family, for the table's old columns (or
+``--previous``: figures saved by an earlier run's ``--json``).  ``--json`` and
+``--old-json`` add this run's figures to those files (a family at a time: each run
+short on a shared machine), and ``--table-only`` writes the table from them without
+measuring.  The 1-minute load average is read before each fit and its range printed
+with the table.  Numbers, not assertions; the machine may be shared.
+
+    python benchmarks/bench_compile.py --old-repo /tmp/old --families "RFNMTF" \
+        --json new.json --old-json old.json --out -      # one family, then the next
+    python benchmarks/bench_compile.py --table-only --json new.json --old-json old.json
 """
 
 import argparse
@@ -95,17 +102,25 @@ def run_child(repo, where, models, cache_dir):
     return result["seconds"], result["cpu"]
 
 
+def _git_head(repo):
+    out = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True, check=False)
+    return out.stdout.strip() or os.path.basename(repo)
+
+
 def measure_one(repo, where, family):
     """(first fit with an empty cache, first fit with the cache it left): CPU seconds
     (the calling process's and, on workers, the worker's), then wall seconds."""
     with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+        load = os.getloadavg()[0]
         empty, empty_cpu = run_child(repo, where, FAMILIES[family], cache)
         n_files = sum(len(f) for _, _, f in os.walk(cache))
+        load = max(load, os.getloadavg()[0])
         warm, warm_cpu = run_child(repo, where, FAMILIES[family], cache)
     print(f"{os.path.basename(repo):14s} {where:8s} {family:20s} CPU empty {empty_cpu:6.2f} s "
-          f"warm {warm_cpu:6.2f} s; wall {empty:6.2f} / {warm:6.2f} s ({n_files} cache files)",
-          flush=True)
-    return empty_cpu, warm_cpu, empty, warm
+          f"warm {warm_cpu:6.2f} s; wall {empty:6.2f} / {warm:6.2f} s ({n_files} cache files, "
+          f"load {load:.1f})", flush=True)
+    return empty_cpu, warm_cpu, empty, warm, load
 
 
 def measure(repos, families, places, done=None):
@@ -122,7 +137,7 @@ def measure(repos, families, places, done=None):
     return figures
 
 
-def write_table(path, figures, previous, families):
+def write_table(path, figures, previous, families, old_label="a6a218d"):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _report import Report, cpu
 
@@ -136,16 +151,22 @@ def write_table(path, figures, previous, families):
          "outside the timer); *empty*: a new empty `NUMBA_CACHE_DIR`, *warm*: a second "
          "process on the cache the first left. 300 x 12 float64 blobs (3 clusters, a few "
          "gross rows); *workers*: the same X as a Dask array of 3 chunks on a LocalCluster "
-         "of one worker process. *old*: the code before this benchmark (a6a218d), measured "
+         f"of one worker process. *old*: the code at {old_label}, measured "
          "in turn with the new, family by family. The figures are CPU seconds of the fit "
          "(the client process's plus, on workers, the worker's; compilation is "
          "single-threaded): on a machine shared with other jobs they move far less than "
          "wall time, shown after them (empty / warm). Single runs.")
+    loads = [f[4] for f in list(figures.values()) + list(previous.values()) if len(f) > 4]
+    if loads:
+        emit()
+        emit(f"The machine was shared with other jobs: its 1-minute load average was "
+             f"{min(loads):.1f}–{max(loads):.1f} during these runs (on "
+             f"{os.cpu_count()} cores).")
     emit()
     emit("| family | where | old: empty | old: warm | old: difference | new: empty | "
          "new: warm | new: difference | wall old | wall new |")
     emit("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for key, (empty, warm, wall_empty, wall_warm) in figures.items():
+    for key, (empty, warm, wall_empty, wall_warm, *_) in figures.items():
         family, where = key.split("|")
         old = previous.get(key)
         old_cells = (f"{old[0]:.2f} | {old[1]:.2f} | {old[0] - old[1]:.2f}" if old
@@ -167,23 +188,42 @@ def main():
     parser.add_argument("--places", nargs="*", default=["client", "workers"])
     parser.add_argument("--old-repo", help="a checkout of the code before (the table's old "
                         "columns), measured in turn with --repo")
-    parser.add_argument("--json", help="save this run's figures here")
+    parser.add_argument("--json", help="add this run's figures to this file")
+    parser.add_argument("--old-json", help="add the old checkout's figures to this file")
+    parser.add_argument("--old-label", help="the old code's name in the table (default: "
+                        "--old-repo's commit)")
+    parser.add_argument("--table-only", action="store_true", help="write the table from "
+                        "--json (and --old-json or --previous) without measuring")
     parser.add_argument("--previous", help="figures of an earlier run (--json) for the table")
     parser.add_argument("--out", default=os.path.join(here, "results", "compile.md"))
     args = parser.parse_args()
 
-    saved = {}
-    if args.previous:
-        with open(args.previous) as fh:
-            saved = json.load(fh)
+    def load(path):
+        if path and os.path.exists(path):
+            with open(path) as fh:
+                return json.load(fh)
+        return {}
+
+    saved = load(args.previous)
+    old_label = args.old_label or (_git_head(args.old_repo) if args.old_repo else "a6a218d")
+    if args.table_only:
+        new, old = load(args.json), load(args.old_json) or saved
+        order = {f"{f}|{w}": (i, j) for j, f in enumerate(FAMILIES)
+                 for i, w in enumerate(["client", "workers"])}
+        new = dict(sorted(new.items(), key=lambda kv: order.get(kv[0], (9, 9))))
+        families = [f for f in FAMILIES if any(k.startswith(f + "|") for k in new)]
+        write_table(args.out, new, old, families, old_label)
+        return
+    earlier = [load(args.json), load(args.old_json)]
 
     def done(figures):
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(figures[0], fh, indent=1)
+        for path, before, now in zip([args.json, args.old_json], earlier, figures):
+            if path:
+                with open(path, "w") as fh:
+                    json.dump({**before, **now}, fh, indent=1)
         if args.out and args.out != "-":
             write_table(args.out, figures[0], figures[1] if len(figures) > 1 else saved,
-                        args.families)
+                        args.families, old_label)
 
     repos = [args.repo] + ([args.old_repo] if args.old_repo else [])
     measure(repos, args.families, args.places, done)

@@ -22,7 +22,7 @@ TABLE_MAX_COND = 1e8   # condition number of W W^T above which the NNLS is not t
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rounds, loss,
-             tab, have):
+             tab, have, F):
     """Every row: b0 = W x (a loop, so that a row's numbers do not depend on its block),
     clipped least squares ``max(0, Ginv b0)`` (Ginv: the inverse of the ridged G; a
     product, no division chain) unless ``warm``, then the rounds; ``loss[i]`` gets the
@@ -31,8 +31,12 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
     x, W and the residual are in the work dtype (float32 stays float32: half the memory
     traffic, twice the vector width), h, G and the NNLS in float64, the objective summed
     in float64.  ``tab``, ``have``: :func:`daskrnmf.kernels.nnls.support_table` (the
-    NNLS by tabled inverses), or empty (k above its limit: the NNLS with a Cholesky
-    factor updated along the active set, rebuilt for every row)."""
+    NNLS by tabled inverses) and ``F`` None, or ``tab``, ``have`` None and ``F`` (k, k)
+    scratch for the NNLS with a Cholesky factor updated along the active set, rebuilt
+    for every row (k above the table's limit, or G near-singular).  Numba prunes the
+    branch whose ``is not None`` test a None argument decides before it types the
+    kernel, so a process compiles only the NNLS it calls (each about a second of
+    compile); a branch on a flag would compile both."""
     m, d = x.shape
     k = W.shape[0]
     e = np.empty_like(x[0])           # residual x - h W, then r = max(0, e - lam)
@@ -42,9 +46,7 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
     b0 = np.empty(k)
     idx = np.empty(k, dtype=np.int64)         # the factored NNLS's passive set and its
     z = np.empty(k)                           # factor, kept from one round to the next
-    F = np.empty((k, k))
     passive = np.zeros(k, dtype=np.bool_)
-    tabled = tab.shape[0] > 0
     lamw, half, zero = consts[0], consts[1], consts[2]
     amax = 0.0
     for c in range(k):
@@ -95,9 +97,9 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
                 for j in range(d):
                     acc += Wc[j] * rv[j]
                 b[c] = b0[c] - acc
-            if tabled:
+            if tab is not None:
                 _nnls_row_table(G, b, hi, nnls_tol, amax, tab, have, z)
-            else:
+            if F is not None:
                 # warm from the last round's h (first round: the clipped least squares,
                 # whose support may exceed G's rank when k > d: _nnls_row starts the
                 # dependent columns at 0)
@@ -148,10 +150,11 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
             table = None
         elif table is None:
             table = support_table(k)
-        tab, have = table if table is not None else (np.empty((0, k, k)), np.zeros(0, bool))
+        tab, have = table if table is not None else (None, None)
+        F = None if table is not None else np.empty((k, k))
         _cd_rows(x, np.ascontiguousarray(W64, dtype=dt), G, np.ascontiguousarray(Ginv), warm,
                  h, np.array([lam, 0.5, 0.0], dtype=dt), int(max_iter), float(tol),
-                 32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, have)
+                 32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, have, F)
     if return_loss:
         return h, r, rounds, loss
     return h, r, rounds

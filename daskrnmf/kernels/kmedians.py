@@ -98,28 +98,6 @@ def pairwise_sum(a, lo, n):
         sp += 1
 
 
-@njit(cache=True, nogil=True, fastmath=False)
-def _seed_cdf(mind, tau, power, cdf):
-    n = mind.shape[0]
-    w = np.empty(n)
-    for i in range(n):
-        if tau <= 0:
-            w[i] = 1.0 if mind[i] > 0 else 0.0
-        else:
-            t = min(mind[i], tau)
-            w[i] = t * t if power == 2 else t
-    total = pairwise_sum(w, _ZERO, n)
-    if total > 0:
-        acc = 0.0
-        for i in range(n):
-            acc += w[i] / total
-            cdf[i] = acc
-        last = cdf[n - 1]
-        for i in range(n):
-            cdf[i] /= last
-    return total
-
-
 def seed_draw(mind, q, power, gen, n_trials):
     """One step of greedy k-medians++ (:func:`~daskrnmf.models._clustering.robust_kmedians_pp`):
     the clip ``tau`` (the ``q`` quantile of the distances ``mind``, as :func:`numpy.quantile`)
@@ -135,12 +113,22 @@ def seed_draw(mind, q, power, gen, n_trials):
     """
     mind = np.ascontiguousarray(mind, dtype=np.float64)
     n = mind.shape[0]
-    cdf = np.empty(n)
     # the clip is NumPy's own quantile: a compiled one (a selection) cost the first fit
-    # its compilation, and a call here is one O(n) pass either way
+    # its compilation, and a call here is one O(n) pass either way.  The weights, their
+    # sum and cumulative sums are NumPy's too (a compiled loop gave the same numbers,
+    # with pairwise_sum for NumPy's summation order, and cost the first fit a second of
+    # compilation for a few O(n) passes): the same operations in the same order
     tau = float(np.quantile(mind, q))
-    total = _seed_cdf(mind, tau, int(power), cdf)
+    if tau <= 0:
+        w = (mind > 0).astype(np.float64)
+    else:
+        w = np.minimum(mind, tau)
+        if int(power) == 2:
+            np.multiply(w, w, out=w)
+    total = float(w.sum())
     if total > 0:
+        cdf = np.cumsum(np.divide(w, total, out=w), out=w)
+        np.divide(cdf, cdf[-1], out=cdf)
         cand = np.searchsorted(cdf, gen.random(n_trials), side="right").astype(np.int64)
     else:
         cand = gen.choice(n, size=n_trials)

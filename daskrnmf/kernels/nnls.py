@@ -83,7 +83,8 @@ def _nnls_gram_rows(A, B, out, tol, warm):
     row: ``min_{h >= 0} h^T A h / 2 - b^T h`` with ``A = G^T G``, ``b = G^T x``.
 
     ``warm``: each row starts from ``out[i]`` (>= 0) with its positive entries as the
-    passive set (first solved on that set, stepping back to feasibility), instead of 0."""
+    passive set (first solved on that set, stepping back to feasibility), instead of 0;
+    None (or False) starts every row at 0 (None: see :func:`_nnls_row`)."""
     n, k = B.shape
     idx = np.empty(k, dtype=np.int64)
     z = np.empty(k)
@@ -126,15 +127,17 @@ def _nnls_row(A, b, x, tol, warm, amax, idx, z, L, passive, s):
     step costs O(s^2), not a factorisation.  ``s >= 0``: ``idx[:s]``, ``L`` and
     ``passive`` hold the factor a previous call on the same A left (returned), and a warm
     start changes it only where the support of x differs; ``s < 0``: built from scratch
-    (a row's result then does not depend on the rows solved before it).  Returns the
-    passive set's size."""
+    (a row's result then does not depend on the rows solved before it).  ``warm`` None
+    is a cold start that Numba compiles without the warm start's code (its ``is not
+    None`` test is decided before typing), for callers that never start warm.  Returns
+    the passive set's size."""
     k = b.shape[0]
     if s < 0:
         s = 0
         for c in range(k):
             passive[c] = False
     resume = False
-    if warm:
+    if warm is not None and warm:
         for t in range(s - 1, -1, -1):      # cached columns that left the support
             c = idx[t]
             if not (x[c] > 0.0):
@@ -396,7 +399,10 @@ def _solve(kernel, GtG, XG, tol, init):
     out = np.array(init, dtype=np.float64) if warm else np.zeros(XG.shape)
     if XG.shape[0] == 0 or k == 0:
         return out
-    return kernel(np.ascontiguousarray(GtG, dtype=np.float64), XG, out, tol, warm)
+    # a cold start passes warm=None: Numba then prunes the warm start's code before it
+    # types the kernel, and a process whose solves all start cold compiles less
+    return kernel(np.ascontiguousarray(GtG, dtype=np.float64), XG, out, tol,
+                  True if warm else None)
 
 
 def nnls_codes_each(GtG, XG, tol=None, init=None):

@@ -303,16 +303,21 @@ def hals_codes(h, G, b, n_sweeps):
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _hals_columns(hT, G, bT, n_sweeps):
-    """:func:`_hals_row`'s sweeps for every row at once: hT (k, m), bT (k, m)."""
+    """:func:`_hals_row`'s sweeps for every row at once: hT (k, m), bT (k, m).  Rows are
+    copied and cleared by loops: an array-to-array assignment (``acc[:] = bT[j]``)
+    compiles Numba's broadcast check and its message, most of this kernel's compile."""
     k, m = hT.shape
     acc = np.empty(m)
     for _ in range(n_sweeps):
         for j in range(k):
             hj = hT[j]
             if G[j, j] <= 0.0:
-                hj[:] = 0.0
+                for i in range(m):
+                    hj[i] = 0.0
                 continue
-            acc[:] = bT[j]
+            bj = bT[j]
+            for i in range(m):
+                acc[i] = bj[i]
             for t in range(k):
                 g = G[j, t]
                 ht = hT[t]
