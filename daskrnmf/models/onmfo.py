@@ -32,10 +32,11 @@ from .. import _checkpoint
 from .. import _validation as v
 from .._base import BaseModel
 from .._driver import say
-from .._stream import (Feed, batch_order, batch_rows, make_batches, read_ahead,
+from .._stream import (Feed, batch_order, batch_rows, group_rest, make_batches, read_ahead,
                        unit_bounds, upcoming)
-from ._outliers import (add_statistics, feature_max, initial_components, piece_feature_max,
-                        solve_batch_piece, update_W)
+from ._outliers import (UpdateSpec, add_statistics, feature_max, initial_components,
+                        piece_feature_max, solve_batch_piece, solve_batches, take_batch,
+                        update_W)
 from .robustnmf import _OutlierFactorization
 
 
@@ -394,6 +395,10 @@ class ONMFO(_OutlierFactorization):
     def _update_W(self, W, A, B, C, Bm=None):
         return update_W(W, A, B, C, self.solver, self.max_w_iter, float(self.inner_tol), Bm)
 
+    def _update_spec(self):
+        return UpdateSpec(solver=self.solver, n_iter=int(self.max_w_iter),
+                          tol=float(self.inner_tol), forget_power=float(self.forget_power))
+
     def _stream(self, run, feed, batches, units, seed, key, data):
         """One driver step per batch, from the run's position until the passes converge
         or ``max_iter`` passes."""
@@ -404,6 +409,8 @@ class ONMFO(_OutlierFactorization):
         # many batches); else the next ``prefetch`` batches
         unit_of = {b: u for u, unit in enumerate(units) for b in unit}
         span = max(len(u) for u in units) if self.batch_size is None else 1
+
+        solved = {}     # (pass, position) -> a batch's figures and the state after it
 
         def order(p):
             if p not in orders:
@@ -439,21 +446,23 @@ class ONMFO(_OutlierFactorization):
                     self.alpha_R_ = self._fit_alpha(lambda: feature_max(
                         feed._run(b, piece_feature_max, ())))
                     spec = self._spec()
-            rows = (batch_rows(seed, p, units, batches, b)
-                    if self.shuffle and self.batch_size is None else None)
-            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, spec, rows=rows)
-            if st["observed"]:      # an all-missing batch adds nothing and counts not
-                # the past weighs less: the t-th batch with observed values scales the
-                # statistics first
-                run.n_stat += 1
-                run.scale(self._past_weight(run.n_stat))
-                run.A += st["A"]
-                run.B += st["B"]
-                run.C += st["C"]
-                run.add_Bm(st.get("Bm"))
-            run.n_observed += st["observed"]
-            if st["observed"]:      # all-missing rows add nothing: W stays as it is
-                run.W = self._update_W(run.W, run.A, run.B, run.C, run.Bm)
+            if self.batch_size is None:
+                # default batches: the rest of b's row group in one task where it is read
+                # (solve, statistics, W per batch; _outliers.solve_batches), its batches'
+                # results then taken one a step
+                if (p, j) not in solved:
+                    group = group_rest(order(p), j, unit_of)
+                    rows = [batch_rows(seed, p, units, batches, c) if self.shuffle else None
+                            for c in group]
+                    done = feed.solve_run(group, solve_batches, run.state(), spec,
+                                          self._update_spec(), rows=rows)
+                    solved.clear()
+                    solved.update(((p, j + i), r) for i, r in enumerate(done))
+                st, state = solved.pop((p, j))
+                run.set_state(state)
+            else:
+                st = feed.solve(b, solve_batch_piece, add_statistics, run.W, spec)
+                run.set_state(take_batch(run.state(), st, self._update_spec()))
             run.inner_rounds += st["rounds"]
             run.inner_n += st["n"]
             if j >= nb // 2:        # the pass's objective: its second half of batches
@@ -727,6 +736,16 @@ class _Run:
         if weight != 1.0:
             for M in (self.A, self.B, self.C) + (() if self.Bm is None else (self.Bm,)):
                 M *= weight
+
+    def state(self):
+        """What a batch changes (:func:`daskrnmf.models._outliers.take_batch`)."""
+        return {"W": self.W, "A": self.A, "B": self.B, "C": self.C, "Bm": self.Bm,
+                "n_stat": self.n_stat, "n_observed": self.n_observed}
+
+    def set_state(self, state):
+        self.W, self.A, self.B, self.C = (state[key] for key in "WABC")
+        self.Bm = state["Bm"]
+        self.n_stat, self.n_observed = state["n_stat"], state["n_observed"]
 
     def add_Bm(self, Bm):
         """Add a batch's per-feature statistics (None: it had no missing value)."""
