@@ -30,11 +30,9 @@ import tempfile
 import time
 import warnings
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _report import Report, capped_cluster, cpu  # noqa: E402
-from bench_onmfo_planted import CHUNK, K, write  # noqa: E402
+from _report import Report, capped_cluster, cpu
+from bench_onmfo_planted import CHUNK, K, write
 
 LIMIT = int(1.5 * 2**30)
 
@@ -156,7 +154,7 @@ def main():
 
     import daskrnmf._stream as stream
     import daskrnmf.models._outliers as outliers
-    import daskrnmf.models.onmfo as onmfo
+    from daskrnmf.models import onmfo
 
     warnings.simplefilter("ignore")
     workdir = args.workdir or tempfile.mkdtemp(prefix="daskrnmf-pass-")

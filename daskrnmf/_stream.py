@@ -19,7 +19,9 @@ stored:
   rows, a large X batches of :data:`BATCH_ROWS` rows, many updates per pass (a pass of
   4M rows makes about 1,000);
 * a pass visits the groups in a seeded random order and the batches of a group
-  consecutively, so every group is read once per pass.  A batch takes the rows of its
+  consecutively, so every group is read once per pass; the batches of a group are solved
+  one after the other in one task where it was read (:meth:`Feed.solve_run`), the model's
+  state updated between them there, so a pass makes one round trip a group, not a batch.  A batch takes the rows of its
   slot in a seeded random permutation of its group's rows drawn anew at every pass
   (:func:`batch_rows`): data stored sorted (by class, by time) does not give batches of
   one kind.
@@ -192,12 +194,18 @@ def read_ahead(ahead, unit_of, groups):
     return out
 
 
-def group_rest(order, position, unit_of):
+#: Most bytes of the states a task of batches returns (:func:`group_rest`'s ``limit``)
+RUN_STATE_BYTES = 2 ** 26
+
+
+def group_rest(order, position, unit_of, limit=None):
     """The batches of ``order`` from ``position`` to the end of that batch's unit (row
-    group): the run of batches one task solves (:meth:`Feed.solve_run`)."""
+    group), at most ``limit`` of them: the run of batches one task solves
+    (:meth:`Feed.solve_run`)."""
     u = unit_of[int(order[position])]
     end = position + 1
-    while end < len(order) and unit_of[int(order[end])] == u:
+    stop = len(order) if limit is None else min(len(order), position + max(1, int(limit)))
+    while end < stop and unit_of[int(order[end])] == u:
         end += 1
     return [int(b) for b in order[position:end]]
 

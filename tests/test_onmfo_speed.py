@@ -29,7 +29,7 @@ def per_batch(X, model, passes, stop=None):
     """W and the pass objectives of ``model``'s default stream, one batch at a time as
     ONMFO took them before issue 38 (statistics scaled and added in place, W updated on
     the client after every batch); ``stop``: W after that many batches."""
-    k, (n, d) = model.n_components, X.shape
+    k, d = model.n_components, X.shape[1]
     seed, spec = model._stream_seed, model._spec()
     batches, pieces, units = make_batches(X, None)
     feed = Feed(X, pieces)
@@ -55,9 +55,14 @@ def per_batch(X, model, passes, stop=None):
     return W, np.array(history)
 
 
+@pytest.mark.parametrize("per_task", [None, 2])
 def test_a_row_group_is_one_round_trip_with_the_arithmetic_of_one_batch_at_a_time(
-        data, groups, monkeypatch):
+        data, groups, monkeypatch, per_task):
+    from daskrnmf.models import onmfo
+
     X = data[0]
+    if per_task:        # states of at most two batches a task (4 x 40: 3,968 bytes each)
+        monkeypatch.setattr(onmfo, "RUN_STATE_BYTES", per_task * 8 * (3 * 4 * 40 + 4 * 4))
     calls = []
     for name in ("_run", "solve_run"):
         method = getattr(Feed, name, None)
@@ -69,8 +74,8 @@ def test_a_row_group_is_one_round_trip_with_the_arithmetic_of_one_batch_at_a_tim
     model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=1).fit(X)
     assert model.n_steps_ == 2 * 9
     # the first batch's maxima and mean (W's start), then one task per group and pass
-    # (before: one per batch)
-    assert len(calls) == 2 + 2 * 3
+    # (before: one per batch); groups of 3 batches in tasks of at most 2: 2 per group
+    assert len(calls) == 2 + 2 * 3 * (2 if per_task else 1)
     calls.clear()
     W, history = per_batch(X, model, 2)
     np.testing.assert_array_equal(model.components_, W)
@@ -79,7 +84,8 @@ def test_a_row_group_is_one_round_trip_with_the_arithmetic_of_one_batch_at_a_tim
 
 def test_a_callback_stop_inside_a_group_keeps_the_w_of_that_batch(data, groups):
     X = data[0]
-    kw = dict(n_components=4, max_iter=1, tol=0, max_inner_iter=30, random_state=1)
+    kw = {"n_components": 4, "max_iter": 1, "tol": 0, "max_inner_iter": 30,
+          "random_state": 1}
     # stopped after the 5th batch, in the middle of the second group's task
     stopped = ONMFO(**kw, callback=lambda info: info["iteration"] == 5).fit(X)
     assert stopped.n_steps_ == 5

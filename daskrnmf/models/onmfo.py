@@ -13,8 +13,10 @@ the statistics A = sum h^T x, B = sum h^T h, C = sum h^T r (eq. 12-14; k x d, k 
 k x d; scaled down before each batch, ``forget_power``) and the position in the stream;
 nothing of size n_samples.  Step (one batch): on the worker that holds it, the codes and
 outliers of all its samples are found with W fixed (``max_inner_iter`` rounds of
-(16)-(17)); only the batch's A, B, C come back; then W takes ``max_w_iter`` rounds of
-(18).  The stream (batches, orders, read-ahead) is :mod:`daskrnmf._stream`; the per-batch
+(16)-(17)); then the statistics take the batch's A, B, C and W takes ``max_w_iter``
+rounds of (18).  With the default batches a row group's batches are taken one after the
+other in one task on the worker that read the group (one round trip a group), and the
+driver's steps take their results one a batch.  The stream (batches, orders, read-ahead) is :mod:`daskrnmf._stream`; the per-batch
 solve is :mod:`daskrnmf.models._outliers`; the loop is the one driver
 (:mod:`daskrnmf._driver`), one step per batch; checkpoints are :mod:`daskrnmf._checkpoint`.
 
@@ -32,8 +34,8 @@ from .. import _checkpoint
 from .. import _validation as v
 from .._base import BaseModel
 from .._driver import say
-from .._stream import (Feed, batch_order, batch_rows, group_rest, make_batches, read_ahead,
-                       unit_bounds, upcoming)
+from .._stream import (RUN_STATE_BYTES, Feed, batch_order, batch_rows, group_rest,
+                       make_batches, read_ahead, unit_bounds, upcoming)
 from ._outliers import (UpdateSpec, add_statistics, feature_max, initial_components,
                         piece_feature_max, solve_batch_piece, solve_batches, take_batch,
                         update_W)
@@ -453,7 +455,9 @@ class ONMFO(_OutlierFactorization):
                 # (solve, statistics, W per batch; _outliers.solve_batches), its batches'
                 # results then taken one a step
                 if (p, j) not in solved:
-                    group = group_rest(order(p), j, unit_of)
+                    k, d = run.W.shape      # the states a task returns: bounded
+                    size = 8 * (3 * k * d + k * k + (d * k * k if self._allow_nan else 0))
+                    group = group_rest(order(p), j, unit_of, RUN_STATE_BYTES // size)
                     rows = [batch_rows(seed, p, units, batches, c) if self.shuffle else None
                             for c in group]
                     done = feed.solve_run(group, solve_batches, run.state(), spec,
