@@ -10,8 +10,9 @@ then a LocalCluster of 2 worker processes x 1 thread, each capped at 2 GiB, runs
 * one plain read pass ``X.sum()`` (the speed of reading the data), and the same pass over
   X as the estimators read it (``daskrnmf.io.open_dask_array``: chunks decoded into
   reused buffers);
-* ONMFO(k=10) at its defaults (``solver="cd"``, default batches) for one full pass of the
-  Zarr path (``max_iter=1``);
+* ONMFO(k=10) at its defaults (``solver="cd"``, default batches: 4,096-row batches in
+  row groups read whole, a group's batches solved in one task) for one full pass of the
+  Zarr path (``max_iter=1``), after a compiling fit on the first 100 000 rows;
 * the old configuration, the paper's multiplicative updates with 300 inner rounds
   (``solver="mu", max_inner_iter=300, inner_tol=0``), over its first batch of 100 000
   rows (two 50 000-row pieces; stopped by the callback).
@@ -74,6 +75,7 @@ def main():
         measure("plain read pass `X.sum()` (median of 3)", lambda: X.sum().compute(), n, 3)
         measure("daskrnmf's read pass `open_dask_array(...).sum()` (median of 3)",
                 lambda: own.sum().compute(), n, 3)
+        ONMFO(10, max_iter=1, random_state=0).fit(own[:100_000])   # compiles on the workers
         fast = ONMFO(10, max_iter=1, random_state=0)
         measure("ONMFO() defaults (cd), 1 pass", lambda: fast.fit(store + "/X"), n)
         stop = ONMFO(10, max_iter=1, tol=0, batch_size=100_000, random_state=0, solver="mu",
@@ -90,7 +92,7 @@ def main():
     emit(f"X: {n:,} x {d} float32 = {gb:.2f} GB in Zarr (chunks of 50 000 rows); "
          f"LocalCluster {workers} workers x 1 thread, {LIMIT / 2**30:.0f} GiB each "
          f"(together {2 * LIMIT / 1e9:.1f} GB, {gb / (2 * LIMIT / 1e9):.1f}x less than X). "
-         f"k = 10, alpha_R = 1; default batches: {fast.n_steps_} per pass, prefetch 2; "
+         f"k = 10, alpha_R auto; default batches: {fast.n_steps_} per pass, prefetch 2; "
          f"mean inner rounds per sample {fast.n_inner_iter_:.1f}. "
          f"{cpu()}.")
     emit()
@@ -103,27 +105,28 @@ def main():
     emit(f"Objective per sample of the defaults' pass: {fast.objective_history_[-1]:.4g}; "
          f"{fast.n_steps_} W updates.")
     emit()
-    emit("The code before daskrnmf's reader, on this machine the same day (2026-11-25; "
-         "zarr's reader, X in 100 000-row blocks): ONMFO() 1 pass 43.4 s against a plain "
-         "read pass of 15.0 s, 0.346x; objective per sample 207.05, 50 W updates.")
-    emit()
-    emit("Previous tables: the last committed run (2026-11-24, a 2-core AMD EPYC Zen 5; "
-         "through zarr's reader, X in 100 000-row blocks, 50 W updates a pass), ONMFO() 1 pass "
-         "25.1 s, 0.456x the read pass (11.4 s), peak worker RSS 638 MiB, objective per sample "
-         "207.1; before the tabled-inverse NNLS and the float32 residual 0.331x; before the "
+    emit("Previous table (2026-11-25, AMD EPYC family 25 model 1, 2 cores; default batches "
+         "of X's 50 000-row chunks, five to a 250,000-row batch, 40 W updates a pass, each "
+         "batch's pieces solved in parallel by both workers): read pass 15.2 s, ONMFO() 1 "
+         "pass 26.0 s = 0.585x, peak worker RSS 704 MiB, objective per sample 212.1. Before "
+         "daskrnmf's reader (zarr's, 100 000-row blocks) 0.346x; the run before that 0.456x; "
+         "before the tabled-inverse NNLS and the float32 residual 0.331x; before the "
          "kept-factor NNLS and the solver's own per-row objectives 0.241x; before the cd "
          "solver, ONMFO at max_inner_iter=10 0.153x, at the old default 300 inner rounds "
          "0.010x.")
     emit()
+    emit("Since then (issue 38): the default batches are rows, not chunks: X's rows in "
+         "groups of at most 256 MiB (as float64; 131,072 rows at 256 features) read whole, "
+         "cut into 4,096-row batches (a pass makes n_samples / 4,096 W updates), and all "
+         "the batches of a group solved in one task on the worker that read it, W updated "
+         "there after each (one round trip a group, not a batch); a group's batches depend "
+         "on each other through W, so one worker solves while the other reads ahead.")
+    emit()
     emit("Reading: distributed starts its workers with MALLOC_TRIM_THRESHOLD_=65536, so every "
          "fresh array above 128 KiB is a new mmap whose pages fault in one by one (3-7 us a "
-         "page on this VM); reading a chunk through zarr allocates its compressed bytes and "
-         "its decoded array anew each time. daskrnmf reads a chunk into a per-thread buffer "
-         "and decompresses it into a pooled block buffer that is reused once nothing refers "
-         "to it (daskrnmf/_reader.py). The X the fit reads is now in 50 000-row blocks (its "
-         "stored chunks; blocks are about 32 MiB), so a default batch takes five of them, "
-         "250 000 rows, where it took two 100 000-row blocks: 40 W updates a pass instead of "
-         "50, the reason the one-pass objective is higher.")
+         "page on this VM); daskrnmf reads a chunk into a per-thread buffer and "
+         "decompresses it into a pooled block buffer that is reused once nothing refers to "
+         "it (daskrnmf/_reader.py).")
     emit.write(args.out)
     if not args.keep and args.workdir is None:
         import shutil

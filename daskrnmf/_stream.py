@@ -19,7 +19,9 @@ stored:
   rows, a large X batches of :data:`BATCH_ROWS` rows, many updates per pass (a pass of
   4M rows makes about 1,000);
 * a pass visits the groups in a seeded random order and the batches of a group
-  consecutively, so every group is read once per pass.  A batch takes the rows of its
+  consecutively, so every group is read once per pass; the batches of a group are solved
+  one after the other in one task where it was read (:meth:`Feed.solve_run`), the model's
+  state updated between them there, so a pass makes one round trip a group, not a batch.  A batch takes the rows of its
   slot in a seeded random permutation of its group's rows drawn anew at every pass
   (:func:`batch_rows`): data stored sorted (by class, by time) does not give batches of
   one kind.
@@ -192,6 +194,22 @@ def read_ahead(ahead, unit_of, groups):
     return out
 
 
+#: Most bytes of the states a task of batches returns (:func:`group_rest`'s ``limit``)
+RUN_STATE_BYTES = 2 ** 26
+
+
+def group_rest(order, position, unit_of, limit=None):
+    """The batches of ``order`` from ``position`` to the end of that batch's unit (row
+    group), at most ``limit`` of them: the run of batches one task solves
+    (:meth:`Feed.solve_run`)."""
+    u = unit_of[int(order[position])]
+    end = position + 1
+    stop = len(order) if limit is None else min(len(order), position + max(1, int(limit)))
+    while end < stop and unit_of[int(order[end])] == u:
+        end += 1
+    return [int(b) for b in order[position:end]]
+
+
 def piece_sum(block, start=0):
     """Sum and count of one piece's entries (run where the piece lives); NaN entries
     (missing values, ``missing="mask"``; the solve checks the piece) are left out of
@@ -222,6 +240,14 @@ def _on_piece(chunk, lo, hi, start, fn, *args, rows=None):
     """``fn`` on rows ``lo:hi`` (or the local ``rows``) of a chunk read once (run where
     the chunk lives)."""
     return fn(chunk[lo:hi] if rows is None else chunk[rows], start, *args)
+
+
+def _on_pieces(chunk, items, fn, *args):
+    """``fn`` on the pieces ``items`` (lo, hi, first row, local rows or None) of a chunk
+    read once, as an iterator of (piece, first row): each piece is taken from the chunk
+    when ``fn`` comes to it (run where the chunk lives)."""
+    pieces = ((chunk[lo:hi] if rows is None else chunk[rows], s) for lo, hi, s, rows in items)
+    return fn(pieces, *args)
 
 
 class Feed:
@@ -394,6 +420,43 @@ class Feed:
         parts = self._run(b, fn, args, rows)
         self._release(b)
         return tree_reduce(parts, combine, 8)
+
+    def solve_run(self, bs, fn, *args, rows=None):
+        """``fn(pieces, *args)`` for the batches ``bs`` in one task, run where their block
+        lives (each batch one piece, all in one block: the default batches of one row
+        group); ``pieces`` iterates over (batch, first row) in the order of ``bs``.  The
+        batches are consumed.  ``rows``: per batch, its global rows (:func:`batch_rows`)
+        or None for its range."""
+        for b in bs:
+            self.want(b)
+        cs = {c for b in bs for c in self.pending[b]}
+        if len(cs) != 1 or any(len(self.pieces[b]) != 1 for b in bs):
+            raise ValueError("solve_run takes batches of one piece each, in one block.")
+        c = cs.pop()
+        entry = self.chunks[c]
+        unchecked = [] if self.checksums is None or entry[3] else [c]
+        base = int(self.bounds[c])
+        items = []
+        for i, b in enumerate(bs):
+            (s, e), = self.pieces[b]
+            local = None if rows is None or rows[i] is None else rows[i] - base
+            items.append((s - base, e - base, s, local))
+        if self.client is not None:
+            future = self.client.submit(_on_pieces, self._data(entry), items, fn, *args,
+                                        pure=False, priority=10)
+            # the block's checksum comes with the result, checked before it is used
+            out, totals = self.client.gather([future, [entry[2] for _ in unchecked]])
+            for total in totals:
+                self._verify(c, total)
+        else:
+            for c_ in unchecked:
+                self._verify(c_, self._local_checksum(c_))
+            data = self._data(entry)
+            out = _on_pieces(data.result() if hasattr(data, "result") else data, items, fn,
+                             *args)
+        for b in bs:
+            self._release(b)
+        return out
 
     def close(self):
         """Cancel the chunks read ahead and stop the reader thread."""

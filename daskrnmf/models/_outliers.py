@@ -216,6 +216,72 @@ def update_W(W, A, B, C, solver, n_iter, tol, Bm=None):
     return update_components(W, A, B, C, n_iter, Bm=Bm)
 
 
+def past_weight(t, forget_power):
+    """The factor the statistics are scaled by before they take batch ``t`` (1, 2, ...;
+    counted from their last reset): ``(1 - 1/t) ** forget_power`` (Mairal et al. 2010,
+    scaling the past data), 1 when ``forget_power`` is 0."""
+    p = float(forget_power)
+    return 1.0 if p == 0 or t <= 1 else (1.0 - 1.0 / t) ** p
+
+
+@dataclass(frozen=True)
+class UpdateSpec:
+    """W's update after a batch: ``solver`` ("cd" or "mu"), at most ``n_iter`` sweeps or
+    rounds, stopping at relative change ``tol`` ("cd"), and ``forget_power`` (see
+    :func:`past_weight`)."""
+
+    solver: str
+    n_iter: int
+    tol: float
+    forget_power: float
+
+
+def take_batch(state, st, upd):
+    """The stream's state after one batch: ``state`` (a dict of W, A, B, C, Bm (or None),
+    ``n_stat``: batches with observed values in the statistics, ``n_observed``: observed
+    entries so far) and the batch's statistics ``st`` (:func:`solve_batch_piece`).
+
+    A batch with observed values scales the statistics by ``past_weight(n_stat + 1)``,
+    adds its own and updates W (:func:`update_W`); an all-missing batch changes nothing
+    but ``n_observed``.  A new dict; the arrays of ``state`` are not written."""
+    out = dict(state)
+    out["n_observed"] = state["n_observed"] + st["observed"]
+    if not st["observed"]:
+        return out
+    n_stat = state["n_stat"] + 1
+    w = past_weight(n_stat, upd.forget_power)
+    A, B, C, Bm = state["A"], state["B"], state["C"], state["Bm"]
+    if w != 1.0:        # (as the in-place scaling it replaces: the same roundings)
+        A, B, C = A * w, B * w, C * w
+        Bm = None if Bm is None else Bm * w
+    A, B, C = A + st["A"], B + st["B"], C + st["C"]
+    if st.get("Bm") is not None:
+        Bm = np.array(st["Bm"], dtype=np.float64) if Bm is None else Bm + st["Bm"]
+    W = update_W(state["W"], A, B, C, upd.solver, upd.n_iter, upd.tol, Bm)
+    out.update(W=W, A=A, B=B, C=C, Bm=Bm, n_stat=n_stat)
+    return out
+
+
+def solve_batches(pieces, state, spec, upd):
+    """Batches one after the other where their data lives, as the stream would take them
+    one at a time: each solved with the W the batches before it gave
+    (:func:`solve_batch_piece`), then :func:`take_batch`.
+
+    ``pieces``: iterable of (batch, first row); ``state``: as in :func:`take_batch`.
+    Returns one ``(figures, state)`` per batch solved, ``figures`` the batch's ``loss``,
+    ``n``, ``rounds``, ``observed``.  Stops after a batch that leaves ``n_observed`` at
+    0 (W's start then comes from the next batch's mean, which the caller computes).
+    A run of many small batches is one task instead of one round trip each."""
+    out = []
+    for x, start in pieces:
+        st = solve_batch_piece(x, start, state["W"], spec)
+        state = take_batch(state, st, upd)
+        out.append(({key: st[key] for key in ("loss", "n", "rounds", "observed")}, state))
+        if state["n_observed"] == 0:
+            break
+    return out
+
+
 def initial_components(seed, k, d, mean):
     """Uniform random W >= 0 (k, d) with entries of the size that reproduces ``mean``."""
     avg = np.sqrt(max(mean, 1e-10) / k)

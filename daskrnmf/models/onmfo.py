@@ -31,10 +31,10 @@ import numpy as np
 
 from .. import _validation as v
 from .._base import BaseModel
-from .._stream import (Feed, batch_order, batch_rows, make_batches, read_ahead,
-                       unit_bounds, upcoming)
-from ._outliers import (add_statistics, feature_max, initial_components, piece_feature_max,
-                        solve_batch_piece, update_W)
+from .._stream import (RUN_STATE_BYTES, Feed, batch_order, batch_rows, group_rest,
+                       make_batches, read_ahead, unit_bounds, upcoming)
+from ._outliers import (UpdateSpec, add_statistics, feature_max, initial_components,
+                        piece_feature_max, solve_batch_piece, solve_batches, take_batch)
 from .robustnmf import _OutlierFactorization
 
 
@@ -325,15 +325,10 @@ class ONMFO(_OutlierFactorization):
         self.n_samples_seen_ = run.n_seen
         self.n_components_ = k
 
-    def _past_weight(self, t):
-        """The factor the statistics are scaled by before they take batch ``t`` (1, 2,
-        ...; counted from their last reset): ``(1 - 1/t) ** forget_power`` (Mairal et
-        al. 2010, scaling the past data), 1 when ``forget_power`` is 0."""
-        p = float(self.forget_power)
-        return 1.0 if p == 0 or t <= 1 else (1.0 - 1.0 / t) ** p
-
-    def _update_W(self, W, A, B, C, Bm=None):
-        return update_W(W, A, B, C, self.solver, self.max_w_iter, float(self.inner_tol), Bm)
+    def _update_spec(self):
+        """W's update after a batch (:func:`~daskrnmf.models._outliers.take_batch`)."""
+        return UpdateSpec(solver=self.solver, n_iter=int(self.max_w_iter),
+                          tol=float(self.inner_tol), forget_power=float(self.forget_power))
 
     # -- data that arrives over time
     def partial_fit(self, X, y=None):
@@ -401,7 +396,7 @@ class ONMFO(_OutlierFactorization):
         run = _Run(W, A, B, C, Bm,
                    n_stat=0 if first else getattr(self, "_n_stat", self.n_steps_),
                    n_observed=0 if first else getattr(self, "_n_observed", 1))
-        stream_step(run, st, self._past_weight, self._update_W)     # as fit's step
+        stream_step(run, st, self._update_spec())     # as fit's step
         self._W, self._A, self._B, self._C, self._Bm = run.W, run.A, run.B, run.C, run.Bm
         self._n_observed, self._n_stat = run.n_observed, run.n_stat
         if first:
@@ -435,6 +430,7 @@ class _Stream:
         # many batches); else the next ``prefetch`` batches
         self.unit_of = {b: u for u, unit in enumerate(units) for b in unit}
         self.span = max(len(u) for u in units) if model.batch_size is None else 1
+        self.solved = {}    # (pass, position) -> a batch's figures and the state after it
 
     @property
     def alpha_R_(self):
@@ -507,10 +503,26 @@ class _Stream:
                 self.alpha_R_ = m._fit_alpha(lambda: feature_max(
                     feed._run(b, piece_feature_max, ())))
             run.W = initial_components(seed, m.n_components, feed.X.shape[1], feed.mean(b))
-        rows = (batch_rows(seed, p, self.units, self.batches, b)
-                if m.shuffle and m.batch_size is None else None)
-        st = feed.solve(b, solve_batch_piece, add_statistics, run.W, m._spec(), rows=rows)
-        stream_step(run, st, m._past_weight, m._update_W)
+        if m.batch_size is None:
+            # default batches: the rest of b's row group in one task where it is read
+            # (solve, statistics, W per batch: _outliers.solve_batches); its batches'
+            # results are then taken one a step, so the driver, the callback and the
+            # checkpoints still see every batch
+            if (p, j) not in self.solved:
+                k, d = run.W.shape      # the states a task returns: bounded
+                size = 8 * (3 * k * d + k * k + (d * k * k if m._allow_nan else 0))
+                group = group_rest(self.order(p), j, self.unit_of, RUN_STATE_BYTES // size)
+                rows = [batch_rows(seed, p, self.units, self.batches, c) if m.shuffle
+                        else None for c in group]
+                done = feed.solve_run(group, solve_batches, run.state(), m._spec(),
+                                      m._update_spec(), rows=rows)
+                self.solved.clear()
+                self.solved.update(((p, j + i), r) for i, r in enumerate(done))
+            st, state = self.solved.pop((p, j))
+            run.set_state(state)
+        else:
+            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, m._spec())
+            stream_step(run, st, m._update_spec())
         run.inner_rounds += st["rounds"]
         run.inner_n += st["n"]
         if j >= nb // 2:        # the pass's objective: its second half of batches
@@ -532,29 +544,17 @@ class _Stream:
         return run, np.array([run.last["loss"]])
 
 
-def stream_step(run, st, past_weight, update_W):
+def stream_step(run, st, upd):
     """Algorithm 1's arithmetic for one solved batch, shared by ``fit`` and
-    ``partial_fit``: a batch with observed values counts (``run.n_stat``), the statistics
-    are scaled by ``past_weight(n_stat)`` and take its A, B, C (and the per-feature Bm
-    of ``missing="mask"``), then W takes ``update_W``; a batch of all-missing rows adds
-    nothing and leaves W as it is.  ``st`` is the batch's combined
-    :func:`~daskrnmf.models._outliers.add_statistics`; ``run`` any object with the
-    attributes W, A, B, C, Bm (None: no missing value yet), ``n_stat`` and
-    ``n_observed`` (changed in place)."""
-    if st["observed"]:
-        run.n_stat += 1
-        weight = past_weight(run.n_stat)
-        if weight != 1.0:       # the past weighs less (forget_power)
-            for M in (run.A, run.B, run.C) + (() if run.Bm is None else (run.Bm,)):
-                M *= weight
-        run.A += st["A"]
-        run.B += st["B"]
-        run.C += st["C"]
-        if st.get("Bm") is not None:
-            run.Bm = (np.array(st["Bm"], dtype=np.float64) if run.Bm is None
-                      else run.Bm + st["Bm"])
-        run.W = update_W(run.W, run.A, run.B, run.C, run.Bm)
-    run.n_observed += st["observed"]
+    ``partial_fit`` (and, for the default batches, run where a row group is read:
+    :func:`~daskrnmf.models._outliers.solve_batches`): a batch with observed values
+    counts (``run.n_stat``), the statistics are scaled by the past weight and take its
+    A, B, C (and the per-feature Bm of ``missing="mask"``), then W is updated; a batch of
+    all-missing rows adds nothing and leaves W as it is
+    (:func:`~daskrnmf.models._outliers.take_batch`, ``upd`` its
+    :class:`~daskrnmf.models._outliers.UpdateSpec`).  ``st`` is the batch's combined
+    :func:`~daskrnmf.models._outliers.add_statistics`; ``run`` a :class:`_Run`."""
+    run.set_state(take_batch(run.state(), st, upd))
 
 
 class _Run:
@@ -574,3 +574,13 @@ class _Run:
         # observed (non-NaN) entries solved so far; 0: W is still its placeholder start
         self.n_observed = n_observed
         self.last = {}
+
+    def state(self):
+        """What a batch changes (:func:`daskrnmf.models._outliers.take_batch`)."""
+        return {"W": self.W, "A": self.A, "B": self.B, "C": self.C, "Bm": self.Bm,
+                "n_stat": self.n_stat, "n_observed": self.n_observed}
+
+    def set_state(self, state):
+        self.W, self.A, self.B, self.C = (state[key] for key in "WABC")
+        self.Bm = state["Bm"]
+        self.n_stat, self.n_observed = state["n_stat"], state["n_observed"]

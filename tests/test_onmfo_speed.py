@@ -1,0 +1,119 @@
+"""ONMFO's pass at the speed of a read (issue 38): a row group's batches solved in one task
+with the arithmetic of one batch at a time, and final codes solved tighter than the fit's."""
+
+import numpy as np
+import pytest
+
+from daskrnmf import ONMFO, RobustNMF
+from daskrnmf import _stream
+from daskrnmf._stream import Feed, batch_order, batch_rows, make_batches
+from daskrnmf.kernels.outliers import update_components_cd
+from daskrnmf.models._outliers import (add_statistics, codes_block, initial_components,
+                                       solve_batch_piece)
+
+from .reference import planted_outliers as planted
+
+
+@pytest.fixture(scope="module")
+def data():
+    return planted()
+
+
+@pytest.fixture
+def groups(monkeypatch):
+    """Three row groups of 100 rows (300 x 40 X), three batches each."""
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 40 * 100)
+
+
+def per_batch(X, model, passes, stop=None):
+    """W and the pass objectives of ``model``'s default stream, one batch at a time as
+    ONMFO took them before issue 38 (statistics scaled and added in place, W updated on
+    the client after every batch); ``stop``: W after that many batches."""
+    k, d = model.n_components, X.shape[1]
+    seed, spec = model._stream_seed, model._spec()
+    batches, pieces, units = make_batches(X, None)
+    feed = Feed(X, pieces)
+    W = initial_components(seed, k, d, feed.mean(batch_order(seed, 0, units)[0]))
+    A, B, C = np.zeros((k, d)), np.zeros((k, k)), np.zeros((k, d))
+    history = []
+    for p in range(passes):
+        A[:], B[:], C[:] = 0.0, 0.0, 0.0
+        loss, count = 0.0, 0
+        for j, b in enumerate(batch_order(seed, p, units)):
+            st = feed.solve(b, solve_batch_piece, add_statistics, W, spec,
+                            rows=batch_rows(seed, p, units, batches, b))
+            w = (1.0 - 1.0 / (j + 1)) ** model.forget_power if j else 1.0
+            for M, key in ((A, "A"), (B, "B"), (C, "C")):
+                M *= w
+                M += st[key]
+            W = update_components_cd(W, A, B, C, model.max_w_iter, model.inner_tol)[0]
+            if stop is not None and p * len(batches) + j + 1 == stop:
+                return W, None
+            if j >= len(batches) // 2:
+                loss, count = loss + st["loss"], count + st["n"]
+        history.append(loss / count)
+    return W, np.array(history)
+
+
+@pytest.mark.parametrize("per_task", [None, 2])
+def test_a_row_group_is_one_round_trip_with_the_arithmetic_of_one_batch_at_a_time(
+        data, groups, monkeypatch, per_task):
+    from daskrnmf.models import onmfo
+
+    X = data[0]
+    if per_task:        # states of at most two batches a task (4 x 40: 3,968 bytes each)
+        monkeypatch.setattr(onmfo, "RUN_STATE_BYTES", per_task * 8 * (3 * 4 * 40 + 4 * 4))
+    calls = []
+    for name in ("_run", "solve_run"):
+        method = getattr(Feed, name, None)
+        if method is not None:
+            def counted(self, *args, _method=method, _name=name, **kwargs):
+                calls.append(_name)
+                return _method(self, *args, **kwargs)
+            monkeypatch.setattr(Feed, name, counted)
+    model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=1).fit(X)
+    assert model.n_steps_ == 2 * 9
+    # the first batch's maxima and mean (W's start), then one task per group and pass
+    # (before: one per batch); groups of 3 batches in tasks of at most 2: 2 per group
+    assert len(calls) == 2 + 2 * 3 * (2 if per_task else 1)
+    calls.clear()
+    W, history = per_batch(X, model, 2)
+    np.testing.assert_array_equal(model.components_, W)
+    np.testing.assert_array_equal(model.objective_history_, history)
+
+
+def test_a_callback_stop_inside_a_group_keeps_the_w_of_that_batch(data, groups):
+    X = data[0]
+    kw = {"n_components": 4, "max_iter": 1, "tol": 0, "max_inner_iter": 30,
+          "random_state": 1}
+    # stopped after the 5th batch, in the middle of the second group's task
+    stopped = ONMFO(**kw, callback=lambda info: info["iteration"] == 5).fit(X)
+    assert stopped.n_steps_ == 5
+    W, _ = per_batch(X, stopped, 1, stop=5)
+    np.testing.assert_array_equal(stopped.components_, W)
+    assert not np.array_equal(W, per_batch(X, stopped, 1, stop=6)[0])
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_final_codes_are_solved_to_at_most_1e_3(data):
+    X = data[0]
+    model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=0).fit(X)
+    assert model.inner_tol == 1e-2
+    W = np.asarray(model.components_, dtype=np.float64)
+
+    def codes(tol):
+        spec = model._spec()
+        return codes_block(X, W, type(spec)(**{**spec.__dict__, "tol": tol}), "h")
+
+    tight, loose = codes(1e-3), codes(1e-2)
+    assert not np.allclose(tight, loose)        # the tolerance matters on this data
+    np.testing.assert_array_equal(model.transform(X), tight)
+    np.testing.assert_array_equal(model.decompose(X)[0], tight)
+    # a tighter inner_tol is kept; RobustNMF (inner_tol=1e-3) is unchanged
+    model.set_params(inner_tol=1e-4)
+    np.testing.assert_array_equal(model.transform(X), codes(1e-4))
+    batch = RobustNMF(4, max_iter=5, random_state=0).fit(X)
+    spec = batch._spec()
+    assert spec.tol == 1e-3
+    np.testing.assert_array_equal(batch.transform(X), codes_block(
+        X, np.asarray(batch.components_, dtype=np.float64), spec, "h"))
