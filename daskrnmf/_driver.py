@@ -281,8 +281,12 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         if verbose:
             say("%s resumed from its checkpoint after iteration %d%s", name, start,
                 "" if active.any() else " (converged)")
-        if log.stopped_by_callback and not resume_stopped:
-            return state, log           # the run had ended: its callback stopped it
+        if log.stopped_by_callback:
+            if not resume_stopped:
+                return state, log       # the run had ended: its callback stopped it
+            # it continues: it ends as the run without that stop (at max_iter, the
+            # ConvergenceWarning and the last line of a run that was not stopped)
+            log.stopped_by_callback = False
         if active.any() and start > max_iter:
             if rule == "passes":      # max_iter counts passes, the steps batches
                 raise ValueError(f"{name} was checkpointed after batch {start}, beyond its "
