@@ -26,6 +26,7 @@ A, B, C start again at each pass (``reset_statistics``, measured to help).
 """
 
 import hashlib
+import numbers
 
 import numpy as np
 
@@ -480,6 +481,19 @@ class _Stream:
                 and len(run.history) == p):
             raise ValueError(f"its position (pass {p}, batch {pos}, {steps} steps) is not a "
                              f"position of a stream of {nb} batches per pass.")
+        # its counts and sums (a damaged one is named here, not a TypeError mid-stream)
+        for name in ("n_seen", "pass_n", "inner_rounds", "inner_n", "n_stat", "n_observed"):
+            value = getattr(run, name)
+            if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                    or value < 0 or (name == "n_stat" and value > steps)):
+                raise ValueError(f"its count {name} {value!r} is not one of a stream after "
+                                 f"{steps} steps.")
+        for name, value in [("loss_sum", run.loss_sum)] + [("history", h) for h in run.history]:
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                    or not np.isfinite(value)):
+                raise ValueError(f"its {name} holds {value!r}, not a finite number.")
+        if not isinstance(run.last, dict):
+            raise ValueError(f"its last batch's report {run.last!r} is not a mapping.")
         a = self.alpha_R_
         if isinstance(a, bool) or not isinstance(a, (int, float)) or not a > 0 or a == np.inf:
             raise ValueError(f"its alpha_R_ {a!r} is not a positive number.")
