@@ -78,3 +78,22 @@ def test_a_damaged_count_of_the_saved_stream_is_a_value_error(X, tmp_path, field
         _damage(ck, field, value)
     with pytest.raises(ValueError, match=rf"{ck}\S* is damaged: .*{field}"):
         ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+
+
+def test_mnmf_score_of_dask_x_with_weights_summing_to_zero_is_refused_as_for_numpy():
+    """``MNMF.score`` with sample weights that are all 0: scikit-learn's accuracy_score
+    (NumPy X) raises a ValueError; the map_reduce pass of Dask X divided 0 by 0 and
+    returned NaN (with a RuntimeWarning)."""
+    from daskrnmf import MNMF
+    from daskrnmf.datasets import make_margin_gaussians
+
+    X, y = make_margin_gaussians(10, 6, n_noise_directions=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = MNMF(2, semi_max_iter=3, max_iter=1, tol=0, random_state=0).fit(X, y)
+    zero = np.zeros(len(y))
+    match = "Sample weights must contain at least one non-zero number"
+    with pytest.raises(ValueError, match=match):
+        est.score(X, y, zero)
+    with pytest.raises(ValueError, match=match):
+        est.score(da.from_array(X, chunks=(7, -1)), y, da.from_array(zero, chunks=5))

@@ -611,6 +611,8 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
             _semi.score_chunk, sum_arrays, state=list(zip(labels, weights)),
             args=((f"X passed to {self._name}", self._non_negative, self._allow_nan),
                   *self._problems(), self.classes_, self._output_dtype(X)), name="score")
+        if total == 0:      # scikit-learn's accuracy_score refuses it (NumPy X here too)
+            raise ValueError("Sample weights must contain at least one non-zero number.")
         return float(right / total)
 
     def _outputs(self, X):
