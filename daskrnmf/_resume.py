@@ -23,8 +23,8 @@ work is saved:
   X; the directory must be visible to every worker (a shared file system or an object
   store), which is checked after each save.
 * What is saved is fingerprinted: the model, its parameters (all but ``max_iter``,
-  ``verbose``, ``callback`` and the checkpoint's own, which may change between the two
-  fits; arrays by their SHA-256), the seed, X's shape, dtype, row chunking and sampled
+  ``verbose``, ``callback``, ``prefetch`` (how far a stream reads ahead) and the
+  checkpoint's own, which may change between the two fits; arrays by their SHA-256), the seed, X's shape, dtype, row chunking and sampled
   rows (checked before any pass), the SHA-256 of every block of X (computed where it is
   read, in the first pass of a checkpointed fit) with the first pass's statistics, and a
   classifier's labels.  A stream without that first pass (ONMFO) adds its batch layout
@@ -49,9 +49,10 @@ from . import _checkpoint
 from ._blocks import BlockState
 from ._stores import digest, is_url
 
-# parameters that may differ between a fit and its resumption
+# parameters that may differ between a fit and its resumption (none decides the result:
+# ONMFO's prefetch is how far it reads ahead, as its own checkpoint left it free)
 UNFINGERPRINTED = frozenset({"max_iter", "verbose", "callback", "checkpoint",
-                             "checkpoint_every"})
+                             "checkpoint_every", "prefetch"})
 BLOCKS = "blocks"
 
 

@@ -149,3 +149,14 @@ def test_a_callback_s_value_error_after_a_save_keeps_the_checkpoint(X, tmp_path)
         ONMFO(**KW, checkpoint=ck, checkpoint_every=5, callback=callback).fit(X)
     assert _checkpoint.load(ck) is not None
     ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+
+
+def test_a_resumed_stream_may_read_ahead_otherwise(X, tmp_path):
+    """``prefetch`` (how many batches or row groups are read ahead) does not decide the
+    result: ONMFO's own checkpoint left it out of its fingerprint, the shared one refused
+    a resume with another value ('prefetch=2 there, 0 here'), e.g. on a worker with less
+    memory."""
+    ck = tmp_path / "ck"
+    ONMFO(**KW, checkpoint=ck, callback=lambda info: info["iteration"] == 5).fit(X)
+    resumed = ONMFO(**KW, prefetch=0, checkpoint=ck).fit(X, resume=True)
+    np.testing.assert_array_equal(resumed.components_, ONMFO(**KW).fit(X).components_)
