@@ -160,3 +160,20 @@ def test_a_resumed_stream_may_read_ahead_otherwise(X, tmp_path):
     ONMFO(**KW, checkpoint=ck, callback=lambda info: info["iteration"] == 5).fit(X)
     resumed = ONMFO(**KW, prefetch=0, checkpoint=ck).fit(X, resume=True)
     np.testing.assert_array_equal(resumed.components_, ONMFO(**KW).fit(X).components_)
+
+
+def test_a_damaged_alpha_r_is_refused_where_alpha_r_is_a_number(X, tmp_path):
+    """A float ``alpha_R`` is the fit's alpha_R_ (ONMFO's own checkpoint took the
+    parameter on resume); the driver's checkpoint restores the saved copy, and a damaged
+    one (positive) was used: another fit than the uninterrupted one, silently."""
+    kw = {**KW, "alpha_R": 0.5}
+    ck = tmp_path / "ck"
+    ONMFO(**kw, checkpoint=ck, callback=lambda info: info["iteration"] == 10).fit(X)
+    arrays, attrs = _checkpoint.load(ck)
+    attrs = {k: v for k, v in attrs.items() if not k.startswith("_")}
+    problem = attrs["runs"][0]["skeleton"]["items"][1]
+    problem["items"][problem["keys"].index("alpha_R_")]["v"] = repr(7.0)
+    _checkpoint.save(ck, arrays, attrs)
+    with pytest.raises(ValueError, match=r"is damaged: its alpha_R_ 7\.0 is not the "
+                                         r"parameter alpha_R=0\.5"):
+        ONMFO(**kw, checkpoint=ck).fit(X, resume=True)

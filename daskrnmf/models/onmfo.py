@@ -497,6 +497,10 @@ class _Stream:
         a = self.alpha_R_
         if isinstance(a, bool) or not isinstance(a, (int, float)) or not a > 0 or a == np.inf:
             raise ValueError(f"its alpha_R_ {a!r} is not a positive number.")
+        if not isinstance(self.model.alpha_R, str) and a != float(self.model.alpha_R):
+            # a float alpha_R is the parameter (fingerprinted): the saved one is a copy
+            raise ValueError(f"its alpha_R_ {a!r} is not the parameter alpha_R="
+                             f"{self.model.alpha_R!r}.")
 
     def step(self, run, active):
         """One batch: its codes and outliers solved where it is read, its statistics
