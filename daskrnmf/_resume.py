@@ -489,8 +489,8 @@ class RunCheckpoint:
         fit.runs.append(None)
 
     def restore(self, state, problem):
-        """``(state, history, n_iter, converged, stopped, iteration)`` of this run as
-        saved, with ``problem``'s listed attributes set (a property may check the value
+        """``(state, history, n_iter, converged, stopped, iteration, pass_began)`` of
+        this run as saved, with ``problem``'s listed attributes set (a property may check the value
         it is given); None when the checkpoint has no such run (it starts afresh).  A
         ``problem`` with a method ``check_restored(state)`` checks the state restored
         (shapes, finiteness, a position that exists): its ValueError names the damage."""
@@ -516,7 +516,9 @@ class RunCheckpoint:
             history = arrays[f"{prefix}history"]
             info = (value["state"], history, np.array(saved["n_iter"], dtype=int),
                     np.array(saved["converged"], dtype=bool), bool(saved["stopped"]),
-                    int(saved["iteration"]))
+                    int(saved["iteration"]),
+                    # a stream's pass start (before it was saved: the resumed iteration)
+                    int(saved.get("pass_began", saved["iteration"])))
             for attr, val in (value["problem"] or {}).items():
                 if attr in problem.checkpoint_attributes:   # never another attribute
                     setattr(problem, attr, val)
@@ -551,7 +553,7 @@ class RunCheckpoint:
         rb = self.fit.row_blocks
         info = {"name": self.name, "iteration": int(iteration),
                 "n_iter": log.n_iter.tolist(), "converged": log.converged.tolist(),
-                "stopped": bool(log.stopped_by_callback),
+                "stopped": bool(log.stopped_by_callback), "pass_began": int(log.pass_began),
                 "n_passes": None if rb is None else int(rb.n_passes),
                 "n_state_passes": None if rb is None else int(rb.n_state_passes),
                 "passes_at_start": self.passes_at_start}

@@ -99,11 +99,10 @@ def test_mnmf_score_of_dask_x_with_weights_summing_to_zero_is_refused_as_for_num
         est.score(da.from_array(X, chunks=(7, -1)), y, da.from_array(zero, chunks=5))
 
 
-@pytest.mark.xfail(strict=True, reason="the resumed run's pass line counts the batches "
-                   "since the resume (and times them only): the driver's pass_start is the "
-                   "resumed iteration, not the pass's first batch; ONMFO's own line said "
-                   "n_batches")
 def test_the_pass_line_of_a_resumed_run_counts_the_whole_pass(X, tmp_path, caplog):
+    """The driver's pass line counted the batches since the resume ('pass 1: ..., 3
+    batches' of 8): its pass start was the resumed iteration, not saved with the run;
+    ONMFO's own line said n_batches."""
     ck = tmp_path / "ck"
     ONMFO(**KW, checkpoint=ck, checkpoint_every=1,
           callback=lambda info: info["iteration"] == 5).fit(X)
