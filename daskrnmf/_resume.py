@@ -221,6 +221,9 @@ class FitCheckpoint:
         self.saved = saved              # (arrays, attrs) of the generation resumed, or None
         self.runs = []                  # one entry per run so far: (skeleton, arrays, blocks, info)
         self.saved_once = False         # this fit wrote a generation
+        # a stream's step found X's values bad (a ValueError while streaming, set by the
+        # model): a fresh run's checkpoint is removed even after a save
+        self.bad_data = False
 
     # -- what was saved
     def _refuse(self, what):

@@ -132,12 +132,11 @@ def test_changed_x_chunked_otherwise_on_resume_is_refused(tmp_path):
         ONMFO(**kw, checkpoint=ck).fit(da.from_array(changed, chunks=(40, -1)), resume=True)
 
 
-@pytest.mark.xfail(strict=True, reason="_checkpointing takes any ValueError of a fit "
-                   "without the first pass (ONMFO) for bad data found while streaming and "
-                   "removes the fresh run's checkpoint; a ValueError of the callback is not "
-                   "bad data (its docstring: one that saved keeps it, an error of the "
-                   "callback); ONMFO's own checkpoint did the same")
 def test_a_callback_s_value_error_after_a_save_keeps_the_checkpoint(X, tmp_path):
+    """_checkpointing took any ValueError of a fit without the first pass (ONMFO) for bad
+    data found while streaming and removed the fresh run's checkpoint, 10 batches saved;
+    a ValueError of the callback is not bad data (its comment: one that saved keeps it,
+    an error of the callback).  ONMFO's own checkpoint did the same."""
     ck = tmp_path / "ck"
 
     def callback(info):
@@ -176,3 +175,11 @@ def test_a_damaged_alpha_r_is_refused_where_alpha_r_is_a_number(X, tmp_path):
     with pytest.raises(ValueError, match=r"is damaged: its alpha_R_ 7\.0 is not the "
                                          r"parameter alpha_R=0\.5"):
         ONMFO(**kw, checkpoint=ck).fit(X, resume=True)
+    # bad data found while streaming, after saves: the fresh run's checkpoint still goes
+    bad = X.copy()
+    bad[150, 2] = -1.0                      # in the last batch of the first pass
+    fresh = tmp_path / "fresh"
+    with pytest.raises(ValueError, match="Negative values in data passed to ONMFO"):
+        ONMFO(**KW, batch_size=20, shuffle=False, checkpoint=fresh,
+              checkpoint_every=1).fit(bad)
+    assert not fresh.exists() or _checkpoint.load(fresh) is None

@@ -292,13 +292,24 @@ class ONMFO(_OutlierFactorization):
         vars(self).pop("alpha_R_", None)        # a refit's: from this fit's stream
         stream = _Stream(self, feed, batches, units, seed)
         d, nb = X.shape[1], len(batches)
+
+        def step(run, active):
+            try:
+                return stream.step(run, active)
+            except ValueError:
+                # bad data found while streaming (not the callback's ValueError): a
+                # fresh run's checkpoint is removed (BaseModel._checkpointing)
+                if ckpt is not None:
+                    ckpt.bad_data = True
+                raise
+
         start = _Run(None, np.zeros((k, d)), np.zeros((k, k)), np.zeros((k, d)))
         try:
             # one driver step per batch until the passes converge (the driver's
             # rule="passes") or max_iter passes; a run its callback stopped continues
             # when resumed
             run, log = self._run(
-                stream.step, start, max_iter=self.max_iter * nb, rule="passes",
+                step, start, max_iter=self.max_iter * nb, rule="passes",
                 blocks=stream, problem=stream, step_info=lambda run: dict(run.last),
                 pass_objectives=lambda run: run.history, resume_stopped=True,
                 checkpoint_when=lambda run, it, last: (run.pos == 0 or
