@@ -427,7 +427,7 @@ class BaseModel(BaseEstimator):
                                      chunked=self._state_follows_chunks)
                 ckpt.check_early()  # model, parameters, seed, sampled rows: before any pass
                 yield ckpt
-            except BaseException as exc:
+            except BaseException:
                 # a fresh run that saved nothing, or found bad data while streaming,
                 # leaves nothing; one that saved keeps it, to resume (Ctrl-C, an error
                 # of the callback, a ValueError of the callback included)

@@ -2,8 +2,6 @@
 :mod:`daskrnmf._resume`, its passes the driver's ``rule="passes"``) and of
 ``MNMF.score`` through ``RowBlocks.map_reduce``: each test is a defect found there."""
 
-import os
-import shutil
 import warnings
 
 import dask.array as da
@@ -11,8 +9,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from daskrnmf import ONMFO
-from daskrnmf import _checkpoint
+from daskrnmf import ONMFO, _checkpoint
 
 KW = dict(n_components=3, max_iter=2, max_inner_iter=5, random_state=0, tol=0)
 
