@@ -180,3 +180,20 @@ def test_a_damaged_alpha_r_is_refused_where_alpha_r_is_a_number(X, tmp_path):
         ONMFO(**KW, batch_size=20, shuffle=False, checkpoint=fresh,
               checkpoint_every=1).fit(bad)
     assert not fresh.exists() or _checkpoint.load(fresh) is None
+
+
+def test_mnmf_score_of_dask_x_with_string_labels_for_number_classes_is_refused():
+    """y of strings for classes that are numbers: scikit-learn's 'Mix of label input
+    types (string and number)' for NumPy X; the blocks' comparisons of Dask X gave an
+    accuracy of 0.0 without a word."""
+    from daskrnmf import MNMF
+    from daskrnmf.datasets import make_margin_gaussians
+
+    X, y = make_margin_gaussians(10, 6, n_noise_directions=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = MNMF(2, semi_max_iter=3, max_iter=1, tol=0, random_state=0).fit(X, y)
+    for Xin in (X, da.from_array(X, chunks=(7, -1))):
+        with pytest.raises(ValueError, match=r"Mix of label input types \(string and number"):
+            est.score(Xin, y.astype(str))
+    assert est.score(da.from_array(X, chunks=(7, -1)), y.astype(float)) == est.score(X, y)
