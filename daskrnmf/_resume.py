@@ -30,8 +30,14 @@ work is saved:
   classifier's labels.  A stream without that first pass (ONMFO) adds its batch layout
   (:meth:`FitCheckpoint.add_fingerprint`) and saves the SHA-256 of the blocks it has read
   among its ``checkpoint_attributes``: a resumed run checks each block as it reads it
-  again; its batches are fixed by rows, so X may be chunked otherwise.  Resuming with other data, labels or parameters, or from damaged
-  files (every array has its SHA-256), is a ValueError naming what differs.
+  again; its batches are fixed by rows, so X may be chunked otherwise (with a
+  ``batch_size``, X's chunks cut a batch into pieces whose sums are then added in
+  another order: the result equals the uninterrupted one to rounding, not bit for bit;
+  and a block is checked only when read under the same row range as before, so rows
+  read before are not checked again on X chunked otherwise: a strict xfail in
+  tests/test_review_onmfo.py).  Resuming with other data, labels or parameters, or
+  from damaged files (every array has its SHA-256), is a ValueError naming what
+  differs.
 
 The directory itself, its atomic generations, lock and claim rules are those of
 :mod:`daskrnmf._checkpoint`.
