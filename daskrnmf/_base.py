@@ -397,9 +397,9 @@ class BaseModel(BaseEstimator):
         """The fit's :class:`~daskrnmf._resume.FitCheckpoint` (None without the parameter
         ``checkpoint``): the directory locked for the whole fit, read (``resume``) or
         claimed; a fresh run that fails on bad data, or before it saved anything, leaves
-        no checkpoint behind, nor does one without the first pass that raises a
-        ValueError (it checks X's blocks as it reads them, after it may have saved: bad
-        data); an earlier run's checkpoint is never removed here."""
+        no checkpoint behind, nor does a stream without the first pass whose step found
+        bad data (``FitCheckpoint.bad_data``: it checks X's blocks as it reads them,
+        after it may have saved); an earlier run's checkpoint is never removed here."""
         path = getattr(self, "checkpoint", None)
         if resume and path is None:
             raise ValueError(f"resume=True needs the 'checkpoint' parameter of {self._name} "
@@ -427,11 +427,11 @@ class BaseModel(BaseEstimator):
                                      chunked=self._state_follows_chunks)
                 ckpt.check_early()  # model, parameters, seed, sampled rows: before any pass
                 yield ckpt
-            except BaseException as exc:
+            except BaseException:
                 # a fresh run that saved nothing, or found bad data while streaming,
                 # leaves nothing; one that saved keeps it, to resume (Ctrl-C, an error
-                # of the callback)
-                streamed_bad = isinstance(exc, ValueError) and not self._first_pass
+                # of the callback, a ValueError of the callback included)
+                streamed_bad = ckpt is not None and ckpt.bad_data
                 if claimed is not None and (streamed_bad or not (
                         ckpt is not None and ckpt.saved_once)):
                     _checkpoint.release(path, claimed, options)

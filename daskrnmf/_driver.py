@@ -185,6 +185,9 @@ class IterationLog:
     rule: str = "decrease"
     # the run could converge (no ConvergenceWarning for a fixed number of steps)
     can_converge: bool = True
+    # rule="passes": the iteration after which the current pass began (saved with the
+    # run: a resumed run's pass line counts the pass's batches before the resume too)
+    pass_began: int = 0
 
     def restart_history(self, r):
         """Objective per iteration of restart ``r`` (iterations after it converged dropped)."""
@@ -271,7 +274,8 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     log.can_converge = rule == "decrease" or tol > 0
     restored = checkpoint.restore(state, problem) if checkpoint is not None else None
     if restored is not None:
-        state, history, log.n_iter, log.converged, log.stopped_by_callback, start = restored
+        (state, history, log.n_iter, log.converged, log.stopped_by_callback, start,
+         log.pass_began) = restored
         log.history = [np.array(row, dtype=float) for row in history]
         active = ~log.converged
         for row in log.history:
@@ -281,8 +285,12 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         if verbose:
             say("%s resumed from its checkpoint after iteration %d%s", name, start,
                 "" if active.any() else " (converged)")
-        if log.stopped_by_callback and not resume_stopped:
-            return state, log           # the run had ended: its callback stopped it
+        if log.stopped_by_callback:
+            if not resume_stopped:
+                return state, log       # the run had ended: its callback stopped it
+            # it continues: it ends as the run without that stop (at max_iter, the
+            # ConvergenceWarning and the last line of a run that was not stopped)
+            log.stopped_by_callback = False
         if active.any() and start > max_iter:
             if rule == "passes":      # max_iter counts passes, the steps batches
                 raise ValueError(f"{name} was checkpointed after batch {start}, beyond its "
@@ -293,7 +301,9 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
                              f"max_iter={max_iter}: resume with max_iter >= {start}, or fit "
                              "with overwrite_checkpoint=True to start afresh.")
     n_passes_done = len(pass_objectives(state)) if rule == "passes" else 0
-    pass_start, tic_pass = start, time.perf_counter()     # the current pass's, in this run
+    if restored is None:
+        log.pass_began = start
+    tic_pass = time.perf_counter()      # the current pass's clock, in this run
     for it in range(start + 1, max_iter + 1):
         if not active.any():
             break
@@ -316,8 +326,9 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
             ended = len(h) > n_passes_done
             newly = np.full(n_restarts, ended and passes_converged(h, tol))
             if ended:
-                pass_line = (len(h), h[-1], it - pass_start, time.perf_counter() - tic_pass)
-                n_passes_done, pass_start, tic_pass = len(h), it, time.perf_counter()
+                pass_line = (len(h), h[-1], it - log.pass_began,
+                             time.perf_counter() - tic_pass)
+                n_passes_done, log.pass_began, tic_pass = len(h), it, time.perf_counter()
         else:
             # a small change only: an increase is no convergence (see the docstring)
             drop = np.abs(prev - full)

@@ -23,15 +23,21 @@ work is saved:
   X; the directory must be visible to every worker (a shared file system or an object
   store), which is checked after each save.
 * What is saved is fingerprinted: the model, its parameters (all but ``max_iter``,
-  ``verbose``, ``callback`` and the checkpoint's own, which may change between the two
-  fits; arrays by their SHA-256), the seed, X's shape, dtype, row chunking and sampled
+  ``verbose``, ``callback``, ``prefetch`` (how far a stream reads ahead) and the
+  checkpoint's own, which may change between the two fits; arrays by their SHA-256), the seed, X's shape, dtype, row chunking and sampled
   rows (checked before any pass), the SHA-256 of every block of X (computed where it is
   read, in the first pass of a checkpointed fit) with the first pass's statistics, and a
   classifier's labels.  A stream without that first pass (ONMFO) adds its batch layout
   (:meth:`FitCheckpoint.add_fingerprint`) and saves the SHA-256 of the blocks it has read
   among its ``checkpoint_attributes``: a resumed run checks each block as it reads it
-  again; its batches are fixed by rows, so X may be chunked otherwise.  Resuming with other data, labels or parameters, or from damaged
-  files (every array has its SHA-256), is a ValueError naming what differs.
+  again; its batches are fixed by rows, so X may be chunked otherwise (with a
+  ``batch_size``, X's chunks cut a batch into pieces whose sums are then added in
+  another order: the result equals the uninterrupted one to rounding, not bit for bit;
+  and a block is checked only when read under the same row range as before, so rows
+  read before are not checked again on X chunked otherwise: a strict xfail in
+  tests/test_review_onmfo.py).  Resuming with other data, labels or parameters, or
+  from damaged files (every array has its SHA-256), is a ValueError naming what
+  differs.
 
 The directory itself, its atomic generations, lock and claim rules are those of
 :mod:`daskrnmf._checkpoint`.
@@ -49,9 +55,10 @@ from . import _checkpoint
 from ._blocks import BlockState
 from ._stores import digest, is_url
 
-# parameters that may differ between a fit and its resumption
+# parameters that may differ between a fit and its resumption (none decides the result:
+# ONMFO's prefetch is how far it reads ahead, as its own checkpoint left it free)
 UNFINGERPRINTED = frozenset({"max_iter", "verbose", "callback", "checkpoint",
-                             "checkpoint_every"})
+                             "checkpoint_every", "prefetch"})
 BLOCKS = "blocks"
 
 
@@ -220,6 +227,9 @@ class FitCheckpoint:
         self.saved = saved              # (arrays, attrs) of the generation resumed, or None
         self.runs = []                  # one entry per run so far: (skeleton, arrays, blocks, info)
         self.saved_once = False         # this fit wrote a generation
+        # a stream's step found X's values bad (a ValueError while streaming, set by the
+        # model): a fresh run's checkpoint is removed even after a save
+        self.bad_data = False
 
     # -- what was saved
     def _refuse(self, what):
@@ -488,8 +498,8 @@ class RunCheckpoint:
         fit.runs.append(None)
 
     def restore(self, state, problem):
-        """``(state, history, n_iter, converged, stopped, iteration)`` of this run as
-        saved, with ``problem``'s listed attributes set (a property may check the value
+        """``(state, history, n_iter, converged, stopped, iteration, pass_began)`` of
+        this run as saved, with ``problem``'s listed attributes set (a property may check the value
         it is given); None when the checkpoint has no such run (it starts afresh).  A
         ``problem`` with a method ``check_restored(state)`` checks the state restored
         (shapes, finiteness, a position that exists): its ValueError names the damage."""
@@ -515,7 +525,9 @@ class RunCheckpoint:
             history = arrays[f"{prefix}history"]
             info = (value["state"], history, np.array(saved["n_iter"], dtype=int),
                     np.array(saved["converged"], dtype=bool), bool(saved["stopped"]),
-                    int(saved["iteration"]))
+                    int(saved["iteration"]),
+                    # a stream's pass start (before it was saved: the resumed iteration)
+                    int(saved.get("pass_began", saved["iteration"])))
             for attr, val in (value["problem"] or {}).items():
                 if attr in problem.checkpoint_attributes:   # never another attribute
                     setattr(problem, attr, val)
@@ -550,7 +562,7 @@ class RunCheckpoint:
         rb = self.fit.row_blocks
         info = {"name": self.name, "iteration": int(iteration),
                 "n_iter": log.n_iter.tolist(), "converged": log.converged.tolist(),
-                "stopped": bool(log.stopped_by_callback),
+                "stopped": bool(log.stopped_by_callback), "pass_began": int(log.pass_began),
                 "n_passes": None if rb is None else int(rb.n_passes),
                 "n_state_passes": None if rb is None else int(rb.n_state_passes),
                 "passes_at_start": self.passes_at_start}

@@ -603,6 +603,14 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
                 raise ValueError(f"y should be a 1d array, got an array of shape "
                                  f"{tuple(np.shape(a))} instead.")
         check_consistent_length(X, y, sample_weight)
+        # strings beside numbers never match: scikit-learn's accuracy_score (NumPy X)
+        # refuses them; the blocks' comparisons would give 0 without a word
+        kinds = [(a.dtype if hasattr(a, "dtype") else np.asarray(a).dtype).kind
+                 for a in (y, self.classes_)]      # a Dask y is not computed
+        if {"U", "S"} & set(kinds) and set(kinds) & set("biuf"):
+            raise ValueError("Mix of label input types (string and number): y holds "
+                             f"{'strings' if kinds[0] in 'US' else 'numbers'}, classes_ "
+                             f"{'strings' if kinds[1] in 'US' else 'numbers'}.")
         blocks = RowBlocks(X)
         labels = blocks.split(y)
         weights = [None] * blocks.n_blocks if sample_weight is None else \
@@ -611,6 +619,8 @@ class MNMF(ClassifierMixin, FactorizationMixin, BaseModel):
             _semi.score_chunk, sum_arrays, state=list(zip(labels, weights)),
             args=((f"X passed to {self._name}", self._non_negative, self._allow_nan),
                   *self._problems(), self.classes_, self._output_dtype(X)), name="score")
+        if total == 0:      # scikit-learn's accuracy_score refuses it (NumPy X here too)
+            raise ValueError("Sample weights must contain at least one non-zero number.")
         return float(right / total)
 
     def _outputs(self, X):

@@ -26,6 +26,7 @@ A, B, C start again at each pass (``reset_statistics``, measured to help).
 """
 
 import hashlib
+import numbers
 
 import numpy as np
 
@@ -291,13 +292,24 @@ class ONMFO(_OutlierFactorization):
         vars(self).pop("alpha_R_", None)        # a refit's: from this fit's stream
         stream = _Stream(self, feed, batches, units, seed)
         d, nb = X.shape[1], len(batches)
+
+        def step(run, active):
+            try:
+                return stream.step(run, active)
+            except ValueError:
+                # bad data found while streaming (not the callback's ValueError): a
+                # fresh run's checkpoint is removed (BaseModel._checkpointing)
+                if ckpt is not None:
+                    ckpt.bad_data = True
+                raise
+
         start = _Run(None, np.zeros((k, d)), np.zeros((k, k)), np.zeros((k, d)))
         try:
             # one driver step per batch until the passes converge (the driver's
             # rule="passes") or max_iter passes; a run its callback stopped continues
             # when resumed
             run, log = self._run(
-                stream.step, start, max_iter=self.max_iter * nb, rule="passes",
+                step, start, max_iter=self.max_iter * nb, rule="passes",
                 blocks=stream, problem=stream, step_info=lambda run: dict(run.last),
                 pass_objectives=lambda run: run.history, resume_stopped=True,
                 checkpoint_when=lambda run, it, last: (run.pos == 0 or
@@ -476,9 +488,26 @@ class _Stream:
                 and len(run.history) == p):
             raise ValueError(f"its position (pass {p}, batch {pos}, {steps} steps) is not a "
                              f"position of a stream of {nb} batches per pass.")
+        # its counts and sums (a damaged one is named here, not a TypeError mid-stream)
+        for name in ("n_seen", "pass_n", "inner_rounds", "inner_n", "n_stat", "n_observed"):
+            value = getattr(run, name)
+            if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                    or value < 0 or (name == "n_stat" and value > steps)):
+                raise ValueError(f"its count {name} {value!r} is not one of a stream after "
+                                 f"{steps} steps.")
+        for name, value in [("loss_sum", run.loss_sum)] + [("history", h) for h in run.history]:
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                    or not np.isfinite(value)):
+                raise ValueError(f"its {name} holds {value!r}, not a finite number.")
+        if not isinstance(run.last, dict):
+            raise ValueError(f"its last batch's report {run.last!r} is not a mapping.")
         a = self.alpha_R_
         if isinstance(a, bool) or not isinstance(a, (int, float)) or not a > 0 or a == np.inf:
             raise ValueError(f"its alpha_R_ {a!r} is not a positive number.")
+        if not isinstance(self.model.alpha_R, str) and a != float(self.model.alpha_R):
+            # a float alpha_R is the parameter (fingerprinted): the saved one is a copy
+            raise ValueError(f"its alpha_R_ {a!r} is not the parameter alpha_R="
+                             f"{self.model.alpha_R!r}.")
 
     def step(self, run, active):
         """One batch: its codes and outliers solved where it is read, its statistics
