@@ -223,7 +223,13 @@ class ONMFO(_OutlierFactorization):
     """
 
     _first_pass = False     # every batch is checked as it is streamed
-    _state_follows_chunks = False   # batches by rows: resumes on X chunked otherwise
+
+    @property
+    def _state_follows_chunks(self):
+        """The default batches are X's rows (a resume may read X chunked otherwise);
+        ``batch_size=`` batches are read by X's chunks, whose checksums a resume checks:
+        X chunked otherwise is refused, as for the batch models."""
+        return self.batch_size is not None
     _renamed_params = {"lam": "alpha_R", "n_passes": "max_iter"}
     # what save/load keeps beyond the public attributes: partial_fit continues after load
     _saved_private = BaseModel._saved_private + ("_W", "_A", "_B", "_C", "_Bm",
