@@ -202,10 +202,23 @@ def test_resume_on_other_data_of_the_same_shape_is_refused(X, tmp_path):
         ONMFO(**KW, checkpoint=ck).fit(other, resume=True)
     with pytest.raises(ValueError, match="dtype float64 there, float32 here"):
         ONMFO(**KW, checkpoint=ck).fit(X.astype(np.float32), resume=True)
-    # the same data, chunked otherwise (the batches are fixed by batch_size): resumes
-    resumed = ONMFO(**KW, checkpoint=ck).fit(da.from_array(X, chunks=(30, -1)), resume=True)
-    np.testing.assert_allclose(resumed.components_, ONMFO(**KW).fit(X).components_,
-                               rtol=1e-12)
+    # the same data chunked otherwise: batch_size= batches are read by X's chunks, whose
+    # checksums a resume checks, so it is refused as for the batch models (the default
+    # batches, X's rows, resume on any chunking: test_resume)
+    with pytest.raises(ValueError, match="X was chunked otherwise"):
+        ONMFO(**KW, checkpoint=ck).fit(da.from_array(X, chunks=(30, -1)), resume=True)
+
+
+def test_default_batches_resume_on_x_chunked_otherwise(X, tmp_path):
+    """The default batches are X's rows and random_state, never its chunks: a stream
+    checkpointed on one chunking resumes on another (or on NumPy) to exactly the
+    uninterrupted W."""
+    kw = {k: v for k, v in KW.items() if k != "batch_size"}
+    ck = tmp_path / "ck"
+    ONMFO(**kw, checkpoint=ck, callback=lambda info: info["iteration"] == 5).fit(
+        da.from_array(X, chunks=(30, -1)))
+    resumed = ONMFO(**kw, checkpoint=ck).fit(da.from_array(X, chunks=(45, -1)), resume=True)
+    np.testing.assert_array_equal(resumed.components_, ONMFO(**kw).fit(X).components_)
 
 
 def test_fingerprint_samples_are_deterministic_and_chunking_free(X):
