@@ -66,7 +66,10 @@ def test_allow_nan_tag_follows_missing(cls):
     assert cls(missing="mask").__sklearn_tags__().input_tags.allow_nan is True
 
 
-@parametrize_with_checks([cls(n_components=2, missing="mask", random_state=0) for cls in MODELS],
+# 50 iterations for the batch models, as in tests/test_common.py (the checks' read-only
+# memmap input runs a Dask graph per pass)
+@parametrize_with_checks([cls(n_components=2, missing="mask", random_state=0,
+                              **({} if cls is ONMFO else {"max_iter": 50})) for cls in MODELS],
                          expected_failed_checks=lambda e: EXPECTED_FAILED.get(type(e).__name__,
                                                                               {}))
 def test_sklearn_checks_with_allow_nan(estimator, check):
