@@ -117,3 +117,24 @@ def test_final_codes_are_solved_to_at_most_1e_3(data):
     assert spec.tol == 1e-3
     np.testing.assert_array_equal(batch.transform(X), codes_block(
         X, np.asarray(batch.components_, dtype=np.float64), spec, "h"))
+
+
+def test_each_row_group_is_read_once_a_pass(data, groups, monkeypatch):
+    """The steps that take a task's solved batches read ahead from the first batch not
+    yet solved: wanting the solved ones again read their group again and kept it on a
+    worker, never consumed (10M x 256 on 2 GiB workers: killed in the first pass)."""
+    import dask.array as da
+
+    reads = []
+    real = Feed._read
+
+    def counted(self, c):
+        reads.append(c)
+        return real(self, c)
+
+    monkeypatch.setattr(Feed, "_read", counted)
+    X = da.from_array(data[0], chunks=(50, -1))
+    model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=1).fit(X)
+    assert model.n_steps_ == 2 * 9
+    # three groups a pass, each read once (the first also for W's start, then kept)
+    assert sorted(reads) == [0, 0, 1, 1, 2, 2]

@@ -527,7 +527,13 @@ class _Stream:
                 run.A[:], run.B[:], run.C[:] = 0.0, 0.0, 0.0
                 run.Bm = None
                 run.n_stat = 0
-        ahead = upcoming(self.order, nb, m.max_iter, p, j, 1 + m.prefetch * self.span)
+        # read ahead from the first batch not yet solved: the batches a task has solved
+        # were consumed from the feed (wanting them again would read their group again
+        # and keep it, never consumed, on a worker)
+        skip = 0
+        while (p, j + skip) in self.solved:
+            skip += 1
+        ahead = upcoming(self.order, nb, m.max_iter, p, j + skip, 1 + m.prefetch * self.span)
         for b in read_ahead(ahead, self.unit_of, m.prefetch):
             feed.want(b)
         b = int(self.order(p)[j])
