@@ -151,7 +151,8 @@ def main():
          f"{own[0]:.5f} / {at_alpha:.5f} = {own[0] / at_alpha:.3f}x |")
     emit(f"| RobustNMF on the sample | {batch.n_iter_} iterations, {batch_sec:.0f} s |")
     emit()
-    emit("Previous run (2026-11-25, this script, the same machine loaded; alpha_R=1, before "auto" became the default, so its objective values are of another problem; each 4,096-row "
+    emit("Previous run (2026-11-25, this script, the same machine loaded; alpha_R=1, before 'auto' became the default, so its objective values are of another "
+         "problem; each 4,096-row "
          "batch one task and round trip, W updated on the client; transform and decompose "
          "at ONMFO's inner_tol=1e-2): read pass 5.4 s; 3 passes of 984 W updates; whole fit "
          "118.7 s = 21.9 read passes; a pass 39.6 s = 0.14x the read pass's samples/s; "
