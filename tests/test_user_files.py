@@ -20,6 +20,7 @@ from daskrnmf import ONMFO, RFNMF, _checkpoint, _stores, cli
 from daskrnmf.datasets import make_zarr_blobs
 
 from .conftest import snapshot
+from .test_checkpoint import saved_stream
 
 
 @pytest.fixture
@@ -180,9 +181,9 @@ def _earlier_run(tmp_path):
     X = np.random.default_rng(1).random((80, 4))
     ckpt = tmp_path / "run.ckpt"
     _onmfo(ckpt).fit(X)
-    saved = _checkpoint.load(str(ckpt))
+    saved, _ = saved_stream(str(ckpt))
     assert saved is not None
-    return X, ckpt, saved[0]["W"]
+    return X, ckpt, saved["W"]
 
 
 def test_a_failed_overwrite_run_keeps_the_earlier_checkpoint(tmp_path):
@@ -191,8 +192,8 @@ def test_a_failed_overwrite_run_keeps_the_earlier_checkpoint(tmp_path):
     bad[70, 1] = np.nan                  # found while streaming, in the last batch
     with pytest.raises(ValueError, match="NaN"):
         _onmfo(ckpt).fit(da.from_array(bad, chunks=(20, 4)), overwrite_checkpoint=True)
-    arrays, _ = _checkpoint.load(str(ckpt))
-    assert np.array_equal(arrays["W"], W)        # the new run saved nothing before the NaN
+    saved, _ = saved_stream(str(ckpt))
+    assert np.array_equal(saved["W"], W)         # the new run saved nothing before the NaN
     assert _checkpoint.holds_run(str(ckpt))
 
 
