@@ -48,6 +48,13 @@ def timed(fn):
     return time.perf_counter() - tic, out
 
 
+def read_pass_times(X, repeat):
+    """Seconds of ``repeat`` plain read passes ``X.sum()`` of the Dask array X, after one
+    that brings its store into the page cache."""
+    X.sum().compute()
+    return [timed(lambda: X.sum().compute())[0] for _ in range(repeat)]
+
+
 def timed_median(fn, repeat=5):
     """``(median seconds of repeat calls, the last fn())``: for sub-second fits, whose
     single timings vary by 2x from run to run on a shared 2-core machine."""

@@ -31,7 +31,7 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _report import Report, capped_cluster, cpu
+from _report import Report, capped_cluster, cpu, read_pass_times
 from bench_onmfo_planted import CHUNK, K, write
 
 LIMIT = int(1.5 * 2**30)
@@ -97,13 +97,7 @@ def one(store, d, client, timer, modes):
     from daskrnmf import ONMFO
 
     X = da.from_zarr(store)
-    X.sum().compute()               # the store into the page cache
-    reads = []
-    for _ in range(3):
-        tic = time.perf_counter()
-        X.sum().compute()
-        reads.append(time.perf_counter() - tic)
-    read = min(reads)
+    read = min(read_pass_times(X, 3))
     ONMFO(K, max_iter=1, random_state=0).fit(store)       # compiles on the workers
     best = {}
     group = getattr(stream.Feed, "solve_run", None)

@@ -23,7 +23,7 @@ import time
 import warnings
 
 import numpy as np
-from _report import Report, capped_cluster, cpu
+from _report import Report, capped_cluster, cpu, read_pass_times
 
 LIMIT = int(1.5 * 2**30)
 CHUNK = 50_000
@@ -90,13 +90,7 @@ def main():
     write(store, n, d)
     X = da.from_zarr(store)
     with capped_cluster(LIMIT) as client:
-        X.sum().compute()               # the store into the page cache
-        reads = []
-        for _ in range(2):
-            tic = time.perf_counter()
-            X.sum().compute()
-            reads.append(time.perf_counter() - tic)
-        read = float(np.median(reads))
+        read = float(np.median(read_pass_times(X, 2)))
         passes = []
 
         def per_pass(info):
