@@ -490,7 +490,8 @@ class BaseModel(BaseEstimator):
         if log.can_converge and not log.stopped_by_callback:
             # points at the user's line, however deep the fit's call chain
             warn_if_not_converged(name or self._name, log.converged[restart],
-                                  self.max_iter if max_iter is None else max_iter)
+                                  self.max_iter if max_iter is None else max_iter,
+                                  unit="passes" if log.rule == "passes" else "iterations")
 
     _cast_attributes = ("components_", "cluster_centers_", "block_medians_")
 

@@ -374,12 +374,13 @@ def run_quiet(step, state, *, n_restarts, max_iter, tol):
         warnings.simplefilter("ignore", ConvergenceWarning)
         return iterate(step, state, n_restarts=n_restarts, max_iter=max_iter, tol=tol)
 
-def warn_if_not_converged(name, converged, max_iter, stacklevel=None):
+def warn_if_not_converged(name, converged, max_iter, stacklevel=None, unit="iterations"):
     """A :class:`~sklearn.exceptions.ConvergenceWarning` unless ``converged``, pointing
     at the user's line that called into daskrnmf (``stacklevel`` None: the first frame
-    outside the package, however deep the fit's call chain)."""
+    outside the package, however deep the fit's call chain); ``unit``: what ``max_iter``
+    counts ("passes" for a stream)."""
     if not converged:
-        warnings.warn(f"{name} did not converge within max_iter={max_iter} iterations; "
+        warnings.warn(f"{name} did not converge within max_iter={max_iter} {unit}; "
                       "increase max_iter or tol.", ConvergenceWarning,
                       stacklevel=stacklevel or user_stacklevel())
 

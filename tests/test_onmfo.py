@@ -819,3 +819,11 @@ def test_a_resumed_auto_alpha_run_keeps_the_checkpoint_s_value(data, tmp_path):
     resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     assert resumed.alpha_R_ == full.alpha_R_
     np.testing.assert_array_equal(resumed.components_, full.components_)
+
+
+def test_the_convergence_warning_counts_passes():
+    """ONMFO's max_iter counts passes over X, and its warning says so (it said
+    'iterations', the batch models' word, where a step is a batch)."""
+    X = np.random.default_rng(0).gamma(2.0, 1.0, size=(400, 8))
+    with pytest.warns(ConvergenceWarning, match=r"within max_iter=2 passes;"):
+        ONMFO(3, max_iter=2, tol=1e-9, random_state=0).fit(X)

@@ -188,7 +188,8 @@ class ONMFO(_OutlierFactorization):
         Mean rounds of the (h, r) solve per sample in the last pass (how many inner
         rounds ``inner_tol`` needed).
     n_steps_ : int
-        W updates (batches) since the model was created (fit and partial_fit).
+        W updates (batches): those of the last ``fit`` (a fit starts the count afresh)
+        and of the ``partial_fit`` calls after it.
     n_passes_ : int
         Complete passes of the stream over X in the last ``fit`` (the first pass that
         checks X's values is not counted).
