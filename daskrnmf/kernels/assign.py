@@ -199,12 +199,24 @@ def distances(X, centers, metric):
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _seed_trials(X, cand, mind, tau, l1, l2, power, pot):
-    """pot[t] = sum_i min(d(x_i, X[cand[t]]), mind_i, tau) ** power (l1, l2: the
-    markers of :func:`_metric_markers`)."""
+    """pot[t] = sum_i min(d(x_i, X[cand[t]]), mind_i, tau) ** power; with power 0
+    instead mind_i = min(mind_i, d(x_i, X[cand[t]])) in place (:func:`seed_update`: one
+    kernel for both, compiled once).  l1, l2: the markers of :func:`_metric_markers`."""
     n, d = X.shape
     T = cand.shape[0]
+    if power == 0:
+        y = X[cand[0]]
+        for i in range(n):
+            if l1 is not None:
+                u = _l1(X[i], y)
+            if l2 is not None:
+                u = np.sqrt(_sq(X[i], y))
+            if u < mind[i]:
+                mind[i] = u
+        return
     for i in range(n):
-        cap = min(mind[i], tau)
+        m = mind[i]
+        cap = tau if tau < m else m         # min(m, tau), as Numba's min()
         x = X[i]
         for t in range(T):
             if l1 is not None:
@@ -214,19 +226,6 @@ def _seed_trials(X, cand, mind, tau, l1, l2, power, pot):
             if v > cap:
                 v = cap
             pot[t] += v if power == 1 else v * v
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _seed_update(X, c, mind, l1, l2):
-    """mind_i = min(mind_i, d(x_i, X[c])) in place (l1, l2: as :func:`_seed_trials`)."""
-    n, d = X.shape
-    for i in range(n):
-        if l1 is not None:
-            v = _l1(X[i], X[c])
-        if l2 is not None:
-            v = np.sqrt(_sq(X[i], X[c]))
-        if v < mind[i]:
-            mind[i] = v
 
 
 def seed_potentials(X, cand, mind, tau, metric, power):
@@ -345,7 +344,8 @@ def seed_potentials_pairwise(D, cand, cap, power):
 
 def seed_update(X, c, mind, metric):
     """``mind = min(mind, d(X, X[c]))`` in place; returns mind."""
-    _seed_update(X, int(c), mind, *_metric_markers(metric))
+    _seed_trials(X, np.array([c], dtype=np.int64), mind, np.inf, *_metric_markers(metric), 0,
+                 np.zeros(1))
     return mind
 
 
