@@ -454,12 +454,13 @@ def _group_medians(Xt, order, ends, out, pivots, X):
     m_max = 0
     for g in range(G):
         m = ends[g] - (ends[g - 1] if g else 0)
-        m_max = max(m_max, m)
-    buf = np.empty(max(m_max, 1))
-    part = np.empty(max(m_max, 1))
-    n_lt = np.zeros(d, dtype=np.int64)      # the counts and neighbours of the
-    n_eq = np.zeros(d, dtype=np.int64)      # guesses, by rows
-    n_gt = np.zeros(d, dtype=np.int64)
+        if m > m_max:                   # no max() nor np.zeros: their overloads
+            m_max = m                   # are compiled for this kernel alone
+    buf = np.empty(m_max if m_max > 1 else 1)
+    part = np.empty(m_max if m_max > 1 else 1)
+    n_lt = np.empty(d, dtype=np.int64)      # the counts and neighbours of the
+    n_eq = np.empty(d, dtype=np.int64)      # guesses, by rows (_pivot_counts sets
+    n_gt = np.empty(d, dtype=np.int64)      # them before they are read)
     nb = np.empty(d)
     na = np.empty(d)
     for g in range(G):
