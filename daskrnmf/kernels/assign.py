@@ -29,45 +29,62 @@ def _sq(x, y):
     return s
 
 
+def _metric_markers(metric):
+    """``(True, None)`` for "l1", ``(None, True)`` otherwise: the two marker arguments of
+    the distance kernels.  Numba prunes the branch whose ``is not None`` test a None
+    argument decides before it types the kernel (as :func:`daskrnmf.kernels.cd_rows.
+    _cd_rows` does), so a process compiles only the metric it uses; a branch on a flag
+    would compile both loops."""
+    return (True, None) if metric == "l1" else (None, True)
+
+
 @njit(cache=True, nogil=True, fastmath=True)
-def _nearest(X, C, l1, labels, dist):
+def _nearest(X, C, l1, l2, labels, dist):
     # every distance in full: a plain loop over the features vectorises, and is 6-13x
     # faster than sums stopped early at the best so far (measured on 64 and 1024
     # features), whose branches keep the compiler from vectorising.  A row's distances
     # depend on that row only (the summation order is fixed by n_features), so labels do
-    # not depend on the chunking; ties go to the lowest index.
+    # not depend on the chunking; ties go to the lowest index.  l1, l2: the markers of
+    # _metric_markers (one None).
     n, d = X.shape
     R, k, _ = C.shape
     for i in range(n):
         x = X[i]
         for r in range(R):
-            best = np.inf
-            arg = 0
-            if l1:
+            if l1 is not None:
+                best = np.inf
+                arg = 0
                 for c in range(k):
                     s = _l1(x, C[r, c])
                     if s < best:
                         best = s
                         arg = c
-            else:
+                labels[i, r] = arg
+                dist[i, r] = best
+            if l2 is not None:
+                best2 = np.inf
+                arg2 = 0
                 for c in range(k):
-                    s = _sq(x, C[r, c])
-                    if s < best:
-                        best = s
-                        arg = c
-            labels[i, r] = arg
-            dist[i, r] = best if l1 else np.sqrt(best)
+                    s2 = _sq(x, C[r, c])
+                    if s2 < best2:
+                        best2 = s2
+                        arg2 = c
+                labels[i, r] = arg2
+                dist[i, r] = np.sqrt(best2)
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _all(X, C, l1, out):
+def _all(X, C, l1, l2, out):
     # the loops of _nearest: distances equal the ones it compares
     n, d = X.shape
     k = C.shape[0]
     for i in range(n):
         x = X[i]
         for c in range(k):
-            out[i, c] = _l1(x, C[c]) if l1 else np.sqrt(_sq(x, C[c]))
+            if l1 is not None:
+                out[i, c] = _l1(x, C[c])
+            if l2 is not None:
+                out[i, c] = np.sqrt(_sq(x, C[c]))
 
 
 def nearest(X, centers, metric, threads=1):
@@ -105,7 +122,8 @@ def nearest(X, centers, metric, threads=1):
           and C.shape[1] * X.shape[1] >= GEMM_MIN_WORK):
         _nearest_l2_certified(as_float_block(X), C, labels, dist)
     else:
-        split_rows(lambda a, b: _nearest(X[a:b], C, metric == "l1", labels[a:b], dist[a:b]),
+        l1, l2 = _metric_markers(metric)
+        split_rows(lambda a, b: _nearest(X[a:b], C, l1, l2, labels[a:b], dist[a:b]),
                    X.shape[0], threads if X.size * C.shape[0] * C.shape[1]
                    >= ROW_THREADS_MIN_WORK else 1)
     return labels, dist
@@ -147,7 +165,7 @@ def _nearest_l2_certified(X, C, labels, dist):
     if unsure.size:
         sub_labels = np.empty((unsure.size, R), dtype=np.int32)
         sub_dist = np.empty((unsure.size, R))
-        _nearest(np.ascontiguousarray(X[unsure]), C, False, sub_labels, sub_dist)
+        _nearest(np.ascontiguousarray(X[unsure]), C, None, True, sub_labels, sub_dist)
         labels[unsure] = sub_labels
     _distance_to(X, C, labels, dist)
 
@@ -175,33 +193,39 @@ def distances(X, centers, metric):
     if X.shape[0] and np.isnan(X.min()):
         _all_masked(X, C, metric == "l1", out)
     elif X.shape[0]:
-        _all(X, C, metric == "l1", out)
+        _all(X, C, *_metric_markers(metric), out)
     return out
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _seed_trials(X, cand, mind, tau, l1, power, pot):
-    """pot[t] = sum_i min(d(x_i, X[cand[t]]), mind_i, tau) ** power."""
+def _seed_trials(X, cand, mind, tau, l1, l2, power, pot):
+    """pot[t] = sum_i min(d(x_i, X[cand[t]]), mind_i, tau) ** power; with power 0
+    instead mind_i = min(mind_i, d(x_i, X[cand[t]])) in place (:func:`seed_update`: one
+    kernel for both, compiled once).  l1, l2: the markers of :func:`_metric_markers`."""
     n, d = X.shape
     T = cand.shape[0]
+    if power == 0:
+        y = X[cand[0]]
+        for i in range(n):
+            if l1 is not None:
+                u = _l1(X[i], y)
+            if l2 is not None:
+                u = np.sqrt(_sq(X[i], y))
+            if u < mind[i]:
+                mind[i] = u
+        return
     for i in range(n):
-        cap = min(mind[i], tau)
+        m = mind[i]
+        cap = tau if tau < m else m         # min(m, tau), as Numba's min()
         x = X[i]
         for t in range(T):
-            v = _l1(x, X[cand[t]]) if l1 else np.sqrt(_sq(x, X[cand[t]]))
+            if l1 is not None:
+                v = _l1(x, X[cand[t]])
+            if l2 is not None:
+                v = np.sqrt(_sq(x, X[cand[t]]))
             if v > cap:
                 v = cap
             pot[t] += v if power == 1 else v * v
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _seed_update(X, c, mind, l1):
-    """mind_i = min(mind_i, d(x_i, X[c])) in place."""
-    n, d = X.shape
-    for i in range(n):
-        v = _l1(X[i], X[c]) if l1 else np.sqrt(_sq(X[i], X[c]))
-        if v < mind[i]:
-            mind[i] = v
 
 
 def seed_potentials(X, cand, mind, tau, metric, power):
@@ -222,7 +246,7 @@ def seed_potentials(X, cand, mind, tau, metric, power):
     """
     pot = np.zeros(len(cand))
     _seed_trials(X, np.asarray(cand, dtype=np.int64), np.asarray(mind, dtype=np.float64),
-                 float(tau), metric == "l1", int(power), pot)
+                 float(tau), *_metric_markers(metric), int(power), pot)
     return pot
 
 
@@ -320,7 +344,8 @@ def seed_potentials_pairwise(D, cand, cap, power):
 
 def seed_update(X, c, mind, metric):
     """``mind = min(mind, d(X, X[c]))`` in place; returns mind."""
-    _seed_update(X, int(c), mind, metric == "l1")
+    _seed_trials(X, np.array([c], dtype=np.int64), mind, np.inf, *_metric_markers(metric), 0,
+                 np.zeros(1))
     return mind
 
 

@@ -22,7 +22,7 @@ TABLE_MAX_COND = 1e8   # condition number of W W^T above which the NNLS is not t
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rounds, loss,
-             tab, have, F):
+             tab, have, F, hw, bz, idx, passive):
     """Every row: b0 = W x (a loop, so that a row's numbers do not depend on its block),
     clipped least squares ``max(0, Ginv b0)`` (Ginv: the inverse of the ridged G; a
     product, no division chain) unless ``warm``, then the rounds; ``loss[i]`` gets the
@@ -36,21 +36,24 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
     for every row (k above the table's limit, or G near-singular).  Numba prunes the
     branch whose ``is not None`` test a None argument decides before it types the
     kernel, so a process compiles only the NNLS it calls (each about a second of
-    compile); a branch on a flag would compile both."""
+    compile); a branch on a flag would compile both.  Scratch from the caller (np.empty's
+    and np.zeros' overloads are then not compiled for this kernel): ``hw`` (k,) in the
+    work dtype, ``bz`` (3, k) float64, ``idx`` (k,) int64, ``passive`` (k,) bool, all
+    False; the residual's two rows stay allocated here (views of one scratch array made
+    the vectorised loops 3-4 % slower)."""
     m, d = x.shape
     k = W.shape[0]
     e = np.empty_like(x[0])           # residual x - h W, then r = max(0, e - lam)
-    rv = np.empty_like(x[0])
-    hw = np.empty_like(W[:, 0])       # h in the work dtype
-    b = np.empty(k)
-    b0 = np.empty(k)
-    idx = np.empty(k, dtype=np.int64)         # the factored NNLS's passive set and its
-    z = np.empty(k)                           # factor, kept from one round to the next
-    passive = np.zeros(k, dtype=np.bool_)
+    rv = np.empty_like(x[0])          # hw: h in the work dtype
+    b = bz[0]
+    b0 = bz[1]
+    z = bz[2]                         # idx, z, passive: the factored NNLS's passive set
+    #                                   and its factor, kept from one round to the next
     lamw, half, zero = consts[0], consts[1], consts[2]
     amax = 0.0
     for c in range(k):
-        amax = max(amax, abs(G[c, c]))
+        v = abs(G[c, c])
+        amax = v if v > amax else amax          # max(amax, v) as Numba writes it
     for i in range(m):
         xi = x[i]
         for c in range(k):
@@ -154,7 +157,9 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
         F = None if table is not None else np.empty((k, k))
         _cd_rows(x, np.ascontiguousarray(W64, dtype=dt), G, np.ascontiguousarray(Ginv), warm,
                  h, np.array([lam, 0.5, 0.0], dtype=dt), int(max_iter), float(tol),
-                 32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, have, F)
+                 32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, have, F,
+                 np.empty(k, dtype=dt), np.empty((3, k)),
+                 np.empty(k, dtype=np.int64), np.zeros(k, dtype=np.bool_))
     if return_loss:
         return h, r, rounds, loss
     return h, r, rounds

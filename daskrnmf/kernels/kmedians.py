@@ -190,7 +190,7 @@ def _cluster_medians_selected(X, labels, counts, out, order, buf, todo):
     n, d = X.shape
     k = counts.shape[0]
     ends = np.zeros(k, dtype=np.int64)
-    _group_order(labels, k, order, ends)
+    _group_order(labels, k, order, ends, np.empty(k, dtype=np.int64))
     for c in range(k):
         a = ends[c - 1] if c else 0
         m = ends[c] - a

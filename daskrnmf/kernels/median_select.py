@@ -17,12 +17,12 @@ from numba import njit
 from .blocks import one_type_per_argument
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _group_order(labels, n_groups, order, ends):
+def _group_order(labels, n_groups, order, ends, fill):
+    # fill: (n_groups,) int64 scratch (np.empty's overload compiled for no kernel here)
     for i in range(labels.shape[0]):
         ends[labels[i]] += 1
     for g in range(1, n_groups):
         ends[g] += ends[g - 1]
-    fill = np.empty(n_groups, dtype=np.int64)
     for g in range(n_groups):
         fill[g] = ends[g - 1] if g else 0
     for i in range(labels.shape[0]):
@@ -47,7 +47,7 @@ def group_order(labels, n_groups):
     labels = np.ascontiguousarray(labels, dtype=np.int64)
     order = np.empty(labels.shape[0], dtype=np.int64)
     ends = np.zeros(n_groups, dtype=np.int64)
-    _group_order(labels, n_groups, order, ends)
+    _group_order(labels, n_groups, order, ends, np.empty(n_groups, dtype=np.int64))
     return order, ends
 
 
@@ -82,8 +82,12 @@ def group_medians(Xt, order, ends, out, pivots=None, X=None):
     if X is None:       # the guesses are counted by rows of X
         X = (np.empty((0, Xt.shape[0])) if np.isnan(pivots).all()
              else np.ascontiguousarray(Xt.T))
-    _group_medians(Xt, np.asarray(order, dtype=np.int64), np.asarray(ends, dtype=np.int64),
-                   out, np.ascontiguousarray(pivots, dtype=np.float64), X)
+    ends = np.asarray(ends, dtype=np.int64)
+    m_max = max(int(np.diff(ends, prepend=0).max(initial=0)), 1)
+    d = Xt.shape[0]             # the kernel's scratch: see _group_medians
+    _group_medians(Xt, np.asarray(order, dtype=np.int64), ends, out,
+                   np.ascontiguousarray(pivots, dtype=np.float64), X, np.empty(m_max),
+                   np.empty(m_max), np.empty((3, d), dtype=np.int64), np.empty(d), np.empty(d))
     return out
 
 
@@ -448,20 +452,14 @@ def _gathered_median(row, order, a, m, buf):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _group_medians(Xt, order, ends, out, pivots, X):
+def _group_medians(Xt, order, ends, out, pivots, X, buf, part, counts, nb, na):
+    # buf, part: (largest group,) scratch; counts (3, d) int64, nb, na (d,): the counts
+    # and neighbours of the guesses, by rows (_pivot_counts sets them before they are
+    # read).  Allocated by the caller: np.empty's and np.zeros' overloads were compiled
+    # for no other kernel of RFNMF L1's fit.
     d = Xt.shape[0]
     G = ends.shape[0]
-    m_max = 0
-    for g in range(G):
-        m = ends[g] - (ends[g - 1] if g else 0)
-        m_max = max(m_max, m)
-    buf = np.empty(max(m_max, 1))
-    part = np.empty(max(m_max, 1))
-    n_lt = np.zeros(d, dtype=np.int64)      # the counts and neighbours of the
-    n_eq = np.zeros(d, dtype=np.int64)      # guesses, by rows
-    n_gt = np.zeros(d, dtype=np.int64)
-    nb = np.empty(d)
-    na = np.empty(d)
+    n_lt, n_eq, n_gt = counts[0], counts[1], counts[2]
     for g in range(G):
         a = ends[g - 1] if g else 0
         m = ends[g] - a

@@ -310,7 +310,9 @@ def _nnls_row_table(A, b, x, tol, amax, tab, have, z):
             x[c] = 0.0
     bmax = 0.0
     for c in range(k):
-        bmax = max(bmax, abs(b[c]))
+        bc = abs(b[c])
+        bmax = bc if bc > bmax else bmax        # max() as Numba writes it, without
+        #                                         compiling its overload for this kernel
     if bmax == 0.0:
         x[:] = 0.0
         return 0
@@ -322,7 +324,8 @@ def _nnls_row_table(A, b, x, tol, amax, tab, have, z):
         else:
             xmax = 0.0
             for c in range(k):
-                xmax = max(xmax, x[c])
+                xc = x[c]
+                xmax = xc if xc > xmax else xmax
             wbest = tol * (bmax + amax * xmax)
             for c in range(k):
                 if (P >> c) & 1 or A[c, c] <= 0.0:

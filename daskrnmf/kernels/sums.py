@@ -111,8 +111,8 @@ def _column_stats(x, lo, hi, total):
     for i in range(n):
         for j in range(d):
             v = np.float64(x[i, j])
-            lo[j] = min(lo[j], v)
-            hi[j] = max(hi[j], v)
+            lo[j] = v if v < lo[j] else lo[j]      # min() and max() as Numba writes
+            hi[j] = v if v > hi[j] else hi[j]      # them, without their overloads
             total[j] += v
 
 
