@@ -39,21 +39,21 @@ def _metric_markers(metric):
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _nearest(X, C, l1, l2, labels, dist):
+def _nearest(X, C, l1, l2, labels, dist, x, y):
     # every distance in full: a plain loop over the features vectorises, and is 6-13x
     # faster than sums stopped early at the best so far (measured on 64 and 1024
     # features), whose branches keep the compiler from vectorising.  Rows go in pairs,
     # each copied once into a float64 row (X float32: widened once, not once a centre),
     # and one loop sums both rows' distances to a centre: 6.8 -> 4.8 ms (L2), 7.5 -> 6.2
     # ms (L1) on 100 000 x 64 float32, 10 centres, each sum the old loop's bit for bit
-    # (compiled once per signature, about 0.06 s more).  A row's distances depend on that
+    # (it compiles in 0.05-0.07 s more per signature).  A row's distances depend on that
     # row only (the summation order is fixed by n_features; an odd last row is paired
     # with itself, through the same loop), so labels do not depend on the chunking; ties
-    # go to the lowest index.  l1, l2: the markers of _metric_markers (one None).
+    # go to the lowest index.  l1, l2: the markers of _metric_markers (one None).  x, y:
+    # the two rows' float64 scratch, (n_features,) each, from the caller (np.empty's
+    # overload compiled for this kernel alone cost 0.15 s of the first fit).
     n, d = X.shape
     R, k, _ = C.shape
-    x = np.empty(d)
-    y = np.empty(d)
     for i in range(0, n, 2):
         i2 = i + 1 if i + 1 < n else i
         for j in range(d):
@@ -145,10 +145,17 @@ def nearest(X, centers, metric, threads=1, finite=False):
         _nearest_l2_certified(as_float_block(X), C, labels, dist)
     else:
         l1, l2 = _metric_markers(metric)
-        split_rows(lambda a, b: _nearest(X[a:b], C, l1, l2, labels[a:b], dist[a:b]),
+        split_rows(lambda a, b: _nearest(X[a:b], C, l1, l2, labels[a:b], dist[a:b],
+                                         *_pair_rows(X.shape[1])),
                    X.shape[0], threads if X.size * C.shape[0] * C.shape[1]
                    >= ROW_THREADS_MIN_WORK else 1)
     return labels, dist
+
+
+def _pair_rows(d):
+    """The scratch rows of :func:`_nearest` (a pair each call: threads share none)."""
+    xy = np.empty((2, d))
+    return xy[0], xy[1]
 
 
 ROW_THREADS_MIN_WORK = 2**22    # distance terms below which one thread is faster
@@ -187,7 +194,8 @@ def _nearest_l2_certified(X, C, labels, dist):
     if unsure.size:
         sub_labels = np.empty((unsure.size, R), dtype=np.int32)
         sub_dist = np.empty((unsure.size, R))
-        _nearest(np.ascontiguousarray(X[unsure]), C, None, True, sub_labels, sub_dist)
+        _nearest(np.ascontiguousarray(X[unsure]), C, None, True, sub_labels, sub_dist,
+                 *_pair_rows(d))
         labels[unsure] = sub_labels
     _distance_to(X, C, labels, dist)
 
