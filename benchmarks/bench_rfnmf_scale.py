@@ -257,8 +257,7 @@ def profile(args):
     for name in ("nearest", "worst_fit", "cluster_sums", "median_round", "assign_chunk"):
         timed(reductions, name, also=(_clustering,) if name == "assign_chunk" else ())
     timed(_median_search, "median_refine_chunk", also=(_clustering,))
-    print(f"{os.path.dirname(daskrnmf.__file__)}; {cpu()}; load "
-          f"{open('/proc/loadavg').read().split()[0]}")
+    print(f"{os.path.dirname(daskrnmf.__file__)}; {cpu()}; load {os.getloadavg()[0]:.2f}")
     with dask.config.set(scheduler="synchronous"):
         for kind in ("rows", "entries"):
             store, X = _aims_store(workdir, kind, n, d)

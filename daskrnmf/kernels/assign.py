@@ -138,7 +138,7 @@ def nearest(X, centers, metric, threads=1, finite=False):
     dist = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
     if not X.shape[0]:
         return labels, dist
-    if not finite and np.isnan(X.min()):       # missing entries (missing="mask"): over the observed ones
+    if not finite and np.isnan(X.min()):   # missing entries (missing="mask"): the observed ones
         _nearest_masked(X, C, metric == "l1", labels, dist)
     elif (metric == "l2" and X.shape[1] >= GEMM_MIN_FEATURES and C.shape[1] > 1
           and C.shape[1] * X.shape[1] >= GEMM_MIN_WORK):
