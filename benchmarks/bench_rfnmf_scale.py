@@ -27,6 +27,15 @@ none) and each pass's seconds (debug log).  ``--json`` saves the figures;
 ``--compare OLD.json`` (the same run of an older checkout, e.g. with PYTHONPATH at it)
 puts them beside the new in the section this writes into ``--out``, replacing the
 section of an earlier ``--aims`` run and keeping the rest of the file.
+
+    python benchmarks/bench_rfnmf_scale.py --profile [--rows 300000] [--features 64]
+
+Where a pass's time goes, per 100 000-row block, in this process (Dask's synchronous
+scheduler, no cluster): the ``--aims`` stores' fits (whole-row and entry outliers,
+``RFNMF(10, loss, max_iter=8, tol=0, random_state=0)``, l21 and l1) with the block
+functions of the fused pass timed call by call (the assignment, worst-fit rows,
+reweighted sums, the first median round, the median collection), beside the time to
+read and decompress one block.  Printed, not written; seconds of a loaded machine move.
 """
 
 import argparse
@@ -55,7 +64,11 @@ def main():
     parser.add_argument("--aims", action="store_true", help="issue 38's 1M x 64 aims")
     parser.add_argument("--json", default=None, help="--aims: save the figures here")
     parser.add_argument("--compare", default=None, help="--aims: an older run's --json")
+    parser.add_argument("--profile", action="store_true",
+                        help="per-block seconds of the fused pass's functions")
     args = parser.parse_args()
+    if args.profile:
+        return profile(args)
     if args.aims:
         return aims(args)
     from daskrnmf import RFNMF
@@ -205,6 +218,67 @@ def aims(args):
         with open(args.compare) as fh:
             old = {(r["kind"], r["loss"]): r for r in json.load(fh)["runs"]}
     _write_aims(args.out, out, old, n, d)
+    if args.workdir is None and not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def profile(args):
+    """``--profile``: see the module's docstring."""
+    import functools
+    from collections import Counter, defaultdict
+
+    import dask
+    import numpy as np
+
+    import daskrnmf
+    from daskrnmf import RFNMF, _median_search, reductions
+    from daskrnmf.models import _clustering
+
+    warnings.simplefilter("ignore")
+    n = args.rows if args.rows != 40_000_000 else 300_000
+    d = args.features if args.features != 128 else 64
+    workdir = args.workdir or tempfile.mkdtemp(prefix="daskrnmf-profile-")
+    seconds, calls = defaultdict(float), Counter()
+
+    def timed(module, name, also=()):
+        fn = getattr(module, name)
+
+        @functools.wraps(fn)
+        def run(*a, **kw):
+            tic = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                seconds[name] += time.perf_counter() - tic
+                calls[name] += 1
+        for m in (module, *also):
+            setattr(m, name, run)
+
+    for name in ("nearest", "worst_fit", "cluster_sums", "median_round", "assign_chunk"):
+        timed(reductions, name, also=(_clustering,) if name == "assign_chunk" else ())
+    timed(_median_search, "median_refine_chunk", also=(_clustering,))
+    print(f"{os.path.dirname(daskrnmf.__file__)}; {cpu()}; load {os.getloadavg()[0]:.2f}")
+    with dask.config.set(scheduler="synchronous"):
+        for kind in ("rows", "entries"):
+            store, X = _aims_store(workdir, kind, n, d)
+            reads = []
+            for _ in range(3):
+                tic = time.perf_counter()
+                for i in range(X.numblocks[0]):
+                    np.asarray(X.blocks[i])
+                reads.append((time.perf_counter() - tic) / X.numblocks[0])
+            print(f"{kind}: read + decompress a block {min(reads) * 1e3:.1f} ms")
+            for loss in ("l21", "l1"):
+                RFNMF(10, loss=loss, max_iter=2, tol=0, random_state=1).fit(store + "/X")
+                seconds.clear()
+                calls.clear()
+                model = RFNMF(10, loss=loss, max_iter=8, tol=0, random_state=0)
+                tic = time.perf_counter()
+                model.fit(store + "/X")
+                print(f"  {loss}: fit {time.perf_counter() - tic:.2f} s, {model.n_iter_} "
+                      f"iterations, {model.n_passes_} passes; per call: " + ", ".join(
+                          f"{name} {seconds[name] / calls[name] * 1e3:.2f} ms ({calls[name]})"
+                          for name in seconds))
     if args.workdir is None and not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -184,7 +184,9 @@ class AssignSpec:
     ``weights`` ("l21" or "ones"),
     ``squared`` (k-means objective), ``median_plan`` (L1: the first median round),
     ``missing`` (``missing="mask"``: NaN entries are missing; the statistics then count
-    each (cluster, feature)'s observed entries: ``wsum_f`` and ``observed``),
+    each (cluster, feature)'s observed entries: ``wsum_f`` and ``observed``; False: the
+    block holds no NaN, as the fit's first pass checked, and the assignment does not
+    look for any),
     ``worst_rows`` (False: the worst-fit indices without their rows, for X in memory),
     ``threads`` (the assignment's threads: X in memory, in-process).
     """
@@ -226,7 +228,9 @@ def assign_chunk(block, start, centers, spec):
         labels = random_labels(spec.seed, spec.restarts, start, x.shape[0], k)
         residual = np.zeros(labels.shape)
     else:
-        labels, residual = nearest(x, centers, spec.metric, spec.threads)
+        # a fit's blocks hold no NaN unless missing="mask" (its first pass checked them)
+        labels, residual = nearest(x, centers, spec.metric, spec.threads,
+                                   finite=not spec.missing)
     part = {"objective": (residual ** 2 if spec.squared else residual).sum(axis=0),
             "worst": worst_fit(residual, start, x, spec.n_worst, spec.worst_rows)}
     nan = np.isnan(x) if spec.missing else None

@@ -292,14 +292,21 @@ def _median_round_loop(X, labels, K, plan, columns, n_groups):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("histograms", [True, False])
+@pytest.mark.parametrize("histograms, collections", [(True, True), (False, True),
+                                                     (True, False)])
 @pytest.mark.parametrize("groups", ["features", "column groups"])
-def test_median_round_matches_a_plain_loop(rng, groups, histograms, dtype):
+def test_median_round_matches_a_plain_loop(rng, groups, histograms, collections, dtype,
+                                           monkeypatch):
     """RFNMF's rounds (every feature its own group) and RFNMTF's (column groups, mapped
     onto per-feature entries) take the branch-free per-feature kernels (a round with no
-    histogram, the count-only one); a plain loop over every value is their twin: ties on
-    bin edges, NaN (missing values), one-point and empty windows, several restarts,
-    float32 blocks (compared and collected as float64)."""
+    histogram, the count-only one; a round with no collection, the histogram-only one);
+    a plain loop over every value is their twin: ties on bin edges, NaN (missing
+    values), one-point and empty windows, several restarts, float32 blocks (compared and
+    collected as float64)."""
+    import daskrnmf.kernels.median_rounds as M
+
+    if not collections:     # the first step's bracket round: the histogram-only kernel
+        monkeypatch.setattr(M, "_median_round_features", None)
     n, d, k, R = 500, 9, 3, 2
     X = np.round(rng.normal(size=(n, d)), 1).astype(dtype)
     X[rng.random(X.shape) < 0.05] = np.nan
@@ -313,7 +320,8 @@ def test_median_round_matches_a_plain_loop(rng, groups, histograms, dtype):
     lo = np.round(rng.uniform(-1.5, 1.5, E), 1)
     width = np.where(rng.random(E) < 0.2, 0.0, np.round(rng.uniform(0, 2, E), 1))
     plan = _plan(E, 10, (rng.random(E) < 0.6) & histograms, lo, lo + width,  # one-point windows
-                 rng.random(E) < 0.5, np.full(E, -0.3), np.where(rng.random(E) < 0.2, -0.4, 0.4))
+                 (rng.random(E) < 0.5) & collections, np.full(E, -0.3),
+                 np.where(rng.random(E) < 0.2, -0.4, 0.4))
     out = median_round(X, labels, k, plan, columns)
     assert out["vals"].dtype == np.float64
     ref = _median_round_loop(X, labels, k, plan,

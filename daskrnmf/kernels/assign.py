@@ -39,38 +39,56 @@ def _metric_markers(metric):
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _nearest(X, C, l1, l2, labels, dist):
+def _nearest(X, C, l1, l2, labels, dist, x, y):
     # every distance in full: a plain loop over the features vectorises, and is 6-13x
     # faster than sums stopped early at the best so far (measured on 64 and 1024
-    # features), whose branches keep the compiler from vectorising.  A row's distances
-    # depend on that row only (the summation order is fixed by n_features), so labels do
-    # not depend on the chunking; ties go to the lowest index.  l1, l2: the markers of
-    # _metric_markers (one None).
+    # features), whose branches keep the compiler from vectorising.  Rows go in pairs,
+    # each copied once into a float64 row (X float32: widened once, not once a centre),
+    # and one loop sums both rows' distances to a centre: 6.8 -> 4.8 ms (L2), 7.5 -> 6.2
+    # ms (L1) on 100 000 x 64 float32, 10 centres, each sum the old loop's bit for bit
+    # (it compiles in 0.05-0.07 s more per signature).  A row's distances depend on that
+    # row only (the summation order is fixed by n_features; an odd last row is paired
+    # with itself, through the same loop), so labels do not depend on the chunking; ties
+    # go to the lowest index.  l1, l2: the markers of _metric_markers (one None).  x, y:
+    # the two rows' float64 scratch, (n_features,) each, from the caller (np.empty's
+    # overload compiled for this kernel alone cost 0.15 s of the first fit).
     n, d = X.shape
     R, k, _ = C.shape
-    for i in range(n):
-        x = X[i]
+    for i in range(0, n, 2):
+        i2 = i + 1 if i + 1 < n else i
+        for j in range(d):
+            x[j] = X[i, j]
+            y[j] = X[i2, j]
         for r in range(R):
-            if l1 is not None:
-                best = np.inf
-                arg = 0
-                for c in range(k):
-                    s = _l1(x, C[r, c])
-                    if s < best:
-                        best = s
-                        arg = c
-                labels[i, r] = arg
-                dist[i, r] = best
+            best = np.inf
+            best2 = np.inf
+            arg = 0
+            arg2 = 0
+            for c in range(k):
+                s = 0.0
+                t = 0.0
+                for j in range(d):
+                    u = x[j] - C[r, c, j]
+                    v = y[j] - C[r, c, j]
+                    if l1 is not None:
+                        s += abs(u)
+                        t += abs(v)
+                    if l2 is not None:
+                        s += u * u
+                        t += v * v
+                if s < best:
+                    best = s
+                    arg = c
+                if t < best2:
+                    best2 = t
+                    arg2 = c
             if l2 is not None:
-                best2 = np.inf
-                arg2 = 0
-                for c in range(k):
-                    s2 = _sq(x, C[r, c])
-                    if s2 < best2:
-                        best2 = s2
-                        arg2 = c
-                labels[i, r] = arg2
-                dist[i, r] = np.sqrt(best2)
+                best = np.sqrt(best)
+                best2 = np.sqrt(best2)
+            labels[i, r] = arg
+            labels[i2, r] = arg2
+            dist[i, r] = best
+            dist[i2, r] = best2
 
 
 @njit(cache=True, nogil=True, fastmath=True)
@@ -87,7 +105,7 @@ def _all(X, C, l1, l2, out):
                 out[i, c] = np.sqrt(_sq(x, C[c]))
 
 
-def nearest(X, centers, metric, threads=1):
+def nearest(X, centers, metric, threads=1, finite=False):
     """Nearest centre of every row, for each stacked restart.
 
     Parameters
@@ -100,6 +118,10 @@ def nearest(X, centers, metric, threads=1):
         Split the rows of the distance loop over this many threads (in-process callers:
         X in memory; a row's result does not depend on the split) when the work is
         large enough to pay for it (``ROW_THREADS_MIN_WORK``).
+    finite : bool, default=False
+        True when X is known to hold no NaN (a fit's blocks, checked in its first pass
+        unless ``missing="mask"``): the check for missing entries, a pass over X (0.9 ms
+        on 100 000 x 64 float32, a sixth of the L2 loop), is skipped.
 
     Returns
     -------
@@ -116,17 +138,24 @@ def nearest(X, centers, metric, threads=1):
     dist = np.empty((X.shape[0], C.shape[0]), dtype=np.float64)
     if not X.shape[0]:
         return labels, dist
-    if np.isnan(X.min()):       # missing entries (missing="mask"): over the observed ones
+    if not finite and np.isnan(X.min()):   # missing entries (missing="mask"): the observed ones
         _nearest_masked(X, C, metric == "l1", labels, dist)
     elif (metric == "l2" and X.shape[1] >= GEMM_MIN_FEATURES and C.shape[1] > 1
           and C.shape[1] * X.shape[1] >= GEMM_MIN_WORK):
         _nearest_l2_certified(as_float_block(X), C, labels, dist)
     else:
         l1, l2 = _metric_markers(metric)
-        split_rows(lambda a, b: _nearest(X[a:b], C, l1, l2, labels[a:b], dist[a:b]),
+        split_rows(lambda a, b: _nearest(X[a:b], C, l1, l2, labels[a:b], dist[a:b],
+                                         *_pair_rows(X.shape[1])),
                    X.shape[0], threads if X.size * C.shape[0] * C.shape[1]
                    >= ROW_THREADS_MIN_WORK else 1)
     return labels, dist
+
+
+def _pair_rows(d):
+    """The scratch rows of :func:`_nearest` (a pair each call: threads share none)."""
+    xy = np.empty((2, d))
+    return xy[0], xy[1]
 
 
 ROW_THREADS_MIN_WORK = 2**22    # distance terms below which one thread is faster
@@ -165,7 +194,8 @@ def _nearest_l2_certified(X, C, labels, dist):
     if unsure.size:
         sub_labels = np.empty((unsure.size, R), dtype=np.int32)
         sub_dist = np.empty((unsure.size, R))
-        _nearest(np.ascontiguousarray(X[unsure]), C, None, True, sub_labels, sub_dist)
+        _nearest(np.ascontiguousarray(X[unsure]), C, None, True, sub_labels, sub_dist,
+                 *_pair_rows(d))
         labels[unsure] = sub_labels
     _distance_to(X, C, labels, dist)
 

