@@ -21,8 +21,8 @@ TABLE_MAX_COND = 1e8   # condition number of W W^T above which the NNLS is not t
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rounds, loss,
-             tab, have, F, hw, bz, idx, passive):
+def _cd_rows(x, W, WT, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rounds,
+             loss, tab, have, F, hw, bz, idx, passive, sup):
     """Every row: b0 = W x (a loop, so that a row's numbers do not depend on its block),
     clipped least squares ``max(0, Ginv b0)`` (Ginv: the inverse of the ridged G; a
     product, no division chain) unless ``warm``, then the rounds; ``loss[i]`` gets the
@@ -39,8 +39,13 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
     compile); a branch on a flag would compile both.  Scratch from the caller (np.empty's
     and np.zeros' overloads are then not compiled for this kernel): ``hw`` (k,) in the
     work dtype, ``bz`` (3, k) float64, ``idx`` (k,) int64, ``passive`` (k,) bool, all
-    False; the residual's two rows stay allocated here (views of one scratch array made
-    the vectorised loops 3-4 % slower)."""
+    False, ``sup`` (k,) int64 (h's support); the residual's two rows stay allocated here
+    (views of one scratch array made the vectorised loops 3-4 % slower).  ``WT``: W^T
+    (d, k) in float64, for ``b = b0 - W r`` over r's non-zeros.
+
+    A row whose r is 0 in two rounds in a row stops without a third NNLS: its b is b0
+    again, whose NNLS it already has; the round is counted as the loop would have run it
+    (h, r and the objective are those the round would give, bit for bit)."""
     m, d = x.shape
     k = W.shape[0]
     e = np.empty_like(x[0])           # residual x - h W, then r = max(0, e - lam)
@@ -72,34 +77,52 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
         f_prev = np.inf
         f = 0.0
         s = -1
+        nz_prev = 1
         for it in range(max_iter + 1):
             for j in range(d):
                 e[j] = xi[j]
-            for c in range(k):
-                hw[c] = hi[c]
+            n = 0
+            for c in range(k):          # h's support listed without a branch: a test of
+                hw[c] = hi[c]           # each h_c mispredicts on codes half zero, more
+                sup[n] = c              # than the skipped products save
+                n += hw[c] != zero
+            for t in range(n):
+                c = sup[t]
                 hc = hw[c]
-                if hc != 0.0:
-                    Wc = W[c]
-                    for j in range(d):
-                        e[j] -= hc * Wc[j]
+                Wc = W[c]
+                for j in range(d):
+                    e[j] -= hc * Wc[j]
             f = 0.0
+            nz = 0
             for j in range(d):          # (3) summed in float64, and r
                 ej = e[j]
                 q = ej if ej < lamw else lamw
                 f += np.float64(q * (ej - half * q))
                 rj = ej - lamw
                 rv[j] = rj if rj > zero else zero
+                nz += rj > zero
             if it > 0 and f_prev - f <= tol * f_prev:
                 break
             if it == max_iter:
                 break
+            if it > 0 and nz == 0 and nz_prev == 0:
+                # r = 0 now and in the round before: b = W x again, whose NNLS h is
+                # already (a warm start at its solution returns it bit for bit), and the
+                # next round would find the same objective and stop: it is counted, not
+                # run (most rows of data whose outliers are sparse)
+                rounds[i] += 1
+                break
             f_prev = f
-            for c in range(k):          # b = W (x - r): dense and branch-free, it
-                Wc = W[c]               # vectorises
-                acc = zero
+            nz_prev = nz
+            for c in range(k):
+                b[c] = b0[c]
+            if nz:                      # b = W (x - r) = b0 - W r over r's non-zeros
                 for j in range(d):
-                    acc += Wc[j] * rv[j]
-                b[c] = b0[c] - acc
+                    rj = rv[j]
+                    if rj != zero:
+                        Wj = WT[j]
+                        for c in range(k):
+                            b[c] -= rj * Wj[c]
             if tab is not None:
                 _nnls_row_table(G, b, hi, nnls_tol, amax, tab, have, z)
             if F is not None:
@@ -155,11 +178,13 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
             table = support_table(k)
         tab, have = table if table is not None else (None, None)
         F = None if table is not None else np.empty((k, k))
-        _cd_rows(x, np.ascontiguousarray(W64, dtype=dt), G, np.ascontiguousarray(Ginv), warm,
+        Wd = np.ascontiguousarray(W64, dtype=dt)
+        _cd_rows(x, Wd, W64.T.copy(), G, np.ascontiguousarray(Ginv), warm,
                  h, np.array([lam, 0.5, 0.0], dtype=dt), int(max_iter), float(tol),
                  32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, have, F,
                  np.empty(k, dtype=dt), np.empty((3, k)),
-                 np.empty(k, dtype=np.int64), np.zeros(k, dtype=np.bool_))
+                 np.empty(k, dtype=np.int64), np.zeros(k, dtype=np.bool_),
+                 np.empty(k, dtype=np.int64))
     if return_loss:
         return h, r, rounds, loss
     return h, r, rounds

@@ -340,14 +340,14 @@ def _nnls_row_table(A, b, x, tol, amax, tab, have, z):
             P |= 1 << best
         stalled = False
         for inner in range(3 * k + 3):
-            _support_inverse(A, P, tab, have)
-            T = tab[P]
+            if not have[P]:             # (a call and a view of tab per step cost
+                _support_inverse(A, P, tab, have)   # more than the step's product)
             feasible = True
             for c in range(k):
                 if (P >> c) & 1:
                     acc = 0.0
                     for j in range(k):
-                        acc += T[c, j] * b[j]
+                        acc += tab[P, c, j] * b[j]
                     z[c] = acc
                     if acc <= 0.0:
                         feasible = False
