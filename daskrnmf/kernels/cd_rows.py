@@ -40,7 +40,7 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
     kernel, so a process compiles only the NNLS it calls (each about a second of
     compile); a branch on a flag would compile both.  Scratch from the caller (np.empty's
     and np.zeros' overloads are then not compiled for this kernel): ``hw`` (k,) in the
-    work dtype, ``bz`` (3, k) float64, ``idx`` (k,) int64, ``passive`` (k,) bool, all
+    work dtype, ``bz`` (4, k) float64, ``idx`` (k,) int64, ``passive`` (k,) bool, all
     False, ``sup`` (k,) int64 (h's support); the residual's two rows stay allocated here
     (views of one scratch array made the vectorised loops 3-4 % slower).
 
@@ -55,21 +55,25 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
     b0 = bz[1]
     z = bz[2]                         # idx, z, passive: the factored NNLS's passive set
     #                                   and its factor, kept from one round to the next
+    hi = bz[3]                        # the row's h (copied to h[i] at its end)
+    # no view of a row is taken in the row loop (x[i], W[c], ...): each is an atomic
+    # reference count up and down, which the calls in the loop keep Numba from pruning,
+    # and they cost a third of the kernel's time
     lamw, half, zero = consts[0], consts[1], consts[2]
     amax = 0.0
     for c in range(k):
         v = abs(G[c, c])
         amax = v if v > amax else amax          # max(amax, v) as Numba writes it
     for i in range(m):
-        xi = x[i]
         for c in range(k):
-            Wc = W[c]
             acc = zero
             for j in range(d):
-                acc += Wc[j] * xi[j]
+                acc += W[c, j] * x[i, j]
             b0[c] = acc
-        hi = h[i]
-        if not warm:
+        if warm:
+            for c in range(k):
+                hi[c] = h[i, c]
+        else:
             for c in range(k):          # (G + ridge)^-1 b0, clipped at 0
                 acc2 = 0.0
                 for t in range(k):
@@ -81,7 +85,7 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
         nz_prev = 1
         for it in range(max_iter + 1):
             for j in range(d):
-                e[j] = xi[j]
+                e[j] = x[i, j]
             n = 0
             for c in range(k):          # h's support listed without a branch: a test of
                 hw[c] = hi[c]           # each h_c mispredicts on codes half zero, more
@@ -90,9 +94,8 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
             for t in range(n):
                 c = sup[t]
                 hc = hw[c]
-                Wc = W[c]
                 for j in range(d):
-                    e[j] -= hc * Wc[j]
+                    e[j] -= hc * W[c, j]
             f = 0.0
             nz = 0
             for j in range(d):          # (3) summed in float64, and r
@@ -118,9 +121,8 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
             for c in range(k):          # b = W (x - r): dense and branch-free, it
                 acc = zero              # vectorises (a loop over r's non-zeros scans r
                 if nz:                  # with a branch an entry: 1.4x slower at 256
-                    Wc = W[c]           # features); b0 itself where r = 0
-                    for j in range(d):
-                        acc += Wc[j] * rv[j]
+                    for j in range(d):  # features); b0 itself where r = 0
+                        acc += W[c, j] * rv[j]
                 b[c] = b0[c] - acc
             if tab is not None:
                 _nnls_row_table(G, b, hi, nnls_tol, amax, tab, have, z)
@@ -132,9 +134,10 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
             rounds[i] += 1
         # the loop left with r of the final h, and the row's objective (3)
         loss[i] = f
-        ro = r_out[i]
+        for c in range(k):
+            h[i, c] = hi[c]
         for j in range(d):
-            ro[j] = rv[j]
+            r_out[i, j] = rv[j]
 
 
 class FusedComponents(NamedTuple):
@@ -206,7 +209,7 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
         _cd_rows(x, prepared.W, prepared.G, prepared.Ginv, warm,
                  h, np.array([lam, 0.5, 0.0], dtype=dt), int(max_iter), float(tol),
                  32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, have, F,
-                 np.empty(k, dtype=dt), np.empty((3, k)),
+                 np.empty(k, dtype=dt), np.empty((4, k)),
                  np.empty(k, dtype=np.int64), np.zeros(k, dtype=np.bool_),
                  np.empty(k, dtype=np.int64))
     if return_loss:
