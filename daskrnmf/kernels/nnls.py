@@ -295,6 +295,50 @@ def _support_inverse(A, P, tab, have):
 
 
 @njit(cache=True, nogil=True, fastmath=True)
+def _fill_table(A, tab, have):
+    """Every entry of the table at once (``tab[P]``, ``have[P]`` for all P), each set
+    bordered from the set without its highest member c, tabled before it: the inverse on
+    Q + c is the one on Q and the Schur complement ``s = A[c, c] - A[c, Q] A[Q, Q]^-1
+    A[Q, c]`` (the square of the pivot a Cholesky factor of ``A[P, P]`` would append,
+    floored as in :func:`_chol_append`).  O(k^2) a set, no allocation: 2^k sets cost less
+    than the few hundred that the rows of a block of thousands ask for one at a time
+    (:func:`_support_inverse`, a factor and its inverse each)."""
+    k = A.shape[0]
+    for i in range(k):
+        for j in range(k):
+            tab[0, i, j] = 0.0
+    have[0] = True
+    for P in range(1, 1 << k):
+        c = 0
+        for t in range(k):
+            c = t if (P >> t) & 1 else c        # the highest member
+        Q = P ^ (1 << c)
+        for i in range(k):
+            for j in range(k):
+                tab[P, i, j] = 0.0
+        s = A[c, c]
+        for i in range(c):                      # u = A[Q, Q]^-1 A[Q, c] in tab[P, c]
+            acc = 0.0
+            for j in range(c):
+                acc += tab[Q, i, j] * A[j, c]
+            tab[P, c, i] = acc
+            s -= A[c, i] * acc
+        floor = 1e-14 * A[c, c] + 1e-300
+        s = s if s > floor else floor
+        inv = 1.0 / s
+        for i in range(c):
+            ui = tab[P, c, i] * inv
+            for j in range(c):
+                tab[P, i, j] = tab[Q, i, j] + ui * tab[P, c, j]
+        for i in range(c):
+            v = -tab[P, c, i] * inv
+            tab[P, c, i] = v
+            tab[P, i, c] = v
+        tab[P, c, c] = inv
+        have[P] = True
+
+
+@njit(cache=True, nogil=True, fastmath=True)
 def _nnls_row_table(A, b, x, tol, amax, tab, have, z):
     """:func:`_nnls_row`'s active set (warm: from the support of ``x``) with each solve on
     a passive set P a product with the tabled inverse of ``A[P, P]``
