@@ -677,8 +677,8 @@ def test_fused_cd_rows_match_the_vectorised_solve(dtype, k):
                                atol=1e-9 * ref.max())
     st = block_statistics(x, h_l, r_l, W, 1.0)
     assert st["loss"] == pytest.approx(ref.sum(), rel=1e-4)
-    # into reused buffers (dirty, larger than the slice) and with one NNLS table kept
-    # across the calls (filled by the earlier ones): the same numbers
+    # into reused buffers (dirty, larger than the slice) and with one NNLS table's memory
+    # kept across the calls: the same numbers
     out = (np.full((400, k), 7.0), np.full((400, 40), 7.0, dtype=dtype),
            np.full(400, 7, dtype=np.int64), np.full(400, 7.0))
     table = support_table(k)

@@ -24,7 +24,7 @@ TABLE_MAX_COND = 1e8   # condition number of W W^T above which the NNLS is not t
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rounds,
-             loss, tab, have, F, hw, bz, idx, passive, sup):
+             loss, tab, F, hw, bz, idx, passive, sup):
     """Every row: b0 = W x (a loop, so that a row's numbers do not depend on its block),
     clipped least squares ``max(0, Ginv b0)`` (Ginv: the inverse of the ridged G; a
     product, no division chain) unless ``warm``, then the rounds; ``loss[i]`` gets the
@@ -32,8 +32,8 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
 
     x, W and the residual are in the work dtype (float32 stays float32: half the memory
     traffic, twice the vector width), h, G and the NNLS in float64, the objective summed
-    in float64.  ``tab``, ``have``: :func:`daskrnmf.kernels.nnls.support_table` (the
-    NNLS by tabled inverses) and ``F`` None, or ``tab``, ``have`` None and ``F`` (k, k)
+    in float64.  ``tab``: :func:`daskrnmf.kernels.nnls.support_table`, filled (the
+    NNLS by tabled inverses) and ``F`` None, or ``tab`` None and ``F`` (k, k)
     scratch for the NNLS with a Cholesky factor updated along the active set, rebuilt
     for every row (k above the table's limit, or G near-singular).  Numba prunes the
     branch whose ``is not None`` test a None argument decides before it types the
@@ -125,7 +125,7 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
                         acc += W[c, j] * rv[j]
                 b[c] = b0[c] - acc
             if tab is not None:
-                _nnls_row_table(G, b, hi, nnls_tol, amax, tab, have, z)
+                _nnls_row_table(G, b, hi, nnls_tol, amax, tab, z)
             if F is not None:
                 # warm from the last round's h (first round: the clipped least squares,
                 # whose support may exceed G's rank when k > d: _nnls_row starts the
@@ -147,14 +147,14 @@ class FusedComponents(NamedTuple):
     W: np.ndarray       # (k, d) in the work dtype
     G: np.ndarray       # W W^T (k, k) float64
     Ginv: np.ndarray    # the inverse of the ridged G
-    table: tuple        # support_table(k), or None: the factored NNLS
+    table: np.ndarray   # support_table(k), filled, or None: the factored NNLS
 
 
 def prepare_components(W, dtype, table=None):
     """W's part of :func:`solve_rows_fused` in the work dtype ``dtype``: W, G = W W^T,
     the inverse of the ridged G and the NNLS table, filled for every passive set
-    (:func:`~daskrnmf.kernels.nnls._fill_table`; ``table``: arrays to fill, default new
-    ones; None above :data:`~daskrnmf.kernels.nnls.TABLE_MAX_K` or when G is
+    (:func:`~daskrnmf.kernels.nnls._fill_table`; ``table``: the array to fill, default a
+    new one; None above :data:`~daskrnmf.kernels.nnls.TABLE_MAX_K` or when G is
     near-singular),
     a :class:`FusedComponents` to pass to every slice (G's condition number and inverse,
     about 0.1 ms, were computed for every slice of 2 048 rows: 0.05 µs a row)."""
@@ -169,8 +169,8 @@ def prepare_components(W, dtype, table=None):
         table = None
     else:
         table = support_table(k) if table is None else table
-        if table is not None:       # every set at once: the same inverses in any case
-            _fill_table(G, *table)
+        if table is not None:
+            _fill_table(G, table)
     return FusedComponents(np.ascontiguousarray(W64, dtype=np.dtype(dtype)), G,
                            np.ascontiguousarray(Ginv), table)
 
@@ -186,8 +186,8 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
     work dtype, rounds (>= m,) int64, loss (>= m,) float64) whose first m rows receive
     the results (a caller that solves a block in slices reuses them: fresh arrays of that
     size cost page faults each time, several µs a page on VMs), without ``h``.
-    ``table``: :func:`daskrnmf.kernels.nnls.support_table` ``(len(W))`` kept for this W
-    across calls (its inverses are W's; default a fresh one).  ``prepared``:
+    ``table``: :func:`daskrnmf.kernels.nnls.support_table` ``(len(W))``, memory for the
+    NNLS table kept across calls (filled for W at every call; default a new one).  ``prepared``:
     :func:`prepare_components` ``(W, dtype, table)``, kept for this W across calls
     (``table`` is then its own)."""
     dt = work_dtype(x) if dtype is None else np.dtype(dtype)
@@ -207,12 +207,11 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
         loss = np.zeros(m)
     h = np.ascontiguousarray(h)
     if m:
-        table = prepared.table
-        tab, have = table if table is not None else (None, None)
-        F = None if table is not None else np.empty((k, k))
+        tab = prepared.table
+        F = None if tab is not None else np.empty((k, k))
         _cd_rows(x, prepared.W, prepared.G, prepared.Ginv, warm,
                  h, np.array([lam, 0.5, 0.0], dtype=dt), int(max_iter), float(tol),
-                 32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, have, F,
+                 32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, F,
                  np.empty(k, dtype=dt), np.empty((4, k)),
                  np.empty(k, dtype=np.int64), np.zeros(k, dtype=np.bool_),
                  np.empty(k, dtype=np.int64))
