@@ -295,9 +295,7 @@ def _nnls_row_table(A, b, x, tol, amax, tab, z):
     a passive set P a product with the tabled inverse of ``A[P, P]`` (``tab``, filled
     by :func:`_fill_table`): no factor updates, no divisions in the steps, and a row's
     result depends only on A, b and x.  ``z``: scratch (k,).  Returns the passive set (a
-    bitmask).  It calls no other kernel: passing A and the table to one (the inverse of a
-    set when it first occurred) made Numba count their references up and down at every
-    call, atomic operations that cost a sixth of the fused cd solve."""
+    bitmask)."""
     k = b.shape[0]
     P = 0
     for c in range(k):
