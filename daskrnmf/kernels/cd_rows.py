@@ -57,8 +57,9 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
     #                                   and its factor, kept from one round to the next
     hi = bz[3]                        # the row's h (copied to h[i] at its end)
     # no view of a row is taken in the row loop (x[i], W[c], ...): each is an atomic
-    # reference count up and down, which the calls in the loop keep Numba from pruning,
-    # and they cost a third of the kernel's time
+    # reference count up and down, which the calls in the loop keep Numba from pruning
+    # (a quarter of perf's samples were in them; the kernel 0.89 -> 0.78 µs a row at 64
+    # features without them)
     lamw, half, zero = consts[0], consts[1], consts[2]
     amax = 0.0
     for c in range(k):
