@@ -83,7 +83,7 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
         f_prev = np.inf
         f = 0.0
         s = -1
-        nz_prev = 1
+        nz_prev = zero + 1
         for it in range(max_iter + 1):
             for j in range(d):
                 e[j] = x[i, j]
@@ -98,19 +98,20 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
                 for j in range(d):
                     e[j] -= hc * W[c, j]
             f = 0.0
-            nz = 0
+            nz = zero                   # r's sum: 0 exactly when r is
             for j in range(d):          # (3) summed in float64, and r
                 ej = e[j]
                 q = ej if ej < lamw else lamw
                 f += np.float64(q * (ej - half * q))
                 rj = ej - lamw
-                rv[j] = rj if rj > zero else zero
-                nz += rj > zero
+                rj = rj if rj > zero else zero
+                rv[j] = rj
+                nz += rj
             if it > 0 and f_prev - f <= tol * f_prev:
                 break
             if it == max_iter:
                 break
-            if it > 0 and nz == 0 and nz_prev == 0:
+            if it > 0 and nz == zero and nz_prev == zero:
                 # r = 0 now and in the round before: b = W x again, whose NNLS h is
                 # already (a warm start at its solution returns it bit for bit), and the
                 # next round would find the same objective and stop: it is counted, not
@@ -121,7 +122,7 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
             nz_prev = nz
             for c in range(k):          # b = W (x - r): dense and branch-free, it
                 acc = zero              # vectorises (a loop over r's non-zeros scans r
-                if nz:                  # with a branch an entry: 1.4x slower at 256
+                if nz != zero:          # with a branch an entry: 1.4x slower at 256
                     for j in range(d):  # features); b0 itself where r = 0
                         acc += W[c, j] * rv[j]
                 b[c] = b0[c] - acc
