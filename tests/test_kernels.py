@@ -678,15 +678,14 @@ def test_nnls_with_a_kept_factor_matches_scipy_through_a_chain_of_warm_solves(sp
 
 
 @pytest.mark.parametrize("spread", [1.0, 1e-3])
-def test_nnls_with_tabled_inverses_matches_scipy_and_its_history_does_not_matter(spread):
+def test_nnls_with_tabled_inverses_matches_scipy_and_its_table_is_every_inverse(spread):
     """The NNLS of the fused cd solve (k <= TABLE_MAX_K): every solve of a chain of warm
-    starts equals SciPy's NNLS; a tabled entry is the inverse of A on its passive set,
-    zero elsewhere; and a row solved with a fresh table gets the same numbers, bit for
-    bit, as with the table the whole chain filled (an entry does not depend on the row
-    that first needed it)."""
+    starts equals SciPy's NNLS, and the table it reads (filled for every passive set at
+    once, each set bordered from its largest subset) holds the inverse of A on each set,
+    zero elsewhere."""
     from scipy.optimize import nnls
 
-    from daskrnmf.kernels.nnls import _nnls_row_table, support_table
+    from daskrnmf.kernels.nnls import _fill_table, _nnls_row_table, support_table
 
     rs = np.random.default_rng(1)
     k = 12
@@ -695,26 +694,22 @@ def test_nnls_with_tabled_inverses_matches_scipy_and_its_history_does_not_matter
     A = G.T @ G
     amax = float(np.abs(np.diag(A)).max())
     tol = 32 * k * np.finfo(np.float64).eps
-    tab, have = support_table(k)
+    tab = support_table(k)
+    _fill_table(A, tab)
     z = np.empty(k)
     x = np.zeros(k)
     base = rs.normal(size=40)
     sizes = []
     for step in range(60):
         y = base + (0.3 if step % 7 else 3.0) * rs.normal(size=40)
-        start = x.copy()
-        P = _nnls_row_table(A, G.T @ y, x, tol, amax, tab, have, z)
+        P = _nnls_row_table(A, G.T @ y, x, tol, amax, tab, z)
         ref = nnls(G, y)[0]
         np.testing.assert_allclose(x, ref, rtol=1e-6, atol=1e-8 * max(1.0, ref.max()))
         members = [c for c in range(k) if (P >> c) & 1]
         assert set(members) >= set(np.flatnonzero(x))
         sizes.append(len(members))
-        fresh = start.copy()
-        _nnls_row_table(A, G.T @ y, fresh, tol, amax, *support_table(k), np.empty(k))
-        np.testing.assert_array_equal(fresh, x)
     assert min(sizes) < max(sizes) - 2          # the chain did add and remove columns
-    assert have.sum() >= 10                     # the chain tabled sets, checked below
-    for P in np.flatnonzero(have)[:50]:
+    for P in rs.choice(np.arange(1, 1 << k), 300, replace=False):
         members = [c for c in range(k) if (P >> c) & 1]
         ref = np.zeros((k, k))
         ref[np.ix_(members, members)] = np.linalg.inv(A[np.ix_(members, members)])

@@ -677,8 +677,8 @@ def test_fused_cd_rows_match_the_vectorised_solve(dtype, k):
                                atol=1e-9 * ref.max())
     st = block_statistics(x, h_l, r_l, W, 1.0)
     assert st["loss"] == pytest.approx(ref.sum(), rel=1e-4)
-    # into reused buffers (dirty, larger than the slice) and with one NNLS table kept
-    # across the calls (filled by the earlier ones): the same numbers
+    # into reused buffers (dirty, larger than the slice) and with one NNLS table's memory
+    # kept across the calls: the same numbers
     out = (np.full((400, k), 7.0), np.full((400, 40), 7.0, dtype=dtype),
            np.full(400, 7, dtype=np.int64), np.full(400, 7.0))
     table = support_table(k)
@@ -689,6 +689,57 @@ def test_fused_cd_rows_match_the_vectorised_solve(dtype, k):
         np.testing.assert_array_equal(r_o, r_l[lo:hi])
         np.testing.assert_array_equal(n_o, n_f[lo:hi])
         np.testing.assert_array_equal(loss_o, loss[lo:hi])
+
+
+@pytest.mark.parametrize("dtype,case", [(np.float64, "tabled"), (np.float32, "tabled"),
+                                        (np.float64, "k14"), (np.float64, "collinear")])
+def test_fused_cd_rows_in_slices_with_prepared_components_match_the_vectorised_solve(
+        dtype, case):
+    """Rows most of whose r stays 0 (sparse outliers on a few rows: the fused solve stops
+    them without the NNLS that would return their h again) and rows with gross entries,
+    solved in slices with one :func:`prepare_components` (tabled NNLS; k = 14: above
+    TABLE_MAX_K; two collinear components: the factored NNLS): the masked NumPy twin's
+    objectives; each slice's rows as in one call."""
+    from daskrnmf.kernels.cd_rows import prepare_components, solve_rows_fused
+    from daskrnmf.kernels.outliers import huber_rows
+
+    rng = np.random.default_rng(11)
+    k = 14 if case == "k14" else 6
+    W = rng.gamma(1.0, 1.0, size=(k, 30))
+    if case == "collinear":
+        W[1] = W[0] * (1 + 1e-9)
+    codes = rng.gamma(2.0, 1.0, size=(120, k)) * (rng.random((120, k)) < 0.5)
+    x = codes @ W + 0.3 * rng.random((120, 30))      # noise below alpha_R: r stays 0
+    gross = rng.random(120) < 0.3
+    x[gross] += 30.0 * (rng.random((gross.sum(), 30)) < 0.1)
+    x = x.astype(dtype)
+    prep = prepare_components(W, dtype)
+    assert (prep.table is None) == (case != "tabled")
+    h_v, r_v, n_v = solve_codes_cd(x, W, 1.0, 200, 1e-10, mask=np.ones(x.shape, bool))
+    h_1, r_1, n_1, loss_1 = solve_rows_fused(x, W, 1.0, 200, 1e-10, return_loss=True)
+    out = (np.empty((50, k)), np.empty((50, 30), dtype=dtype), np.empty(50, dtype=np.int64),
+           np.empty(50))
+    for lo in range(0, 120, 50):
+        h_s, r_s, n_s, loss_s = solve_rows_fused(x[lo:lo + 50], W, 1.0, 200, 1e-10,
+                                                 return_loss=True, out=out, prepared=prep)
+        np.testing.assert_array_equal(h_s, h_1[lo:lo + 50])
+        np.testing.assert_array_equal(r_s, r_1[lo:lo + 50])
+        np.testing.assert_array_equal(n_s, n_1[lo:lo + 50])
+        np.testing.assert_array_equal(loss_s, loss_1[lo:lo + 50])
+    x64 = x.astype(np.float64)
+    f_1, f_v = huber_rows(x64 - h_1 @ W, 1.0), huber_rows(x64 - h_v @ W, 1.0)
+    assert (r_1 == 0).all(axis=1).sum() >= 60          # most rows end with r = 0
+    np.testing.assert_allclose(f_1, f_v, rtol=1e-5, atol=1e-9 * f_v.max())
+    np.testing.assert_allclose(loss_1, f_1, rtol=1e-5, atol=1e-9 * f_v.max())
+    # a row whose r is 0 in its last two rounds stops without the NNLS of b = W x again:
+    # a warm start at its h is at that NNLS's solution (one round, the same h; bit for
+    # bit with tabled inverses, whose solve has no state carried from round to round)
+    zero = (r_1 == 0).all(axis=1) & (n_1 >= 2)
+    h_w, r_w, n_w = solve_rows_fused(x[zero], W, 1.0, 200, 1e-10, h=h_1[zero])
+    assert (n_w == 1).all() and (r_w == 0).all()
+    if case == "tabled":
+        np.testing.assert_array_equal(h_w, h_1[zero])
+    np.testing.assert_allclose(h_w, h_1[zero], rtol=1e-9, atol=1e-12 * h_1.max())
 
 
 @pytest.fixture(scope="module")

@@ -11,18 +11,20 @@ the tabled inverse of its passive set's Gram matrix (:func:`support_table`), whi
 caller solving many slices with one W passes along (``table``).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
 from .blocks import work_dtype
-from .nnls import _nnls_row, _nnls_row_table, support_table
+from .nnls import _fill_table, _nnls_row, _nnls_row_table, support_table
 
 TABLE_MAX_COND = 1e8   # condition number of W W^T above which the NNLS is not tabled
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rounds, loss,
-             tab, have, F, hw, bz, idx, passive):
+def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rounds,
+             loss, tab, F, hw, bz, idx, passive, sup):
     """Every row: b0 = W x (a loop, so that a row's numbers do not depend on its block),
     clipped least squares ``max(0, Ginv b0)`` (Ginv: the inverse of the ridged G; a
     product, no division chain) unless ``warm``, then the rounds; ``loss[i]`` gets the
@@ -30,17 +32,21 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
 
     x, W and the residual are in the work dtype (float32 stays float32: half the memory
     traffic, twice the vector width), h, G and the NNLS in float64, the objective summed
-    in float64.  ``tab``, ``have``: :func:`daskrnmf.kernels.nnls.support_table` (the
-    NNLS by tabled inverses) and ``F`` None, or ``tab``, ``have`` None and ``F`` (k, k)
+    in float64.  ``tab``: :func:`daskrnmf.kernels.nnls.support_table`, filled (the
+    NNLS by tabled inverses) and ``F`` None, or ``tab`` None and ``F`` (k, k)
     scratch for the NNLS with a Cholesky factor updated along the active set, rebuilt
     for every row (k above the table's limit, or G near-singular).  Numba prunes the
     branch whose ``is not None`` test a None argument decides before it types the
     kernel, so a process compiles only the NNLS it calls (each about a second of
     compile); a branch on a flag would compile both.  Scratch from the caller (np.empty's
     and np.zeros' overloads are then not compiled for this kernel): ``hw`` (k,) in the
-    work dtype, ``bz`` (3, k) float64, ``idx`` (k,) int64, ``passive`` (k,) bool, all
-    False; the residual's two rows stay allocated here (views of one scratch array made
-    the vectorised loops 3-4 % slower)."""
+    work dtype, ``bz`` (4, k) float64, ``idx`` (k,) int64, ``passive`` (k,) bool, all
+    False, ``sup`` (k,) int64 (h's support); the residual's two rows stay allocated here
+    (views of one scratch array made the vectorised loops 3-4 % slower).
+
+    A row whose r is 0 in two rounds in a row stops without a third NNLS: its b is b0
+    again, whose NNLS it already has; the round is counted as the loop would have run it
+    (h, r and the objective are those the round would give, bit for bit)."""
     m, d = x.shape
     k = W.shape[0]
     e = np.empty_like(x[0])           # residual x - h W, then r = max(0, e - lam)
@@ -49,21 +55,26 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
     b0 = bz[1]
     z = bz[2]                         # idx, z, passive: the factored NNLS's passive set
     #                                   and its factor, kept from one round to the next
+    hi = bz[3]                        # the row's h (copied to h[i] at its end)
+    # no view of a row is taken in the row loop (x[i], W[c], ...): each is an atomic
+    # reference count up and down, which the calls in the loop keep Numba from pruning
+    # (a quarter of perf's samples were in them; the kernel 0.89 -> 0.78 µs a row at 64
+    # features without them)
     lamw, half, zero = consts[0], consts[1], consts[2]
     amax = 0.0
     for c in range(k):
         v = abs(G[c, c])
         amax = v if v > amax else amax          # max(amax, v) as Numba writes it
     for i in range(m):
-        xi = x[i]
         for c in range(k):
-            Wc = W[c]
             acc = zero
             for j in range(d):
-                acc += Wc[j] * xi[j]
+                acc += W[c, j] * x[i, j]
             b0[c] = acc
-        hi = h[i]
-        if not warm:
+        if warm:
+            for c in range(k):
+                hi[c] = h[i, c]
+        else:
             for c in range(k):          # (G + ridge)^-1 b0, clipped at 0
                 acc2 = 0.0
                 for t in range(k):
@@ -72,36 +83,51 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
         f_prev = np.inf
         f = 0.0
         s = -1
+        nz_prev = zero + 1
         for it in range(max_iter + 1):
             for j in range(d):
-                e[j] = xi[j]
-            for c in range(k):
-                hw[c] = hi[c]
+                e[j] = x[i, j]
+            n = 0
+            for c in range(k):          # h's support listed without a branch: a test of
+                hw[c] = hi[c]           # each h_c mispredicts on codes half zero, more
+                sup[n] = c              # than the skipped products save
+                n += hw[c] != zero
+            for t in range(n):
+                c = sup[t]
                 hc = hw[c]
-                if hc != 0.0:
-                    Wc = W[c]
-                    for j in range(d):
-                        e[j] -= hc * Wc[j]
+                for j in range(d):
+                    e[j] -= hc * W[c, j]
             f = 0.0
+            nz = zero                   # r's sum: 0 exactly when r is
             for j in range(d):          # (3) summed in float64, and r
                 ej = e[j]
                 q = ej if ej < lamw else lamw
                 f += np.float64(q * (ej - half * q))
                 rj = ej - lamw
-                rv[j] = rj if rj > zero else zero
+                rj = rj if rj > zero else zero
+                rv[j] = rj
+                nz += rj
             if it > 0 and f_prev - f <= tol * f_prev:
                 break
             if it == max_iter:
                 break
+            if it > 0 and nz == zero and nz_prev == zero:
+                # r = 0 now and in the round before: b = W x again, whose NNLS h is
+                # already (a warm start at its solution returns it bit for bit), and the
+                # next round would find the same objective and stop: it is counted, not
+                # run (most rows of data whose outliers are sparse)
+                rounds[i] += 1
+                break
             f_prev = f
+            nz_prev = nz
             for c in range(k):          # b = W (x - r): dense and branch-free, it
-                Wc = W[c]               # vectorises
-                acc = zero
-                for j in range(d):
-                    acc += Wc[j] * rv[j]
+                acc = zero              # vectorises (a loop over r's non-zeros scans r
+                if nz != zero:          # with a branch an entry: 1.4x slower at 256
+                    for j in range(d):  # features); b0 itself where r = 0
+                        acc += W[c, j] * rv[j]
                 b[c] = b0[c] - acc
             if tab is not None:
-                _nnls_row_table(G, b, hi, nnls_tol, amax, tab, have, z)
+                _nnls_row_table(G, b, hi, nnls_tol, amax, tab, z)
             if F is not None:
                 # warm from the last round's h (first round: the clipped least squares,
                 # whose support may exceed G's rank when k > d: _nnls_row starts the
@@ -110,13 +136,49 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
             rounds[i] += 1
         # the loop left with r of the final h, and the row's objective (3)
         loss[i] = f
-        ro = r_out[i]
+        for c in range(k):
+            h[i, c] = hi[c]
         for j in range(d):
-            ro[j] = rv[j]
+            r_out[i, j] = rv[j]
+
+
+class FusedComponents(NamedTuple):
+    """What the fused solve needs of W, computed once for all the slices solved with it
+    (:func:`prepare_components`)."""
+
+    W: np.ndarray       # (k, d) in the work dtype
+    G: np.ndarray       # W W^T (k, k) float64
+    Ginv: np.ndarray    # the inverse of the ridged G
+    table: np.ndarray   # support_table(k), filled, or None: the factored NNLS
+
+
+def prepare_components(W, dtype, table=None):
+    """W's part of :func:`solve_rows_fused` in the work dtype ``dtype``: W, G = W W^T,
+    the inverse of the ridged G and the NNLS table, filled for every passive set
+    (:func:`~daskrnmf.kernels.nnls._fill_table`; ``table``: the array to fill, default a
+    new one; None above :data:`~daskrnmf.kernels.nnls.TABLE_MAX_K` or when G is
+    near-singular),
+    a :class:`FusedComponents` to pass to every slice (G's condition number and inverse,
+    about 0.1 ms, were computed for every slice of 2 048 rows: 0.05 µs a row)."""
+    W64 = np.ascontiguousarray(W, dtype=np.float64)
+    G = W64 @ W64.T
+    k = W64.shape[0]
+    Ginv = np.linalg.inv(G + (1e-12 * np.trace(G) + 1e-300) * np.eye(k)) if k else G
+    # tabled inverses only for a well-conditioned G (a passive set's Gram matrix is then
+    # no worse, by interlacing); near-singular sets keep the factored solves, whose
+    # triangular solves stay exact where an explicit inverse would not
+    if not k or np.linalg.cond(G) > TABLE_MAX_COND:
+        table = None
+    else:
+        table = support_table(k) if table is None else table
+        if table is not None:
+            _fill_table(G, table)
+    return FusedComponents(np.ascontiguousarray(W64, dtype=np.dtype(dtype)), G,
+                           np.ascontiguousarray(Ginv), table)
 
 
 def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_loss=False,
-                     out=None, table=None):
+                     out=None, table=None, prepared=None):
     """:func:`daskrnmf.kernels.outliers.solve_codes_cd` for complete data, row by row in
     one compiled loop (see the module docstring); same parameters and returns, and with
     ``return_loss`` each row's objective (3) at the returned h, r (float64, as
@@ -126,14 +188,15 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
     work dtype, rounds (>= m,) int64, loss (>= m,) float64) whose first m rows receive
     the results (a caller that solves a block in slices reuses them: fresh arrays of that
     size cost page faults each time, several µs a page on VMs), without ``h``.
-    ``table``: :func:`daskrnmf.kernels.nnls.support_table` ``(len(W))`` kept for this W
-    across calls (its inverses are W's; default a fresh one)."""
+    ``table``: :func:`daskrnmf.kernels.nnls.support_table` ``(len(W))``, memory for the
+    NNLS table kept across calls (filled for W at every call; default a new one).  ``prepared``:
+    :func:`prepare_components` ``(W, dtype, table)``, kept for this W across calls
+    (``table`` is then its own)."""
     dt = work_dtype(x) if dtype is None else np.dtype(dtype)
     x = np.ascontiguousarray(x, dtype=dt)
-    W64 = np.ascontiguousarray(W, dtype=np.float64)
-    G = W64 @ W64.T
-    k = W64.shape[0]
-    Ginv = np.linalg.inv(G + (1e-12 * np.trace(G) + 1e-300) * np.eye(k)) if k else G
+    if prepared is None or prepared.W.dtype != dt:
+        prepared = prepare_components(W, dt, table)
+    k = prepared.G.shape[0]
     warm = h is not None
     m = x.shape[0]
     if out is not None and not warm:
@@ -146,20 +209,14 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
         loss = np.zeros(m)
     h = np.ascontiguousarray(h)
     if m:
-        # tabled inverses only for a well-conditioned G (a passive set's Gram matrix is
-        # then no worse, by interlacing); near-singular sets keep the factored solves,
-        # whose triangular solves stay exact where an explicit inverse would not
-        if np.linalg.cond(G) > TABLE_MAX_COND:
-            table = None
-        elif table is None:
-            table = support_table(k)
-        tab, have = table if table is not None else (None, None)
-        F = None if table is not None else np.empty((k, k))
-        _cd_rows(x, np.ascontiguousarray(W64, dtype=dt), G, np.ascontiguousarray(Ginv), warm,
+        tab = prepared.table
+        F = None if tab is not None else np.empty((k, k))
+        _cd_rows(x, prepared.W, prepared.G, prepared.Ginv, warm,
                  h, np.array([lam, 0.5, 0.0], dtype=dt), int(max_iter), float(tol),
-                 32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, have, F,
-                 np.empty(k, dtype=dt), np.empty((3, k)),
-                 np.empty(k, dtype=np.int64), np.zeros(k, dtype=np.bool_))
+                 32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, F,
+                 np.empty(k, dtype=dt), np.empty((4, k)),
+                 np.empty(k, dtype=np.int64), np.zeros(k, dtype=np.bool_),
+                 np.empty(k, dtype=np.int64))
     if return_loss:
         return h, r, rounds, loss
     return h, r, rounds

@@ -20,7 +20,7 @@ import numpy as np
 from .._validation import MASK_HINT
 from ..kernels.blocks import check_values, work_dtype
 from ..kernels.missing import feature_grams, gram_rows, observed, row_grams
-from ..kernels.nnls import support_table
+from ..kernels.cd_rows import prepare_components
 from ..kernels.outliers import (block_statistics, hals_codes, hals_codes_each, huber_rows,
                                 initial_codes, residual_target, solve_codes, solve_codes_cd,
                                 update_components, update_components_cd)
@@ -64,14 +64,15 @@ class SolveSpec:
     missing: bool = False
 
 
-def solve_rows(x, W, spec, mask=None, out=None, table=None):
+def solve_rows(x, W, spec, mask=None, out=None, table=None, prepared=None):
     """h (m, k), r (m, d), the rounds taken (summed over rows) and the rows' objectives
     (3) when the solver gives them (complete rows, "cd"; else None) for rows x, in the
     work dtype of :func:`as_work_block`.  ``mask``: their observed entries, x zero at the
     others; the rows are then solved :func:`daskrnmf.kernels.missing.gram_rows` at a
-    time, which bounds their Gram matrices' memory.  ``out``, ``table``: buffers the
-    complete-row solver fills instead of new arrays, and its NNLS table for this W
-    (:func:`~daskrnmf.kernels.cd_rows.solve_rows_fused`; see :func:`_solve_buffers`)."""
+    time, which bounds their Gram matrices' memory.  ``out``, ``table``, ``prepared``:
+    for the complete-row solver (:func:`~daskrnmf.kernels.cd_rows.solve_rows_fused`, see
+    :func:`_solve_buffers`): buffers it fills instead of new arrays, its NNLS table and
+    W's part of the solve for this W."""
     step = gram_rows(W.shape[0])
     if mask is not None and spec.solver == "cd" and x.shape[0] > step:
         parts = [solve_rows(x[s:s + step], W, spec, mask[s:s + step])
@@ -82,7 +83,7 @@ def solve_rows(x, W, spec, mask=None, out=None, table=None):
         # the work dtype is x's (as_work_block chose it); the rows' objectives come along
         h, r, rounds, loss = solve_codes_cd(x, W, spec.alpha_R, spec.n_iter, spec.tol,
                                             dtype=x.dtype, return_loss=True, out=out,
-                                            table=table)
+                                            table=table, prepared=prepared)
         return h, r, int(rounds.sum()), loss
     if spec.solver == "cd":
         h, r, rounds = solve_codes_cd(x, W, spec.alpha_R, spec.n_iter, spec.tol, mask=mask)
@@ -94,16 +95,20 @@ def solve_rows(x, W, spec, mask=None, out=None, table=None):
     return h, r, spec.n_iter * x.shape[0], None
 
 
-def _solve_buffers(x, k):
+def _solve_buffers(x, W, spec):
     """Keywords of :func:`solve_rows` for the slices of block x solved with one W: the
     complete-row solver's outputs (h, r, rounds, objectives) for ``SOLVE_ROWS`` rows,
-    reused slice after slice (fresh arrays per slice page-fault), and its NNLS table
-    (:func:`daskrnmf.kernels.nnls.support_table`: W's passive-set inverses, computed
-    once for all the slices)."""
+    reused slice after slice (fresh arrays per slice page-fault), and W's part of its
+    solve (:func:`daskrnmf.kernels.cd_rows.prepare_components`: G, its inverse and the
+    NNLS table of W's passive-set inverses, computed once for all the slices); none
+    where that solver does not run (``spec``: missing values, or ``"mu"``)."""
+    if spec.solver != "cd" or spec.missing:
+        return {}
+    k = W.shape[0]
     rows = min(SOLVE_ROWS, x.shape[0])
     return {"out": (np.empty((rows, k)), np.empty((rows, x.shape[1]), dtype=x.dtype),
                     np.empty(rows, dtype=np.int64), np.empty(rows)),
-            "table": support_table(k)}
+            "prepared": prepare_components(W, x.dtype)}
 
 
 def _block(x, missing):
@@ -133,7 +138,7 @@ def solve_batch_piece(block, start, W, spec):
                        allow_nan=spec.missing, hint=MASK_HINT)
     x = as_work_block(x, top)
     parts = []
-    out = _solve_buffers(x, W.shape[0])   # (the statistics are taken slice by slice)
+    out = _solve_buffers(x, W, spec)   # (the statistics are taken slice by slice)
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
         h, r, rounds, loss = solve_rows(xs, W, spec, mask, **out)
@@ -154,7 +159,7 @@ def codes_block(block, W, spec, what):
     x = as_work_block(block)
     k = W.shape[0]
     out = np.empty((x.shape[0], k + (x.shape[1] if what == "hr" else 0)), dtype=x.dtype)
-    buf = _solve_buffers(x, k)
+    buf = _solve_buffers(x, W, spec)
     for s in range(0, x.shape[0], SOLVE_ROWS):
         xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
         h, r = solve_rows(xs, W, spec, mask, **buf)[:2]
