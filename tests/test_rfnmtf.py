@@ -350,6 +350,10 @@ def test_s_step_keeps_s_where_rows_and_columns_did_not_move(planted, monkeypatch
     real = rfnmtf.block_medians
     monkeypatch.setattr(rfnmtf, "block_medians",
                         lambda *a: calls.append(1) or real(*a))
+    # (X is the initialisation's sample: its S steps read X's values sorted once)
+    swept = rfnmtf.SortedValues.block_medians
+    monkeypatch.setattr(rfnmtf.SortedValues, "block_medians",
+                        lambda self, *a: calls.append(1) or swept(self, *a))
     kept = RFNMTF(8, 6, n_init=10, random_state=0).fit(X)
     n_kept = len(calls)
     calls.clear()

@@ -340,6 +340,11 @@ class _CoFit:
         # (on 200 000 x 200 ten ran the S step's rounds at three times the cost of a
         # read); on a sample that is all of X the best there is the best on X
         keep = np.sort(np.argsort(objective, kind="stable")[:self.kept_on_x])
+        if swept is not None and self.blocks.array is not None and m == self.blocks.shape[0]:
+            # the sample is all of X in memory, in X's order (sample_rows): the S steps on
+            # X read their block medians off its values sorted once, as the candidates'
+            # (the same numbers; _block_medians is then not compiled for a first fit)
+            self.sweep = swept.get()
         return {"S": state["S"][keep], "columns": state["columns"][keep]}
 
     def _candidates(self, St, ranked, Xs, swept, first, count):
