@@ -58,10 +58,10 @@ def seed_draw(mind, q, power, gen, n_trials):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _sorted_rows(ranks):
-    """Per feature, the rows in the order of their values: the inverse of ``ranks``."""
+def _sorted_rows(ranks, perm):
+    """Per feature, the rows in the order of their values: the inverse of ``ranks``, into
+    ``perm`` (int32, the shape of ``ranks``; np.empty's overload is then not compiled)."""
     d, n = ranks.shape
-    perm = np.empty((d, n), dtype=np.int32)
     for j in range(d):
         for i in range(n):
             perm[j, ranks[j, i]] = i
@@ -125,34 +125,8 @@ def _cluster_medians_selected(X, labels, counts, out, order, buf, todo):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _worst_rows(dist, n_take):
-    """Rows of the ``n_take`` largest ``dist`` (largest first; ties: lowest index)."""
-    n = dist.shape[0]
-    taken = np.zeros(n, dtype=np.bool_)
-    out = np.empty(n_take, dtype=np.int64)
-    for t in range(n_take):
-        best, arg = -np.inf, -1
-        for i in range(n):
-            if not taken[i] and (arg < 0 or dist[i] > best):
-                best, arg = dist[i], i
-        taken[arg] = True
-        out[t] = arg
-    return out
-
-
-@njit(cache=True, nogil=True, fastmath=False)
-def _copy_rows(src, dst):
-    """``dst[:] = src`` for two (k, d) arrays, written out: Numba's array assignment
-    compiles its shape check, whose message formatting took a third of this module's
-    compile time."""
-    for c in range(src.shape[0]):
-        for j in range(src.shape[1]):
-            dst[c, j] = src[c, j]
-
-
-@njit(cache=True, nogil=True, fastmath=False)
 def _update(X, perm, values, select, F, rs, labels, dist, objective, prev, tol, history,
-            newly, last, moved):
+            newly, last, moved, kint, nint, buf, med, todo, taken):
     """The rest of an iteration of the restarts ``rs``, from their assignment
     (``labels``, ``dist``: (n, len(rs)), column ``t`` restart ``rs[t]``, whose objective
     is ``objective[t]``): F[r] becomes the medians of its clusters, read off ``perm`` and
@@ -162,23 +136,18 @@ def _update(X, perm, values, select, F, rs, labels, dist, objective, prev, tol, 
     (n, R): each restart's previous labels (-1: none), updated; a cluster whose members
     are the same keeps its centre, which is their medians (the last iteration of a fit
     selects nothing); ``moved[r]``: whether F[r] changed (a cluster's members did, or
-    one was empty)."""
+    one was empty).  Scratch from the caller (np.empty's and np.zeros' overloads, and
+    the copies and worst rows as kernels of their own, were compiled for this kernel
+    alone): ``kint`` (3, k) and ``nint`` (2, n) int64, ``buf`` (max(n, 1),), ``med``
+    (k, d), ``todo`` (k,) and ``taken`` (n,) bool."""
     n, d = X.shape
     k = F.shape[1]
-    col = np.empty(n)
-    lab = np.empty(n, dtype=np.int64)
-    counts = np.zeros(k, dtype=np.int64)
-    seen = np.zeros(k, dtype=np.int64)
-    need = np.zeros(k, dtype=np.int64)
-    order = np.empty(n, dtype=np.int64)
-    buf = np.empty(max(n, 1))
-    med = np.empty((k, d))
-    todo = np.zeros(k, dtype=np.bool_)
+    counts, seen, need = kint[0], kint[1], kint[2]
+    lab, order = nint[0], nint[1]
     for t in range(rs.shape[0]):
         r = rs[t]
         todo[:] = False
         for i in range(n):
-            col[i] = dist[i, t]
             lab[i] = labels[i, t]
             o = last[i, r]
             if o != lab[i]:
@@ -193,31 +162,51 @@ def _update(X, perm, values, select, F, rs, labels, dist, objective, prev, tol, 
         counts[:] = 0
         for i in range(n):
             counts[lab[i]] += 1
-        _copy_rows(F[r], med)
+        for c in range(k):
+            for j in range(d):
+                med[c, j] = F[r, c, j]
         if perm is not None:
             _cluster_medians_sorted(perm, values, lab, counts, med, seen, need, todo)
         if select is not None:
             _cluster_medians_selected(X, lab, counts, med, order, buf, todo)
-        # empty clusters take the worst-fit rows, worst first (reseed_empty)
+        # empty clusters take the worst-fit rows, worst first (reseed_empty): the
+        # slot-th empty one the slot-th largest distance (ties: the lowest index), the
+        # last row past the min(k, n) worst
         n_empty = 0
         for c in range(k):
             n_empty += counts[c] == 0
         if n_empty:
-            worst = _worst_rows(col, min(k, n))
+            n_take = k if k < n else n
+            taken[:] = False
             slot = 0
             for c in range(k):
                 if counts[c] == 0:
-                    w = worst[slot] if slot < worst.shape[0] else n - 1
+                    w = n - 1
+                    if slot < n_take:
+                        best, w = -np.inf, -1
+                        for i in range(n):
+                            if not taken[i] and (w < 0 or dist[i, t] > best):
+                                best, w = dist[i, t], i
+                        taken[w] = True
                     for j in range(d):
                         med[c, j] = X[w, j]
                     slot += 1
-        _copy_rows(med, F[r])
+        for c in range(k):
+            for j in range(d):
+                F[r, c, j] = med[c, j]
         changed = n_empty > 0
         for c in range(k):
             changed |= todo[c]
         moved[r] = changed
         newly[r] = np.isfinite(prev[r]) and prev[r] - J <= tol * abs(prev[r])
         prev[r] = J
+
+
+def _update_scratch(n, k, d):
+    """:func:`_update`'s scratch for one call (each thread its own)."""
+    return (np.empty((3, k), dtype=np.int64), np.empty((2, n), dtype=np.int64),
+            np.empty(max(n, 1)), np.empty((k, d)), np.empty(k, dtype=np.bool_),
+            np.empty(n, dtype=np.bool_))
 
 
 THREADS_MIN_WORK = 2**22    # n * d * k * R: below, the restarts' medians run in one thread
@@ -260,7 +249,8 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     if ranked is None:      # medians by selection
         perm, values, select = None, None, True
     else:                   # by one sweep of each feature's sorted values
-        perm, values, select = _sorted_rows(ranked[0]), ranked[1], None
+        perm = _sorted_rows(ranked[0], np.empty(ranked[0].shape, dtype=np.int32))
+        values, select = ranked[1], None
     history = np.full((max_iter, R), np.nan)
     threads = min(R, available_cpus()) if X.size * F.shape[1] * R >= THREADS_MIN_WORK else 1
     pool = (ThreadPoolExecutor(threads, thread_name_prefix="daskrnmf-kmedians")
@@ -286,12 +276,14 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
             J = dist.sum(axis=0)
             args = (prev, float(tol), history[it], newly, last, moved)
             if pool is None or rs.size < 2:
-                _update(X, perm, values, select, F, rs, labels, dist, J, *args)
+                _update(X, perm, values, select, F, rs, labels, dist, J, *args,
+                        *_update_scratch(X.shape[0], F.shape[1], X.shape[1]))
             else:
                 parts = np.array_split(np.arange(rs.size), min(threads, rs.size))
                 list(pool.map(lambda p: _update(X, perm, values, select, F, rs[p],
                                                 np.ascontiguousarray(labels[:, p]),
-                                                np.ascontiguousarray(dist[:, p]), J[p], *args),
+                                                np.ascontiguousarray(dist[:, p]), J[p], *args,
+                                                *_update_scratch(X.shape[0], F.shape[1], X.shape[1])),
                               parts))
             active[rs[newly[rs]]] = False
     finally:

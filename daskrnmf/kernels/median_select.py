@@ -333,17 +333,13 @@ def _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _block_medians_sorted(prow, pcol, values, rows, cols, K, L, out):
-    nrow = np.zeros(K, dtype=np.int64)
-    ncol = np.zeros(L, dtype=np.int64)
-    for i in range(rows.shape[0]):
-        nrow[rows[i]] += 1
-    for j in range(cols.shape[0]):
-        ncol[cols[j]] += 1
+def _block_medians_sorted(prow, pcol, values, rows, cols, nrow, ncol, out, blocks):
+    # nrow (K,), ncol (L,): the clusters' sizes; blocks (3, K * L) int64 zeros: scratch
+    # from the caller (np.empty's and np.zeros' overloads were compiled for this kernel
+    # alone in RFNMTF's first fit)
+    K, L = nrow.shape[0], ncol.shape[0]
     B = K * L
-    size = np.empty(B, dtype=np.int64)
-    need = np.empty(B, dtype=np.int64)
-    seen = np.zeros(B, dtype=np.int64)
+    size, need, seen = blocks[0], blocks[1], blocks[2]
     left = 0
     for b in range(B):
         m = nrow[b // L] * ncol[b % L]
@@ -398,9 +394,11 @@ class SortedValues:
         """:func:`block_medians` (the same numbers) by one sweep over the sorted values:
         a block's middle values are its ``h``-th and ``(h + 1)``-th met."""
         out = np.full((K, L), np.nan)
-        _block_medians_sorted(self.prow, self.pcol, self.values,
-                              np.ascontiguousarray(rows, dtype=np.int64),
-                              np.ascontiguousarray(cols, dtype=np.int64), K, L, out)
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        cols = np.ascontiguousarray(cols, dtype=np.int64)
+        _block_medians_sorted(self.prow, self.pcol, self.values, rows, cols,
+                              np.bincount(rows, minlength=K), np.bincount(cols, minlength=L),
+                              out, np.zeros((3, K * L), dtype=np.int64))
         return out
 
 
