@@ -602,9 +602,9 @@ def group_medians_ranked(ranked, order, ends, out):
     """:func:`group_medians` (the same numbers) from rows sorted once by
     :func:`rank_rows`: a group's median is read off its members' ranks (set in a bit
     array, then counted to the middle by population counts) instead of selected among
-    its values.  For many groupings of few rows (``n`` <= :data:`RANKED_MAX_ROWS`):
-    RFNMTF's initialisation clusters the ~100 columns of a sample of rows 40 times and
-    takes a median per row and column cluster for each, and the ranks serve all of them.
+    its values.  For many groupings of few rows (``n`` <= :data:`RANKED_MAX_ROWS`): the
+    general k-medians fit of a sample's columns given their ranks
+    (``kmedians_labels(..., compiled=False)``, the compiled loop's reference).
 
     Parameters
     ----------
