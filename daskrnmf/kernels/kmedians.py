@@ -126,7 +126,7 @@ def _cluster_medians_selected(X, labels, counts, out, order, buf, todo):
 
 @njit(cache=True, nogil=True, fastmath=False)
 def _update(X, perm, values, select, F, rs, labels, dist, objective, prev, tol, history,
-            newly, last, moved, kint, nint, buf, med, todo, taken):
+            newly, last, moved, empty, kint, nint, buf, med, todo):
     """The rest of an iteration of the restarts ``rs``, from their assignment
     (``labels``, ``dist``: (n, len(rs)), column ``t`` restart ``rs[t]``, whose objective
     is ``objective[t]``): F[r] becomes the medians of its clusters, read off ``perm`` and
@@ -136,10 +136,11 @@ def _update(X, perm, values, select, F, rs, labels, dist, objective, prev, tol, 
     (n, R): each restart's previous labels (-1: none), updated; a cluster whose members
     are the same keeps its centre, which is their medians (the last iteration of a fit
     selects nothing); ``moved[r]``: whether F[r] changed (a cluster's members did, or
-    one was empty).  Scratch from the caller (np.empty's and np.zeros' overloads, and
-    the copies and worst rows as kernels of their own, were compiled for this kernel
+    one was empty); ``empty[r]``: whether a cluster was empty (its centre is left, for
+    :func:`_reseed_empty`).  Scratch from the caller (np.empty's and np.zeros'
+    overloads, and the copies as a kernel of their own, were compiled for this kernel
     alone): ``kint`` (3, k) and ``nint`` (2, n) int64, ``buf`` (max(n, 1),), ``med``
-    (k, d), ``todo`` (k,) and ``taken`` (n,) bool."""
+    (k, d), ``todo`` (k,) bool."""
     n, d = X.shape
     k = F.shape[1]
     counts, seen, need = kint[0], kint[1], kint[2]
@@ -169,28 +170,10 @@ def _update(X, perm, values, select, F, rs, labels, dist, objective, prev, tol, 
             _cluster_medians_sorted(perm, values, lab, counts, med, seen, need, todo)
         if select is not None:
             _cluster_medians_selected(X, lab, counts, med, order, buf, todo)
-        # empty clusters take the worst-fit rows, worst first (reseed_empty): the
-        # slot-th empty one the slot-th largest distance (ties: the lowest index), the
-        # last row past the min(k, n) worst
         n_empty = 0
         for c in range(k):
             n_empty += counts[c] == 0
-        if n_empty:
-            n_take = k if k < n else n
-            taken[:] = False
-            slot = 0
-            for c in range(k):
-                if counts[c] == 0:
-                    w = n - 1
-                    if slot < n_take:
-                        best, w = -np.inf, -1
-                        for i in range(n):
-                            if not taken[i] and (w < 0 or dist[i, t] > best):
-                                best, w = dist[i, t], i
-                        taken[w] = True
-                    for j in range(d):
-                        med[c, j] = X[w, j]
-                    slot += 1
+        empty[r] = n_empty > 0
         for c in range(k):
             for j in range(d):
                 F[r, c, j] = med[c, j]
@@ -205,8 +188,19 @@ def _update(X, perm, values, select, F, rs, labels, dist, objective, prev, tol, 
 def _update_scratch(n, k, d):
     """:func:`_update`'s scratch for one call (each thread its own)."""
     return (np.empty((3, k), dtype=np.int64), np.empty((2, n), dtype=np.int64),
-            np.empty(max(n, 1)), np.empty((k, d)), np.empty(k, dtype=np.bool_),
-            np.empty(n, dtype=np.bool_))
+            np.empty(max(n, 1)), np.empty((k, d)), np.empty(k, dtype=np.bool_))
+
+
+def _reseed_empty(X, F, labels, dist):
+    """Empty clusters of one restart (centres ``F`` (k, d), in place; ``labels``,
+    ``dist`` its assignment) take the worst-fit rows, worst first (reseed_empty): the
+    slot-th empty cluster the slot-th largest distance (ties: the lowest index), the
+    last row past the min(k, n) worst.  Rare, so NumPy (compiled in :func:`_update`, it
+    cost the first fit 0.12 s)."""
+    k, n = F.shape[0], X.shape[0]
+    worst = np.argsort(-dist, kind="stable")[:min(k, n)]
+    for slot, c in enumerate(np.flatnonzero(np.bincount(labels, minlength=k) == 0)):
+        F[c] = X[worst[slot] if slot < worst.shape[0] else n - 1]
 
 
 THREADS_MIN_WORK = 2**22    # n * d * k * R: below, the restarts' medians run in one thread
@@ -264,6 +258,7 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     prev = np.full(R, np.inf)
     last = np.full((X.shape[0], R), -1, dtype=np.int64)
     moved = np.ones(R, dtype=bool)
+    empty = np.zeros(R, dtype=bool)
     n_iter = 0
     try:
         for it in range(max_iter):
@@ -274,7 +269,7 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
             labels, dist = nearest(X, F[rs], "l1", threads)
             # the objectives: the general fit's residual.sum(axis=0), the same residuals
             J = dist.sum(axis=0)
-            args = (prev, float(tol), history[it], newly, last, moved)
+            args = (prev, float(tol), history[it], newly, last, moved, empty)
             if pool is None or rs.size < 2:
                 _update(X, perm, values, select, F, rs, labels, dist, J, *args,
                         *_update_scratch(X.shape[0], F.shape[1], X.shape[1]))
@@ -285,6 +280,8 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
                                                 np.ascontiguousarray(dist[:, p]), J[p], *args,
                                                 *_update_scratch(X.shape[0], F.shape[1], X.shape[1])),
                               parts))
+            for t in np.flatnonzero(empty[rs]):
+                _reseed_empty(X, F[rs[t]], labels[:, t], dist[:, t])
             active[rs[newly[rs]]] = False
     finally:
         if pool is not None:
