@@ -257,7 +257,10 @@ def block_medians(X, rows, cols, K, L, pivots=None, window=None):
     if window is not None:
         lo = np.where(np.isnan(window[0]), -np.inf, np.asarray(window[0], dtype=np.float64))
         hi = np.where(np.isnan(window[1]), np.inf, np.asarray(window[1], dtype=np.float64))
-        _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out)
+        nk_max = int(np.diff(rends, prepend=0).max(initial=0))
+        _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out,
+                                 np.empty(X.shape[1]), np.empty(max(nk_max * X.shape[1], 1)),
+                                 np.zeros((3, L), dtype=np.int64))
         return out
     piv = (np.full((K, L), np.nan) if pivots is None
            else np.ascontiguousarray(pivots, dtype=np.float64))
@@ -266,17 +269,14 @@ def block_medians(X, rows, cols, K, L, pivots=None, window=None):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out):
+def _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out, row, buf, counts):
+    # scratch from the caller (np.empty's, np.zeros' and max()'s overloads were compiled
+    # for this kernel alone in RFNMTF's first fit): row (d,); buf (the largest row
+    # cluster's size * d,), a row cluster's in-window values, a segment of nk * n_l per
+    # column cluster; counts (3, L) int64 zeros: below, inside, base
     K, L = rends.shape[0], cends.shape[0]
     d = corder.shape[0]
-    row = np.empty(d)
-    nk_max = 0
-    for k in range(K):
-        nk_max = max(nk_max, rends[k] - (rends[k - 1] if k else 0))
-    buf = np.empty(max(nk_max * d, 1))         # a row cluster's in-window values, a
-    below = np.zeros(L, dtype=np.int64)         # segment of nk * n_l per column cluster
-    inside = np.zeros(L, dtype=np.int64)
-    base = np.empty(L, dtype=np.int64)
+    below, inside, base = counts[0], counts[1], counts[2]
     for k in range(K):
         r0 = rends[k - 1] if k else 0
         nk = rends[k] - r0
