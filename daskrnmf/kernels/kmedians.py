@@ -186,7 +186,7 @@ def _update(X, perm, values, select, F, rs, labels, dist, objective, prev, tol, 
 
 
 def _update_scratch(n, k, d):
-    """:func:`_update`'s scratch for one call (each thread its own)."""
+    """:func:`_update`'s scratch (each thread its own, made once a fit)."""
     return (np.empty((3, k), dtype=np.int64), np.empty((2, n), dtype=np.int64),
             np.empty(max(n, 1)), np.empty((k, d)), np.empty(k, dtype=np.bool_))
 
@@ -259,6 +259,7 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     last = np.full((X.shape[0], R), -1, dtype=np.int64)
     moved = np.ones(R, dtype=bool)
     empty = np.zeros(R, dtype=bool)
+    scratch = [_update_scratch(X.shape[0], F.shape[1], X.shape[1]) for _ in range(threads)]
     n_iter = 0
     try:
         for it in range(max_iter):
@@ -271,15 +272,14 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
             J = dist.sum(axis=0)
             args = (prev, float(tol), history[it], newly, last, moved, empty)
             if pool is None or rs.size < 2:
-                _update(X, perm, values, select, F, rs, labels, dist, J, *args,
-                        *_update_scratch(X.shape[0], F.shape[1], X.shape[1]))
+                _update(X, perm, values, select, F, rs, labels, dist, J, *args, *scratch[0])
             else:
                 parts = np.array_split(np.arange(rs.size), min(threads, rs.size))
-                list(pool.map(lambda p: _update(X, perm, values, select, F, rs[p],
-                                                np.ascontiguousarray(labels[:, p]),
-                                                np.ascontiguousarray(dist[:, p]), J[p], *args,
-                                                *_update_scratch(X.shape[0], F.shape[1], X.shape[1])),
-                              parts))
+                list(pool.map(lambda i: _update(X, perm, values, select, F, rs[parts[i]],
+                                                np.ascontiguousarray(labels[:, parts[i]]),
+                                                np.ascontiguousarray(dist[:, parts[i]]),
+                                                J[parts[i]], *args, *scratch[i]),
+                              range(len(parts))))
             for t in np.flatnonzero(empty[rs]):
                 _reseed_empty(X, F[rs[t]], labels[:, t], dist[:, t])
             active[rs[newly[rs]]] = False
