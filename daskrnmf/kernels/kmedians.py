@@ -280,8 +280,10 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
                                                 np.ascontiguousarray(dist[:, parts[i]]),
                                                 J[parts[i]], *args, *scratch[i]),
                               range(len(parts))))
-            for t in np.flatnonzero(empty[rs]):
-                _reseed_empty(X, F[rs[t]], labels[:, t], dist[:, t])
+            if empty.any():         # rare: flags cleared once re-seeded
+                for t in np.flatnonzero(empty[rs]):
+                    _reseed_empty(X, F[rs[t]], labels[:, t], dist[:, t])
+                    empty[rs[t]] = False
             active[rs[newly[rs]]] = False
     finally:
         if pool is not None:
