@@ -350,6 +350,10 @@ def test_s_step_keeps_s_where_rows_and_columns_did_not_move(planted, monkeypatch
     real = rfnmtf.block_medians
     monkeypatch.setattr(rfnmtf, "block_medians",
                         lambda *a: calls.append(1) or real(*a))
+    # (X is the initialisation's sample: its S steps read X's values sorted once)
+    swept = rfnmtf.SortedValues.block_medians
+    monkeypatch.setattr(rfnmtf.SortedValues, "block_medians",
+                        lambda self, *a: calls.append(1) or swept(self, *a))
     kept = RFNMTF(8, 6, n_init=10, random_state=0).fit(X)
     n_kept = len(calls)
     calls.clear()
@@ -471,3 +475,29 @@ def test_background_value_is_waited_for_and_its_error_raised_in_the_caller():
     failing.start()
     with pytest.raises(ValueError):
         failing.get()
+
+
+def test_first_fit_compiles_one_median_kernel_of_each_kind(small, monkeypatch):
+    """A fit in memory whose initialisation's sample is all of X (n_samples <=
+    init_size) reads every block median off X's values sorted once (never the selection
+    kernel ``block_medians``), and its k-medians fits (columns and rows) all take their
+    medians off sorted values, with the selection branch's marker None: Numba compiles
+    one median kernel of each kind for a first fit (the compile wait of issue 38).  The
+    same fit as with ``block_medians`` (its S steps are the same numbers)."""
+    from daskrnmf.kernels import kmedians
+    from daskrnmf.models import rfnmtf
+
+    X, _, _ = small
+    selected, markers = [], []
+    real_block, real_update = rfnmtf.block_medians, kmedians._update
+    monkeypatch.setattr(rfnmtf, "block_medians",
+                        lambda *a, **k: selected.append(1) or real_block(*a, **k))
+    monkeypatch.setattr(kmedians, "_update",
+                        lambda *a: markers.append((a[1] is None, a[3] is None))
+                        or real_update(*a))
+    model = RFNMTF(4, 3, n_init=2, random_state=0).fit(X)
+    assert not selected
+    assert markers and set(markers) == {(False, True)}
+    # the same numbers as the selection: the final S is the block medians of the labels
+    want = real_block(X, model.row_labels_, model.column_labels_, 4, 3)
+    np.testing.assert_array_equal(model.block_medians_, want)

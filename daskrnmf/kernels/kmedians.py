@@ -5,10 +5,10 @@ per candidate, then each candidate's row profiles); each of those fits is a few
 iterations on a few thousand values, where the general fit (:class:`CentroidFit` with
 :func:`~daskrnmf._driver.iterate`) spends most of its time in Python between the
 kernels.  :func:`kmedians_fit` runs an iteration of all its restarts as the distance
-kernel's call and one more (objective, medians, re-seeding, stopping), and gives the
-same numbers: the same distance kernel, the medians read off sorted values (the same
-values as the selection), the same re-seeding of empty clusters, the same objective
-sums (NumPy's summation order, see :func:`pairwise_sum`) and the same stopping rule.
+kernel's call and one more (medians, re-seeding, stopping), and gives the same numbers:
+the same distance kernel, the medians read off sorted values (the same values as the
+selection), the same re-seeding of empty clusters, the same objective (NumPy's sum of
+the same residuals) and the same stopping rule.
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -19,84 +19,6 @@ from numba import njit
 from .assign import nearest
 from .blocks import available_cpus
 from .median_select import _buf_median, _group_order
-
-# NumPy's pairwise summation: runs of at most this many values are summed in 8 partial
-# sums (numpy/_core/src/umath/loops_utils.h.src, PW_BLOCKSIZE)
-_PW_BLOCK = 128
-# a run's start as an int64, not the literal 0: a literal argument compiles a second
-# specialisation of pairwise_sum and _pairwise_leaf
-_ZERO = np.int64(0)
-
-
-@njit(cache=True, nogil=True, fastmath=False)
-def _pairwise_leaf(a, lo, n):
-    """NumPy's sum of a run of at most 128 values: 8 partial sums, then the rest."""
-    if n < 8:
-        s = 0.0
-        for i in range(lo, lo + n):
-            s += a[i]
-        return s
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i = 8
-    while i < n - n % 8:
-        b = lo + i
-        r0 += a[b]
-        r1 += a[b + 1]
-        r2 += a[b + 2]
-        r3 += a[b + 3]
-        r4 += a[b + 4]
-        r5 += a[b + 5]
-        r6 += a[b + 6]
-        r7 += a[b + 7]
-        i += 8
-    s = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        s += a[lo + i]
-        i += 1
-    return s
-
-
-@njit(cache=True, nogil=True, fastmath=False)
-def pairwise_sum(a, lo, n):
-    """``a[lo:lo + n].sum()`` in NumPy's order, bit for bit: its pairwise summation of a
-    contiguous float64 run (a run longer than 128 is split at ``n // 2`` rounded down
-    to a multiple of 8, each half summed so, then the two added), the objective the
-    general fit sums with ``residual.sum(axis=0)`` of one restart.
-
-    The halving is walked with an explicit stack, not by recursion: Numba's cached
-    recursive functions crashed when loaded from the cache."""
-    if n <= _PW_BLOCK:
-        return _pairwise_leaf(a, lo, n)
-    f_lo = np.empty(64, dtype=np.int64)     # frames: a run, whether its left half is
-    f_n = np.empty(64, dtype=np.int64)      # summed (phase 2, value in f_left)
-    f_phase = np.zeros(64, dtype=np.int64)
-    f_left = np.empty(64)
-    sp = 0
-    f_lo[0], f_n[0], f_phase[0] = lo, n, 0
-    while True:
-        m = f_n[sp]
-        if m > _PW_BLOCK:                   # descend into the left half
-            f_phase[sp] = 1
-            h = m // 2
-            h -= h % 8
-            f_lo[sp + 1], f_n[sp + 1], f_phase[sp + 1] = f_lo[sp], h, 0
-            sp += 1
-            continue
-        val = _pairwise_leaf(a, f_lo[sp], m)
-        sp -= 1
-        while sp >= 0 and f_phase[sp] == 2:  # right halves done: add to their left
-            val = f_left[sp] + val
-            sp -= 1
-        if sp < 0:
-            return val
-        f_left[sp] = val                    # a left half done: the right one next
-        f_phase[sp] = 2
-        h = f_n[sp] // 2
-        h -= h % 8
-        f_lo[sp + 1], f_n[sp + 1], f_phase[sp + 1] = f_lo[sp] + h, f_n[sp] - h, 0
-        sp += 1
-
 
 def seed_draw(mind, q, power, gen, n_trials):
     """One step of greedy k-medians++ (:func:`~daskrnmf.models._clustering.robust_kmedians_pp`):
@@ -116,7 +38,7 @@ def seed_draw(mind, q, power, gen, n_trials):
     # the clip is NumPy's own quantile: a compiled one (a selection) cost the first fit
     # its compilation, and a call here is one O(n) pass either way.  The weights, their
     # sum and cumulative sums are NumPy's too (a compiled loop gave the same numbers,
-    # with pairwise_sum for NumPy's summation order, and cost the first fit a second of
+    # summed in NumPy's pairwise order, and cost the first fit a second of
     # compilation for a few O(n) passes): the same operations in the same order
     tau = float(np.quantile(mind, q))
     if tau <= 0:
@@ -136,10 +58,10 @@ def seed_draw(mind, q, power, gen, n_trials):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _sorted_rows(ranks):
-    """Per feature, the rows in the order of their values: the inverse of ``ranks``."""
+def _sorted_rows(ranks, perm):
+    """Per feature, the rows in the order of their values: the inverse of ``ranks``, into
+    ``perm`` (int32, the shape of ``ranks``; np.empty's overload is then not compiled)."""
     d, n = ranks.shape
-    perm = np.empty((d, n), dtype=np.int32)
     for j in range(d):
         for i in range(n):
             perm[j, ranks[j, i]] = i
@@ -203,58 +125,30 @@ def _cluster_medians_selected(X, labels, counts, out, order, buf, todo):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _worst_rows(dist, n_take):
-    """Rows of the ``n_take`` largest ``dist`` (largest first; ties: lowest index)."""
-    n = dist.shape[0]
-    taken = np.zeros(n, dtype=np.bool_)
-    out = np.empty(n_take, dtype=np.int64)
-    for t in range(n_take):
-        best, arg = -np.inf, -1
-        for i in range(n):
-            if not taken[i] and (arg < 0 or dist[i] > best):
-                best, arg = dist[i], i
-        taken[arg] = True
-        out[t] = arg
-    return out
-
-
-@njit(cache=True, nogil=True, fastmath=False)
-def _copy_rows(src, dst):
-    """``dst[:] = src`` for two (k, d) arrays, written out: Numba's array assignment
-    compiles its shape check, whose message formatting took a third of this module's
-    compile time."""
-    for c in range(src.shape[0]):
-        for j in range(src.shape[1]):
-            dst[c, j] = src[c, j]
-
-
-@njit(cache=True, nogil=True, fastmath=False)
-def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, newly, last,
-            moved):
-    """The rest of an iteration of the restarts ``rs`` (``n_active`` restarts are
-    active in all), from their assignment (``labels``, ``dist``: (n, len(rs)), column
-    ``t`` restart ``rs[t]``): F[r] becomes the medians of its clusters, ``history[r]``
-    the objective of the assignment, ``newly[r]`` whether it converged.  ``last``
+def _update(X, perm, values, select, F, rs, labels, dist, objective, prev, tol, history,
+            newly, last, moved, empty, kint, nint, buf, med, todo):
+    """The rest of an iteration of the restarts ``rs``, from their assignment
+    (``labels``, ``dist``: (n, len(rs)), column ``t`` restart ``rs[t]``, whose objective
+    is ``objective[t]``): F[r] becomes the medians of its clusters, read off ``perm`` and
+    ``values``, or (``perm`` None, ``select`` True) by selection: Numba prunes the branch
+    of the None one before typing, so a fit compiles one of them; ``history[r]`` the
+    objective of the assignment, ``newly[r]`` whether it converged.  ``last``
     (n, R): each restart's previous labels (-1: none), updated; a cluster whose members
     are the same keeps its centre, which is their medians (the last iteration of a fit
     selects nothing); ``moved[r]``: whether F[r] changed (a cluster's members did, or
-    one was empty)."""
+    one was empty); ``empty[r]``: whether a cluster was empty (its centre is left, for
+    :func:`_reseed_empty`).  Scratch from the caller (np.empty's and np.zeros'
+    overloads, and the copies as a kernel of their own, were compiled for this kernel
+    alone): ``kint`` (3, k) and ``nint`` (2, n) int64, ``buf`` (max(n, 1),), ``med``
+    (k, d), ``todo`` (k,) bool."""
     n, d = X.shape
     k = F.shape[1]
-    col = np.empty(n)
-    lab = np.empty(n, dtype=np.int64)
-    counts = np.zeros(k, dtype=np.int64)
-    seen = np.zeros(k, dtype=np.int64)
-    need = np.zeros(k, dtype=np.int64)
-    order = np.empty(n, dtype=np.int64)
-    buf = np.empty(max(n, 1))
-    med = np.empty((k, d))
-    todo = np.zeros(k, dtype=np.bool_)
+    counts, seen, need = kint[0], kint[1], kint[2]
+    lab, order = nint[0], nint[1]
     for t in range(rs.shape[0]):
         r = rs[t]
         todo[:] = False
         for i in range(n):
-            col[i] = dist[i, t]
             lab[i] = labels[i, t]
             o = last[i, r]
             if o != lab[i]:
@@ -264,43 +158,49 @@ def _update(X, perm, values, F, rs, labels, dist, n_active, prev, tol, history, 
                 else:
                     todo[o] = True
             last[i, r] = lab[i]
-        # residual.sum(axis=0) of the active restarts' (n, Ra) residuals: NumPy sums one
-        # column pairwise, several row by row
-        if n_active == 1:
-            J = pairwise_sum(col, _ZERO, n)
-        else:
-            J = col[0]
-            for i in range(1, n):
-                J += col[i]
+        J = objective[t]
         history[r] = J
         counts[:] = 0
         for i in range(n):
             counts[lab[i]] += 1
-        _copy_rows(F[r], med)
-        if perm.shape[1] == n:
+        for c in range(k):
+            for j in range(d):
+                med[c, j] = F[r, c, j]
+        if perm is not None:
             _cluster_medians_sorted(perm, values, lab, counts, med, seen, need, todo)
-        else:
+        if select is not None:
             _cluster_medians_selected(X, lab, counts, med, order, buf, todo)
-        # empty clusters take the worst-fit rows, worst first (reseed_empty)
         n_empty = 0
         for c in range(k):
             n_empty += counts[c] == 0
-        if n_empty:
-            worst = _worst_rows(col, min(k, n))
-            slot = 0
-            for c in range(k):
-                if counts[c] == 0:
-                    w = worst[slot] if slot < worst.shape[0] else n - 1
-                    for j in range(d):
-                        med[c, j] = X[w, j]
-                    slot += 1
-        _copy_rows(med, F[r])
+        empty[r] = n_empty > 0
+        for c in range(k):
+            for j in range(d):
+                F[r, c, j] = med[c, j]
         changed = n_empty > 0
         for c in range(k):
             changed |= todo[c]
         moved[r] = changed
         newly[r] = np.isfinite(prev[r]) and prev[r] - J <= tol * abs(prev[r])
         prev[r] = J
+
+
+def _update_scratch(n, k, d):
+    """:func:`_update`'s scratch (each thread its own, made once a fit)."""
+    return (np.empty((3, k), dtype=np.int64), np.empty((2, n), dtype=np.int64),
+            np.empty(max(n, 1)), np.empty((k, d)), np.empty(k, dtype=np.bool_))
+
+
+def _reseed_empty(X, F, labels, dist):
+    """Empty clusters of one restart (centres ``F`` (k, d), in place; ``labels``,
+    ``dist`` its assignment) take the worst-fit rows, worst first (reseed_empty): the
+    slot-th empty cluster the slot-th largest distance (ties: the lowest index), the
+    last row past the min(k, n) worst.  Rare, so NumPy (compiled in :func:`_update`, it
+    cost the first fit 0.12 s)."""
+    k, n = F.shape[0], X.shape[0]
+    worst = np.argsort(-dist, kind="stable")[:min(k, n)]
+    for slot, c in enumerate(np.flatnonzero(np.bincount(labels, minlength=k) == 0)):
+        F[c] = X[worst[slot] if slot < worst.shape[0] else n - 1]
 
 
 THREADS_MIN_WORK = 2**22    # n * d * k * R: below, the restarts' medians run in one thread
@@ -341,9 +241,10 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     F = np.array(F0, dtype=np.float64, order="C")
     R = F.shape[0]
     if ranked is None:      # medians by selection
-        perm, values = np.empty((0, 0), dtype=np.int32), np.empty((0, 0))
+        perm, values, select = None, None, True
     else:                   # by one sweep of each feature's sorted values
-        perm, values = _sorted_rows(ranked[0]), ranked[1]
+        perm = _sorted_rows(ranked[0], np.empty(ranked[0].shape, dtype=np.int32))
+        values, select = ranked[1], None
     history = np.full((max_iter, R), np.nan)
     threads = min(R, available_cpus()) if X.size * F.shape[1] * R >= THREADS_MIN_WORK else 1
     pool = (ThreadPoolExecutor(threads, thread_name_prefix="daskrnmf-kmedians")
@@ -357,6 +258,8 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     prev = np.full(R, np.inf)
     last = np.full((X.shape[0], R), -1, dtype=np.int64)
     moved = np.ones(R, dtype=bool)
+    empty = np.zeros(R, dtype=bool)
+    scratch = [_update_scratch(X.shape[0], F.shape[1], X.shape[1]) for _ in range(threads)]
     n_iter = 0
     try:
         for it in range(max_iter):
@@ -365,15 +268,22 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
                 break
             n_iter = it + 1
             labels, dist = nearest(X, F[rs], "l1", threads)
-            args = (rs.size, prev, float(tol), history[it], newly, last, moved)
+            # the objectives: the general fit's residual.sum(axis=0), the same residuals
+            J = dist.sum(axis=0)
+            args = (prev, float(tol), history[it], newly, last, moved, empty)
             if pool is None or rs.size < 2:
-                _update(X, perm, values, F, rs, labels, dist, *args)
+                _update(X, perm, values, select, F, rs, labels, dist, J, *args, *scratch[0])
             else:
                 parts = np.array_split(np.arange(rs.size), min(threads, rs.size))
-                list(pool.map(lambda p: _update(X, perm, values, F, rs[p],
-                                                np.ascontiguousarray(labels[:, p]),
-                                                np.ascontiguousarray(dist[:, p]), *args),
-                              parts))
+                list(pool.map(lambda i: _update(X, perm, values, select, F, rs[parts[i]],
+                                                np.ascontiguousarray(labels[:, parts[i]]),
+                                                np.ascontiguousarray(dist[:, parts[i]]),
+                                                J[parts[i]], *args, *scratch[i]),
+                              range(len(parts))))
+            if empty.any():         # rare: flags cleared once re-seeded
+                for t in np.flatnonzero(empty[rs]):
+                    _reseed_empty(X, F[rs[t]], labels[:, t], dist[:, t])
+                    empty[rs[t]] = False
             active[rs[newly[rs]]] = False
     finally:
         if pool is not None:

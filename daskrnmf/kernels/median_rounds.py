@@ -317,15 +317,16 @@ def merge_median_round(parts):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _select_collected(keys, vals, n_entries, entries, r_lo, r_hi, out):
-    # counting sort of the values by entry, then one sort per requested entry
-    start = np.zeros(n_entries + 1, dtype=np.int64)
+def _select_collected(keys, vals, n_entries, entries, r_lo, r_hi, out, start, fill, grouped):
+    # counting sort of the values by entry, then one sort per requested entry.  Scratch
+    # from the caller: start (n_entries + 1,) int64 zeros, fill (n_entries,) int64,
+    # grouped like vals (np.zeros', np.empty_like's and copy's overloads were compiled
+    # for this kernel alone in RFNMTF's first fit out of core)
     for p in range(keys.shape[0]):
         start[keys[p] + 1] += 1
     for e in range(n_entries):
         start[e + 1] += start[e]
-    fill = start[:-1].copy()
-    grouped = np.empty_like(vals)
+        fill[e] = start[e]
     for p in range(keys.shape[0]):
         grouped[fill[keys[p]]] = vals[p]
         fill[keys[p]] += 1
@@ -349,6 +350,8 @@ def select_collected(keys, vals, n_entries, entries, rank_lo, rank_hi):
     out = np.empty(len(entries))
     if len(entries):
         _select_collected(keys, vals, n_entries, np.asarray(entries, np.int64),
-                          np.asarray(rank_lo, np.int64), np.asarray(rank_hi, np.int64), out)
+                          np.asarray(rank_lo, np.int64), np.asarray(rank_hi, np.int64), out,
+                          np.zeros(n_entries + 1, dtype=np.int64),
+                          np.empty(n_entries, dtype=np.int64), np.empty_like(vals))
     return out
 

@@ -257,7 +257,10 @@ def block_medians(X, rows, cols, K, L, pivots=None, window=None):
     if window is not None:
         lo = np.where(np.isnan(window[0]), -np.inf, np.asarray(window[0], dtype=np.float64))
         hi = np.where(np.isnan(window[1]), np.inf, np.asarray(window[1], dtype=np.float64))
-        _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out)
+        nk_max = int(np.diff(rends, prepend=0).max(initial=0))
+        _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out,
+                                 np.empty(X.shape[1]), np.empty(max(nk_max * X.shape[1], 1)),
+                                 np.zeros((3, L), dtype=np.int64))
         return out
     piv = (np.full((K, L), np.nan) if pivots is None
            else np.ascontiguousarray(pivots, dtype=np.float64))
@@ -266,17 +269,14 @@ def block_medians(X, rows, cols, K, L, pivots=None, window=None):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out):
+def _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out, row, buf, counts):
+    # scratch from the caller (np.empty's, np.zeros' and max()'s overloads were compiled
+    # for this kernel alone in RFNMTF's first fit): row (d,); buf (the largest row
+    # cluster's size * d,), a row cluster's in-window values, a segment of nk * n_l per
+    # column cluster; counts (3, L) int64 zeros: below, inside, base
     K, L = rends.shape[0], cends.shape[0]
     d = corder.shape[0]
-    row = np.empty(d)
-    nk_max = 0
-    for k in range(K):
-        nk_max = max(nk_max, rends[k] - (rends[k - 1] if k else 0))
-    buf = np.empty(max(nk_max * d, 1))         # a row cluster's in-window values, a
-    below = np.zeros(L, dtype=np.int64)         # segment of nk * n_l per column cluster
-    inside = np.zeros(L, dtype=np.int64)
-    base = np.empty(L, dtype=np.int64)
+    below, inside, base = counts[0], counts[1], counts[2]
     for k in range(K):
         r0 = rends[k - 1] if k else 0
         nk = rends[k] - r0
@@ -333,17 +333,13 @@ def _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _block_medians_sorted(prow, pcol, values, rows, cols, K, L, out):
-    nrow = np.zeros(K, dtype=np.int64)
-    ncol = np.zeros(L, dtype=np.int64)
-    for i in range(rows.shape[0]):
-        nrow[rows[i]] += 1
-    for j in range(cols.shape[0]):
-        ncol[cols[j]] += 1
+def _block_medians_sorted(prow, pcol, values, rows, cols, nrow, ncol, out, blocks):
+    # nrow (K,), ncol (L,): the clusters' sizes; blocks (3, K * L) int64 zeros: scratch
+    # from the caller (np.empty's and np.zeros' overloads were compiled for this kernel
+    # alone in RFNMTF's first fit)
+    K, L = nrow.shape[0], ncol.shape[0]
     B = K * L
-    size = np.empty(B, dtype=np.int64)
-    need = np.empty(B, dtype=np.int64)
-    seen = np.zeros(B, dtype=np.int64)
+    size, need, seen = blocks[0], blocks[1], blocks[2]
     left = 0
     for b in range(B):
         m = nrow[b // L] * ncol[b % L]
@@ -398,9 +394,11 @@ class SortedValues:
         """:func:`block_medians` (the same numbers) by one sweep over the sorted values:
         a block's middle values are its ``h``-th and ``(h + 1)``-th met."""
         out = np.full((K, L), np.nan)
-        _block_medians_sorted(self.prow, self.pcol, self.values,
-                              np.ascontiguousarray(rows, dtype=np.int64),
-                              np.ascontiguousarray(cols, dtype=np.int64), K, L, out)
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        cols = np.ascontiguousarray(cols, dtype=np.int64)
+        _block_medians_sorted(self.prow, self.pcol, self.values, rows, cols,
+                              np.bincount(rows, minlength=K), np.bincount(cols, minlength=L),
+                              out, np.zeros((3, K * L), dtype=np.int64))
         return out
 
 
@@ -604,9 +602,9 @@ def group_medians_ranked(ranked, order, ends, out):
     """:func:`group_medians` (the same numbers) from rows sorted once by
     :func:`rank_rows`: a group's median is read off its members' ranks (set in a bit
     array, then counted to the middle by population counts) instead of selected among
-    its values.  For many groupings of few rows (``n`` <= :data:`RANKED_MAX_ROWS`):
-    RFNMTF's initialisation clusters the ~100 columns of a sample of rows 40 times and
-    takes a median per row and column cluster for each, and the ranks serve all of them.
+    its values.  For many groupings of few rows (``n`` <= :data:`RANKED_MAX_ROWS`): the
+    general k-medians fit of a sample's columns given their ranks
+    (``kmedians_labels(..., compiled=False)``, the compiled loop's reference).
 
     Parameters
     ----------

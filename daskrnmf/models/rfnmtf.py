@@ -36,10 +36,10 @@ from .._median_search import (MedianSearch, block_bracket, keep_windows, median_
 from ..kernels import rng
 from ..kernels.assign import nearest
 from ..kernels.blocks import as_kernel_block, available_cpus
-from ..kernels.cocluster import argmin_ties_low, prototypes
+from ..kernels.cocluster import argmin_ties_low, cluster_medians_sorted, prototypes, sorted_rows
 from ..kernels.median_rounds import merge_median_round
 from ..kernels.median_select import (RANKED_MAX_ROWS, SortedValues, block_medians,
-                                     group_medians, group_medians_ranked, group_order,
+                                     group_medians, group_order,
                                      rank_rows)
 from ..kernels.sums import merge_worst_fit
 from ..reductions import SAMPLE_SEED, SAMPLE_STREAM, feature_stats, sample_rows
@@ -318,8 +318,11 @@ class _CoFit:
         St = np.ascontiguousarray(sample, dtype=np.float64)   # a sample row per "feature"
         # every median below is over a group of the sample's columns within one sample
         # row: with few columns, each row is sorted once and the medians are read off
-        # the ranks (the same numbers; 1000 x 120: the profiles 4.8x faster)
+        # it in one sweep (the same numbers; 1000 x 120: the profiles 4.8x faster than
+        # by selection), by the k-medians loop's kernel (one compilation for both)
         ranked = rank_rows(St) if self.d <= RANKED_MAX_ROWS else None
+        # ... and each sample row's columns in the order of their values
+        perm = sorted_rows(ranked[0]) if ranked is not None else None
         # the candidates' block medians have no good guesses (a median of the rows'
         # medians missed 91 % of the blocks of 1000 x 120): a small sample's values are
         # sorted once and each candidate's medians read off them in one sweep (the same
@@ -330,9 +333,10 @@ class _CoFit:
                  else None)
         # the candidates come in two rounds: one per restart, then the rest of the budget
         # only when no two of them reached the same lowest sample objective (_agreed)
-        state, objective = self._candidates(St, ranked, Xs, swept, 0, self.R)
+        state, objective = self._candidates(St, ranked, perm, Xs, swept, 0, self.R)
         if n_cand > self.R and not _agreed(objective):
-            more, obj2 = self._candidates(St, ranked, Xs, swept, self.R, n_cand - self.R)
+            more, obj2 = self._candidates(St, ranked, perm, Xs, swept, self.R,
+                                          n_cand - self.R)
             state = {key: np.concatenate([state[key], more[key]]) for key in state}
             objective = np.concatenate([objective, obj2])
         # the best candidate runs on X, as RFNMF screens its restarts: they have run to
@@ -340,9 +344,14 @@ class _CoFit:
         # (on 200 000 x 200 ten ran the S step's rounds at three times the cost of a
         # read); on a sample that is all of X the best there is the best on X
         keep = np.sort(np.argsort(objective, kind="stable")[:self.kept_on_x])
+        if swept is not None and self.blocks.array is not None and m == self.blocks.shape[0]:
+            # the sample is all of X in memory, in X's order (sample_rows): the S steps on
+            # X read their block medians off its values sorted once, as the candidates'
+            # (the same numbers; _block_medians is then not compiled for a first fit)
+            self.sweep = swept.get()
         return {"S": state["S"][keep], "columns": state["columns"][keep]}
 
-    def _candidates(self, St, ranked, Xs, swept, first, count):
+    def _candidates(self, St, ranked, perm, Xs, swept, first, count):
         """Candidates ``first .. first + count - 1`` co-clustering the sample: columns by
         RFNMF_L1, rows on their per-column-cluster medians, S the sample's block medians,
         then co-fitted on the sample (in memory, the same code as on X).  Returns their
@@ -363,11 +372,12 @@ class _CoFit:
             # rows are clustered on their per-column-cluster medians (m x L): the medians
             # over a column cluster's features are robust to gross entries (by selection:
             # the column clusters are groups of sample columns, the rows the "features")
-            order, ends = group_order(columns[t], self.L)
             profile = np.full((self.L, m), np.nan)
             if ranked is not None:
-                profile = group_medians_ranked(ranked, order, ends, profile).T
+                # read off the sorted rows, as the column fits' medians (the same numbers)
+                profile = cluster_medians_sorted(perm, ranked[1], columns[t], profile).T
             else:
+                order, ends = group_order(columns[t], self.L)
                 profile = group_medians(St, order, ends, profile).T
             # (an empty column cluster, e.g. on constant data, gives a zero column: it does
             # not separate rows, and the S step below leaves its blocks to the reseeding)
@@ -394,8 +404,12 @@ class _CoFit:
         for s in np.unique(col_first):
             share = np.flatnonzero(col_first == s)
             seeds = [int(rng.stream_id(7, first + t, self.seed % 2**62) >> 1) for t in share]
-            rows[share] = kmedians_labels(profiles[s], self.K, share.size, None,
-                                          seeds=seeds).T
+            # with the columns sorted, the profiles' rows are too: the row fits then
+            # take their medians as the column fits do (the same numbers), and a first
+            # fit compiles one median kernel of the k-medians loop, not two
+            rows[share] = kmedians_labels(
+                profiles[s], self.K, share.size, None, seeds=seeds,
+                ranked=None if ranked is None else rank_rows(profiles[s].T)).T
         # candidates whose row and column clusters are both the same up to their names
         # start from the same co-clustering, and their co-fits would be one co-fit but for
         # the names (and which of two equally near prototypes a tied row takes): only the
