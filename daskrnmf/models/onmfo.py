@@ -87,12 +87,20 @@ class ONMFO(_OutlierFactorization):
         Most passes over X (the paper makes two).
     tol : float >= 0, default=1e-2
         Stop when two passes in a row have not lowered the best mean per-sample objective
-        of the earlier passes by more than ``tol`` relative (the pass objective varies by
-        about 1 % with the batch order, hence two); 0 makes exactly ``max_iter`` passes.
-        On the 400 ORL faces this takes 6 to 8 passes and reconstructs within 1.1x of
-        the converged batch model (``benchmarks/results/onmfo.md``); on large data,
-        whose first pass makes many updates (``batch_size``), three or four (400,000
-        planted samples: four).
+        of the earlier passes by more than ``tol`` relative (the pass objective of few
+        batches varies by about 1 % with the batch order, hence two), or when one pass has
+        not and the objectives of it and the pass before are precise: each one's
+        relative standard error, estimated from the spread of the losses of the (at least
+        16) batches it averages, at most ``tol / 4``.  Such a pass was flat (W still
+        improving in it would spread its batches' losses), so a large X whose first
+        pass makes hundreds of W updates stops after its second pass
+        (:func:`daskrnmf._driver.passes_converged`).  0 makes exactly ``max_iter``
+        passes.  On the 400 ORL faces (8 batches a pass) this takes 6 to 8 passes and
+        reconstructs within 1.1x of the converged batch model
+        (``benchmarks/results/onmfo.md``; too few batches to estimate an error: always the
+        two passes in a row); on 400,000 planted samples (98 batches a pass, errors of
+        0.2-0.35 %, mostly above ``tol / 4``) four or five; on 1,000,000 (246 batches,
+        0.16-0.2 %) two or three, reconstructing within 0.6 % of a fit of four passes.
     batch_size : int or None, default=None
         Samples per batch (one W update per batch).  None chooses the batches from X's
         shape and ``random_state`` alone, never from its chunks:
@@ -318,7 +326,8 @@ class ONMFO(_OutlierFactorization):
             run, log = self._run(
                 step, start, max_iter=self.max_iter * nb, rule="passes",
                 blocks=stream, problem=stream, step_info=lambda run: dict(run.last),
-                pass_objectives=lambda run: run.history, resume_stopped=True,
+                pass_objectives=lambda run: run.history,
+                pass_errors=lambda run: run.history_se, resume_stopped=True,
                 checkpoint_when=lambda run, it, last: (run.pos == 0 or
                                                        it % self.checkpoint_every == 0))
         finally:
@@ -502,6 +511,20 @@ class _Stream:
                     or value < 0 or (name == "n_stat" and value > steps)):
                 raise ValueError(f"its count {name} {value!r} is not one of a stream after "
                                  f"{steps} steps.")
+        if not isinstance(run.history_se, list) or len(run.history_se) > len(run.history):
+            raise ValueError(f"its pass errors {run.history_se!r} are not one a pass.")
+        # an older checkpoint has none: unknown (the three-pass rule for its passes)
+        run.history_se = ([np.nan] * (len(run.history) - len(run.history_se))
+                          + list(run.history_se))
+        for value in run.history_se:
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                    or not (np.isnan(value) or 0 <= value < np.inf)):
+                raise ValueError(f"its pass error {value!r} is not a number >= 0 or NaN.")
+        if run.half is not None and not (
+                isinstance(run.half, list) and len(run.half) == 3
+                and isinstance(run.half[0], numbers.Integral) and run.half[0] >= 0
+                and all(isinstance(x, numbers.Real) and np.isfinite(x) for x in run.half)):
+            raise ValueError(f"its batch losses' sums {run.half!r} are not three numbers.")
         for name, value in [("loss_sum", run.loss_sum)] + [("history", h) for h in run.history]:
             if (isinstance(value, bool) or not isinstance(value, numbers.Real)
                     or not np.isfinite(value)):
@@ -523,6 +546,7 @@ class _Stream:
         p, j = run.pass_, run.pos
         if j == 0:
             run.loss_sum, run.pass_n = 0.0, 0
+            run.half = [0, 0.0, 0.0]
             run.inner_rounds, run.inner_n = 0, 0
             if p > 0 and m.reset_statistics:
                 run.A[:], run.B[:], run.C[:] = 0.0, 0.0, 0.0
@@ -570,6 +594,9 @@ class _Stream:
         if j >= nb // 2:        # the pass's objective: its second half of batches
             run.loss_sum += st["loss"]
             run.pass_n += st["n"]
+            if run.half is not None and st["n"]:    # the spread of its batches' losses
+                loss = float(st["loss"]) / st["n"]
+                run.half = [run.half[0] + 1, run.half[1] + loss, run.half[2] + loss * loss]
         run.n_seen += st["n"]
         run.n_steps += 1
         run.pos += 1
@@ -581,9 +608,29 @@ class _Stream:
                 # found in the pass that reads X anyway (a lazy X is not read before)
                 raise ValueError(f"X passed to {m._name} has no observed (non-NaN) value.")
             run.history.append(run.loss_sum / max(run.pass_n, 1))
+            run.history_se.append(pass_error(run.half))
             run.pass_, run.pos = p + 1, 0
         self.n_passes = run.pass_
         return run, np.array([run.last["loss"]])
+
+
+#: Fewest batches whose losses' spread estimates a pass objective's error (:func:`pass_error`)
+ERROR_BATCHES = 16
+
+
+def pass_error(half):
+    """The relative standard error of a pass objective from its second half's batches
+    (``half``: their count, and the sum and sum of squares of their per-sample losses):
+    ``sd / sqrt(count) / mean``; NaN when unknown (None) or from fewer than
+    :data:`ERROR_BATCHES` batches, whose spread says little (the driver's three-pass
+    rule then, :func:`daskrnmf._driver.passes_converged`).  A W still improving in the
+    half spreads the losses too, so a small error also says the pass was flat."""
+    if half is None or half[0] < ERROR_BATCHES:
+        return float("nan")
+    m, total, squares = half
+    mean = total / m
+    var = max(squares - m * mean * mean, 0.0) / (m - 1)
+    return float(np.sqrt(var / m) / mean) if mean > 0 else float("nan")
 
 
 def stream_step(run, st, upd):
@@ -609,6 +656,11 @@ class _Run:
         # missing="mask": per-feature Gram matrices of the rows with missing values
         self.Bm = None if Bm is None else np.array(Bm, dtype=np.float64)
         self.history = []           # per pass: the objective of its second half
+        # per pass: its objective's relative standard error (pass_error; NaN: unknown)
+        self.history_se = []
+        # this pass's second half so far: batches, sum and sum of squares of their
+        # per-sample losses (None: unknown, a run resumed from an older checkpoint)
+        self.half = None
         self.pass_, self.pos, self.n_steps, self.n_seen = 0, 0, 0, 0
         self.loss_sum, self.pass_n, self.inner_rounds, self.inner_n = 0.0, 0, 0, 0
         # batches with observed values in the statistics since their last reset
