@@ -279,6 +279,37 @@ def test_precise_passes_stop_a_pass_sooner_at_the_long_runs_objective(monkeypatc
     assert objective(fit) <= 1.002 * objective(long)
 
 
+@pytest.mark.parametrize("damage", ["older", "error", "sums"])
+def test_a_checkpoint_without_or_with_damaged_pass_errors(tmp_path, damage):
+    # a checkpoint of the version before the pass errors has neither field: it resumes
+    # (those passes' errors unknown, NaN); damaged ones are refused
+    X = np.random.default_rng(0).gamma(2.0, 1.0, size=(160, 6))     # 8 batches a pass
+    kw = dict(n_components=3, max_iter=3, max_inner_iter=5, random_state=0, tol=0)
+    ck = tmp_path / "ck"
+    ONMFO(**kw, checkpoint=ck, callback=lambda info: info["iteration"] == 12).fit(X)
+    arrays, attrs = _checkpoint.load(ck)
+    attrs = {k: v for k, v in attrs.items() if not k.startswith("_")}
+    state = attrs["runs"][0]["skeleton"]["items"][0]
+    if damage == "older":
+        for field in ("history_se", "half"):
+            i = state["keys"].index(field)
+            del state["keys"][i], state["items"][i]
+    else:
+        field = "history_se" if damage == "error" else "half"
+        state["items"][state["keys"].index(field)] = {"t": "py", "v": [-1.0, 0.0, 0.0]}
+    _checkpoint.save(ck, arrays, attrs)
+    if damage != "older":
+        with pytest.raises(ValueError, match="is damaged: its (pass error|batch losses)"):
+            ONMFO(**kw, checkpoint=ck).fit(X, resume=True)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        resumed = ONMFO(**kw, checkpoint=ck).fit(X, resume=True)
+        full = ONMFO(**kw).fit(X)
+    np.testing.assert_array_equal(resumed.components_, full.components_)
+    np.testing.assert_array_equal(resumed.objective_history_, full.objective_history_)
+
+
 def test_fit_equals_partial_fit_over_the_same_chunk_order(data):
     X = da.from_array(data[0], chunks=(23, -1))
     fit = ONMFO(4, max_iter=1, tol=0, batch_size=23, max_inner_iter=50, random_state=5).fit(X)
