@@ -42,6 +42,7 @@ checksummed once per feed.
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -250,6 +251,18 @@ def _on_pieces(chunk, items, fn, *args):
     return fn(pieces, *args)
 
 
+@dataclass
+class _SubmittedRun:
+    """A run of batches submitted to be solved in one task (:meth:`Feed.submit_run`)."""
+
+    batches: list
+    block: int
+    items: list
+    fn: object
+    args: tuple
+    future: object = None
+
+
 class Feed:
     """Reads X's chunks ahead of their use and solves batches where their data is.
 
@@ -297,6 +310,9 @@ class Feed:
         self._own_blocks = self.is_dask and bounds is not None
         self.pending = {}          # batch -> its pieces' chunk indices (wanted, unsolved)
         self.chunks = {}           # chunk index -> [data or future, pending uses]
+        self.runs = []             # submitted runs of batches not yet taken
+        self._reads = 0            # blocks read so far (their reads' priorities)
+        self._workers = None       # the workers reading the row groups in turn
         self._pool = None
         if self.is_dask and self.client is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -317,9 +333,25 @@ class Feed:
         else:
             block = self.X.blocks[c]
         if self.client is not None:
-            data = self.client.compute(block, priority=-1)
+            # below the solves, and each read below the ones wanted before it: the block
+            # needed first is read first, not beside the next ones
+            self._reads += 1
+            priority = -1 - self._reads
+            where = {}
+            if self._own_blocks:
+                # a row group is read by one worker, the workers taking the groups in
+                # turn in the order they are wanted (the stream's): its solve runs there,
+                # and the next group is read on another worker while it is solved (no
+                # chunks moved between workers, no read waiting on a solving worker)
+                if self._workers is None:
+                    self._workers = sorted(self.client.scheduler_info(n_workers=-1)
+                                           .get("workers", {}))
+                if self._workers:
+                    where = {"workers": [self._workers[self._reads % len(self._workers)]],
+                             "allow_other_workers": True}
+            data = self.client.compute(block, priority=priority, **where)
             total = (None if self.checksums is None else
-                     self.client.submit(chunk_checksum, data, pure=False, priority=-1))
+                     self.client.submit(chunk_checksum, data, pure=False, priority=priority))
             return [data, 0, total, False]
         import dask
 
@@ -426,7 +458,16 @@ class Feed:
         lives (each batch one piece, all in one block: the default batches of one row
         group); ``pieces`` iterates over (batch, first row) in the order of ``bs``.  The
         batches are consumed.  ``rows``: per batch, its global rows (:func:`batch_rows`)
-        or None for its range."""
+        or None for its range.  :meth:`submit_run` then :meth:`take_run`."""
+        return self.take_run(self.submit_run(bs, fn, *args, rows=rows))
+
+    def submit_run(self, bs, fn, *args, rows=None):
+        """:meth:`solve_run`'s task submitted, not waited for: returns its handle for
+        :meth:`take_run` (its result) and :meth:`then`.  With a distributed Client the
+        task is queued on the worker that holds the batches' block, and ``args`` may hold
+        futures (e.g. :meth:`then` of the run before: the runs are then solved one after
+        the other on the workers, with no round trip to the client between them);
+        otherwise it runs in :meth:`take_run`."""
         for b in bs:
             self.want(b)
         cs = {c for b in bs for c in self.pending[b]}
@@ -434,37 +475,57 @@ class Feed:
             raise ValueError("solve_run takes batches of one piece each, in one block.")
         c = cs.pop()
         entry = self.chunks[c]
-        unchecked = [] if self.checksums is None or entry[3] else [c]
         base = int(self.bounds[c])
         items = []
         for i, b in enumerate(bs):
             (s, e), = self.pieces[b]
             local = None if rows is None or rows[i] is None else rows[i] - base
             items.append((s - base, e - base, s, local))
+        future = None
         if self.client is not None:
             future = self.client.submit(_on_pieces, self._data(entry), items, fn, *args,
                                         pure=False, priority=10)
+        run = _SubmittedRun(list(bs), c, items, fn, args, future)
+        self.runs.append(run)
+        return run
+
+    def then(self, run, fn):
+        """A future of ``fn(result)`` of the submitted ``run``, computed where the run
+        is (distributed Client only): e.g. the state after its last batch, the next
+        run's start."""
+        return self.client.submit(fn, run.future, pure=False, priority=10)
+
+    def take_run(self, run):
+        """The result of the submitted ``run`` (waiting for it); its batches are consumed
+        and its block's checksum checked."""
+        c, entry = run.block, self.chunks[run.block]
+        unchecked = [] if self.checksums is None or entry[3] else [c]
+        if run.future is not None:
             # the block's checksum comes with the result, checked before it is used
-            out, totals = self.client.gather([future, [entry[2] for _ in unchecked]])
+            out, totals = self.client.gather([run.future, [entry[2] for _ in unchecked]])
             for total in totals:
                 self._verify(c, total)
         else:
             for c_ in unchecked:
                 self._verify(c_, self._local_checksum(c_))
             data = self._data(entry)
-            out = _on_pieces(data.result() if hasattr(data, "result") else data, items, fn,
-                             *args)
-        for b in bs:
+            out = _on_pieces(data.result() if hasattr(data, "result") else data, run.items,
+                             run.fn, *run.args)
+        self.runs.remove(run)
+        for b in run.batches:
             self._release(b)
         return out
 
     def close(self):
         """Cancel the chunks read ahead and stop the reader thread."""
         if self.client is not None:
+            for run in self.runs:       # submitted, never taken (the fit stopped)
+                run.future.cancel()
             for data, _, total, _ in self.chunks.values():
                 data.cancel()
                 if total is not None and not isinstance(total, str):
                     total.cancel()
+        self.runs.clear()
         self.pending.clear()
         self.chunks.clear()
         if self._pool is not None:

@@ -459,6 +459,9 @@ class _Stream:
         self.unit_of = {b: u for u, unit in enumerate(units) for b in unit}
         self.span = max(len(u) for u in units) if model.batch_size is None else 1
         self.solved = {}    # (pass, position) -> a batch's figures and the state after it
+        # ((pass, position), the submitted run of batches from there): the next run of
+        # default batches, queued on the workers behind the one being solved
+        self.queued = None
 
     @property
     def alpha_R_(self):
@@ -539,6 +542,19 @@ class _Stream:
             raise ValueError(f"its alpha_R_ {a!r} is not the parameter alpha_R="
                              f"{self.model.alpha_R!r}.")
 
+    def submit_run(self, p, j, state):
+        """Submit the task of default batches from position ``j`` of pass ``p`` to the
+        end of their row group (at most as many as bound the states it returns), from
+        ``state`` (a future: the state after the run before); returns its handle."""
+        m = self.model
+        k, d = m.n_components, self.feed.X.shape[1]     # the states a task returns: bounded
+        size = 8 * (3 * k * d + k * k + (d * k * k if m._allow_nan else 0))
+        group = group_rest(self.order(p), j, self.unit_of, RUN_STATE_BYTES // size)
+        rows = [batch_rows(self.seed, p, self.units, self.batches, c) if m.shuffle
+                else None for c in group]
+        return self.feed.submit_run(group, solve_batches_sent, state, m._spec(),
+                                    m._update_spec(), rows=rows)
+
     def step(self, run, active):
         """One batch: its codes and outliers solved where it is read, its statistics
         added, W updated (:func:`stream_step`)."""
@@ -575,13 +591,23 @@ class _Stream:
             # results are then taken one a step, so the driver, the callback and the
             # checkpoints still see every batch
             if (p, j) not in self.solved:
-                k, d = run.W.shape      # the states a task returns: bounded
-                size = 8 * (3 * k * d + k * k + (d * k * k if m._allow_nan else 0))
-                group = group_rest(self.order(p), j, self.unit_of, RUN_STATE_BYTES // size)
-                rows = [batch_rows(seed, p, self.units, self.batches, c) if m.shuffle
-                        else None for c in group]
-                done = feed.solve_run(group, solve_batches, run.state(), m._spec(),
-                                      m._update_spec(), rows=rows)
+                if self.queued is not None and self.queued[0] == (p, j):
+                    task = self.queued[1]       # submitted behind the run before
+                else:
+                    task = self.submit_run(p, j, run.state())
+                self.queued = None
+                if feed.client is not None and m.prefetch and (run.n_observed > 0
+                                                               or not m._allow_nan):
+                    # the pass's next run queued behind this one, from the state after
+                    # it, on the workers: no round trip between the two (the result of
+                    # this one then comes while the next is solved; its group is one of
+                    # those read ahead).  Not while W may still start from a later
+                    # batch: a run of all-missing batches ends early (solve_batches)
+                    nxt = j + len(task.batches)
+                    if nxt < nb:
+                        self.queued = ((p, nxt), self.submit_run(
+                            p, nxt, feed.then(task, state_after)))
+                done = feed.take_run(task)
                 self.solved.clear()
                 self.solved.update(((p, j + i), r) for i, r in enumerate(done))
             st, state = self.solved.pop((p, j))
@@ -631,6 +657,24 @@ def pass_error(half):
     mean = total / m
     var = max(squares - m * mean * mean, 0.0) / (m - 1)
     return float(np.sqrt(var / m) / mean) if mean > 0 else float("nan")
+
+
+def solve_batches_sent(pieces, state, spec, upd):
+    """:func:`~daskrnmf.models._outliers.solve_batches` from a ``state`` sent to this
+    worker (by the client, or by the worker of the run before), its arrays copied first:
+    an array unpickled from a message may lie at any byte offset (a float64 W at an
+    offset of 4 bytes was seen), where the compiled solves round otherwise; copies are
+    allocated as any array is, so the same batches give the same bits wherever the run
+    before was solved."""
+    state = {key: np.array(value) if isinstance(value, np.ndarray) else value
+             for key, value in state.items()}
+    return solve_batches(pieces, state, spec, upd)
+
+
+def state_after(done):
+    """The state after the last batch of a run's results (:func:`solve_batches`), where
+    the run was solved: the start of the run after it."""
+    return done[-1][1]
 
 
 def stream_step(run, st, upd):
