@@ -312,7 +312,6 @@ class Feed:
         self.chunks = {}           # chunk index -> [data or future, pending uses]
         self.runs = []             # submitted runs of batches not yet taken
         self._reads = 0            # blocks read so far (their reads' priorities)
-        self._workers = None       # the workers reading the row groups in turn
         self._pool = None
         if self.is_dask and self.client is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -334,22 +333,10 @@ class Feed:
             block = self.X.blocks[c]
         if self.client is not None:
             # below the solves, and each read below the ones wanted before it: the block
-            # needed first is read first, not beside the next ones
+            # needed first is read first (by the idle workers), not beside the next ones
             self._reads += 1
             priority = -1 - self._reads
-            where = {}
-            if self._own_blocks:
-                # a row group is read by one worker, the workers taking the groups in
-                # turn in the order they are wanted (the stream's): its solve runs there,
-                # and the next group is read on another worker while it is solved (no
-                # chunks moved between workers, no read waiting on a solving worker)
-                if self._workers is None:
-                    self._workers = sorted(self.client.scheduler_info(n_workers=-1)
-                                           .get("workers", {}))
-                if self._workers:
-                    where = {"workers": [self._workers[self._reads % len(self._workers)]],
-                             "allow_other_workers": True}
-            data = self.client.compute(block, priority=priority, **where)
+            data = self.client.compute(block, priority=priority)
             total = (None if self.checksums is None else
                      self.client.submit(chunk_checksum, data, pure=False, priority=priority))
             return [data, 0, total, False]

@@ -140,13 +140,14 @@ def test_each_row_group_is_read_once_a_pass(data, groups, monkeypatch):
     assert sorted(reads) == [0, 0, 1, 1, 2, 2]
 
 
+@pytest.mark.parametrize("seed", [0, 1])     # pass 1 ends, pass 2 starts: other groups / one
 def test_with_a_cluster_each_group_s_task_is_queued_behind_the_one_before(
-        data, groups, client, monkeypatch):
-    """With a distributed Client, a pass's next run of batches is submitted (from a future
-    of the state after the run before) before the result of the run before is taken: the
-    workers solve the groups back to back, no round trip to the client between them.  W
-    and the pass objectives are those of one batch at a time; each group is read once a
-    pass."""
+        data, groups, client, monkeypatch, seed):
+    """With a distributed Client, the stream's next run of batches is submitted (from a
+    future of the state after the run before) before the result of the run before is
+    taken: the workers solve the groups back to back, across passes too, no round trip to
+    the client between them.  W and the pass objectives are those of one batch at a time;
+    each group is read once a pass."""
     import dask.array as da
 
     queued, reads = [], []
@@ -163,9 +164,15 @@ def test_with_a_cluster_each_group_s_task_is_queued_behind_the_one_before(
     monkeypatch.setattr(Feed, "take_run", counted_take)
     monkeypatch.setattr(Feed, "_read", counted_read)
     X = da.from_array(data[0], chunks=(50, -1))
-    model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=1).fit(X)
-    # three groups a pass: the next run queued behind each but a pass's last
-    assert queued == [2, 2, 1] * 2
+    model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=seed).fit(X)
+    # three groups a pass: the next run queued behind each but the fit's last, the
+    # second pass's first behind the first pass's last (from the statistics reset)
+    # unless it is the same group
+    _, _, units = make_batches(X, None)
+    unit = {b: u for u, batches in enumerate(units) for b in batches}
+    assert model._stream_seed == seed
+    across = unit[batch_order(seed, 0, units)[-1]] != unit[batch_order(seed, 1, units)[0]]
+    assert queued == [2, 2, 1 + across, 2, 2, 1]
     assert sorted(reads) == [0, 0, 1, 1, 2, 2]
     W, history = per_batch(data[0], model, 2)
     np.testing.assert_array_equal(model.components_, W)

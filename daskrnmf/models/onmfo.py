@@ -25,6 +25,7 @@ Choices the paper leaves open: the starting h and r of each solve
 A, B, C start again at each pass (``reset_statistics``, measured to help).
 """
 
+import functools
 import hashlib
 import numbers
 
@@ -607,6 +608,15 @@ class _Stream:
                     if nxt < nb:
                         self.queued = ((p, nxt), self.submit_run(
                             p, nxt, feed.then(task, state_after)))
+                    elif p + 1 < m.max_iter and (self.unit_of[int(self.order(p + 1)[0])]
+                                                 != self.unit_of[task.batches[0]]):
+                        # the next pass's first run, from the state that pass starts
+                        # with (the driver may stop at this pass's end: it is cancelled),
+                        # unless it is this run's row group again (the feed counts a
+                        # batch's uses, not its passes)
+                        start = functools.partial(state_after, reset=m.reset_statistics)
+                        self.queued = ((p + 1, 0), self.submit_run(
+                            p + 1, 0, feed.then(task, start)))
                 done = feed.take_run(task)
                 self.solved.clear()
                 self.solved.update(((p, j + i), r) for i, r in enumerate(done))
@@ -671,10 +681,16 @@ def solve_batches_sent(pieces, state, spec, upd):
     return solve_batches(pieces, state, spec, upd)
 
 
-def state_after(done):
+def state_after(done, reset=None):
     """The state after the last batch of a run's results (:func:`solve_batches`), where
-    the run was solved: the start of the run after it."""
-    return done[-1][1]
+    the run was solved: the start of the run after it.  ``reset`` (the run after it
+    starts a pass): ``reset_statistics``, whether A, B, C start again from zero there (as
+    :meth:`_Stream.step` resets them)."""
+    state = dict(done[-1][1])
+    if reset:
+        state.update(A=np.zeros_like(state["A"]), B=np.zeros_like(state["B"]),
+                     C=np.zeros_like(state["C"]), Bm=None, n_stat=0)
+    return state
 
 
 def stream_step(run, st, upd):
