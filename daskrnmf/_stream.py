@@ -21,7 +21,12 @@ stored:
 * a pass visits the groups in a seeded random order and the batches of a group
   consecutively, so every group is read once per pass; the batches of a group are solved
   one after the other in one task where it was read (:meth:`Feed.solve_run`), the model's
-  state updated between them there, so a pass makes one round trip a group, not a batch.  A batch takes the rows of its
+  state updated between them there, so a pass makes one round trip a group, not a batch.
+  With a distributed Client the model queues the next group's task behind the one being
+  solved (:meth:`Feed.submit_run` from :meth:`Feed.then`, the state after it, a future):
+  the workers go from one group to the next without waiting for the client, which takes
+  each result (:meth:`Feed.take_run`) while the next group is solved.  The reads are
+  prioritised in the order they are wanted, below the solves.  A batch takes the rows of its
   slot in a seeded random permutation of its group's rows drawn anew at every pass
   (:func:`batch_rows`): data stored sorted (by class, by time) does not give batches of
   one kind.
