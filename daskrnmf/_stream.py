@@ -169,33 +169,33 @@ def _unit_permutation(seed, pass_index, u, size):
 
 
 def upcoming(order, n_batches, n_passes, pass_index, position, count):
-    """The next ``count`` batches of the stream from (``pass_index``, ``position``) on;
-    ``order(p)`` gives pass ``p``'s visiting order."""
+    """The next ``count`` batches of the stream from (``pass_index``, ``position``) on,
+    as (pass, batch); ``order(p)`` gives pass ``p``'s visiting order."""
     out = []
     p, j = pass_index, position
     while len(out) < count and p < n_passes:
         if j >= n_batches:
             p, j = p + 1, 0
             continue
-        out.append(int(order(p)[j]))
+        out.append((p, int(order(p)[j])))
         j += 1
     return out
 
 
 def read_ahead(ahead, unit_of, groups):
-    """The batches to want now: the first of ``ahead`` (the stream's next batches, from
-    :func:`upcoming`) as they are, then the first batch of each of the next ``groups``
-    row groups (``unit_of``: a batch's unit), so that a group is read while the one
-    before it is solved."""
+    """The (pass, batch) to want now: the first of ``ahead`` (the stream's next batches,
+    from :func:`upcoming`) as they are, then the first batch of each of the next
+    ``groups`` row groups (``unit_of``: a batch's unit; a group again in the next pass
+    counts anew), so that a group is read while the one before it is solved."""
     out = list(ahead[:1 + groups])
-    seen = {unit_of[b] for b in out}
+    seen = {(p, unit_of[b]) for p, b in out}
     new = 0
-    for b in ahead[1 + groups:]:
+    for p, b in ahead[1 + groups:]:
         if new >= groups:
             break
-        if unit_of[b] not in seen:
-            seen.add(unit_of[b])
-            out.append(b)
+        if (p, unit_of[b]) not in seen:
+            seen.add((p, unit_of[b]))
+            out.append((p, b))
             new += 1
     return out
 
@@ -266,6 +266,7 @@ class _SubmittedRun:
     fn: object
     args: tuple
     future: object = None
+    use: object = None
 
 
 class Feed:
@@ -313,7 +314,7 @@ class Feed:
                        else np.cumsum((0,) + tuple(X.chunks[0])) if bounds is None
                        else np.array(bounds, dtype=np.int64))
         self._own_blocks = self.is_dask and bounds is not None
-        self.pending = {}          # batch -> its pieces' chunk indices (wanted, unsolved)
+        self.pending = {}          # (use, batch) -> its pieces' chunk indices (wanted, unsolved)
         self.chunks = {}           # chunk index -> [data or future, pending uses]
         self.runs = []             # submitted runs of batches not yet taken
         self._reads = 0            # blocks read so far (their reads' priorities)
@@ -384,34 +385,39 @@ class Feed:
             self._numpy_checksum = chunk_checksum(self.X)
         return self._numpy_checksum
 
-    def want(self, b):
-        """Start reading the chunks of batch ``b`` (no-op if it is already on its way)."""
-        if b in self.pending:
+    def want(self, b, use=None):
+        """Start reading the chunks of batch ``b`` for its ``use`` (e.g. the stream's
+        pass: a chunk wanted for a use is kept until that use has been solved, so a
+        block the next pass starts with is not dropped and read again when this pass's
+        last use of it is solved); no-op if it is already on its way for that use."""
+        key = (use, b)
+        if key in self.pending:
             return
         cs = [self._chunk_of(s) for s, _ in self.pieces[b]]
         for c in cs:
             if c not in self.chunks:
                 self.chunks[c] = self._read(c)
             self.chunks[c][1] += 1
-        self.pending[b] = cs
+        self.pending[key] = cs
 
-    def _release(self, b):
-        for c in self.pending.pop(b):
+    def _release(self, key):
+        for c in self.pending.pop(key):
             entry = self.chunks[c]
             entry[1] -= 1
             if entry[1] == 0:
                 del self.chunks[c]
 
-    def _run(self, b, fn, args, rows=None):
-        self.want(b)
+    def _run(self, b, fn, args, rows=None, use=None):
+        self.want(b, use)
         # chunks read whose checksum is still to be checked (once per read)
         unchecked = ([] if self.checksums is None else
-                     list(dict.fromkeys(c for c in self.pending[b] if not self.chunks[c][3])))
+                     list(dict.fromkeys(c for c in self.pending[use, b]
+                                        if not self.chunks[c][3])))
         if self.client is None:
             for c in unchecked:         # before the solve: the data is here
                 self._verify(c, self._local_checksum(c))
         items = []
-        for (s, e), c in zip(self.pieces[b], self.pending[b]):
+        for (s, e), c in zip(self.pieces[b], self.pending[use, b]):
             lo = int(s - self.bounds[c])
             local = None if rows is None else rows - int(self.bounds[c])
             items.append((self._data(self.chunks[c]), lo, lo + (e - s), s, local))
@@ -431,29 +437,29 @@ class Feed:
                     for f, lo, hi, s, local in items]
         return [_on_piece(f, lo, hi, s, fn, *args, rows=local) for f, lo, hi, s, local in items]
 
-    def mean(self, b):
+    def mean(self, b, use=None):
         """Mean entry of batch ``b`` (its data stays where it is, and stays read)."""
-        sums = self._run(b, piece_sum, ())
+        sums = self._run(b, piece_sum, (), use=use)
         return sum(s for s, _ in sums) / max(1, sum(c for _, c in sums))
 
-    def solve(self, b, fn, combine, *args, rows=None):
+    def solve(self, b, fn, combine, *args, rows=None, use=None):
         """``combine`` of ``fn(piece, start, *args)`` over batch ``b``'s pieces (in row
-        order, tree-reduced), each run where the piece lives; the batch is consumed.
-        ``rows``: the batch's global rows (from :func:`batch_rows`; one piece) instead of
-        its range."""
-        parts = self._run(b, fn, args, rows)
-        self._release(b)
+        order, tree-reduced), each run where the piece lives; the batch is consumed (for
+        its ``use``, see :meth:`want`).  ``rows``: the batch's global rows (from
+        :func:`batch_rows`; one piece) instead of its range."""
+        parts = self._run(b, fn, args, rows, use)
+        self._release((use, b))
         return tree_reduce(parts, combine, 8)
 
-    def solve_run(self, bs, fn, *args, rows=None):
+    def solve_run(self, bs, fn, *args, rows=None, use=None):
         """``fn(pieces, *args)`` for the batches ``bs`` in one task, run where their block
         lives (each batch one piece, all in one block: the default batches of one row
         group); ``pieces`` iterates over (batch, first row) in the order of ``bs``.  The
         batches are consumed.  ``rows``: per batch, its global rows (:func:`batch_rows`)
         or None for its range.  :meth:`submit_run` then :meth:`take_run`."""
-        return self.take_run(self.submit_run(bs, fn, *args, rows=rows))
+        return self.take_run(self.submit_run(bs, fn, *args, rows=rows, use=use))
 
-    def submit_run(self, bs, fn, *args, rows=None):
+    def submit_run(self, bs, fn, *args, rows=None, use=None):
         """:meth:`solve_run`'s task submitted, not waited for: returns its handle for
         :meth:`take_run` (its result) and :meth:`then`.  With a distributed Client the
         task is queued on the worker that holds the batches' block, and ``args`` may hold
@@ -461,8 +467,8 @@ class Feed:
         the other on the workers, with no round trip to the client between them);
         otherwise it runs in :meth:`take_run`."""
         for b in bs:
-            self.want(b)
-        cs = {c for b in bs for c in self.pending[b]}
+            self.want(b, use)
+        cs = {c for b in bs for c in self.pending[use, b]}
         if len(cs) != 1 or any(len(self.pieces[b]) != 1 for b in bs):
             raise ValueError("solve_run takes batches of one piece each, in one block.")
         c = cs.pop()
@@ -477,7 +483,7 @@ class Feed:
         if self.client is not None:
             future = self.client.submit(_on_pieces, self._data(entry), items, fn, *args,
                                         pure=False, priority=10)
-        run = _SubmittedRun(list(bs), c, items, fn, args, future)
+        run = _SubmittedRun(list(bs), c, items, fn, args, future, use)
         self.runs.append(run)
         return run
 
@@ -505,7 +511,7 @@ class Feed:
                              run.fn, *run.args)
         self.runs.remove(run)
         for b in run.batches:
-            self._release(b)
+            self._release((run.use, b))
         return out
 
     def close(self):

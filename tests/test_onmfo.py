@@ -448,8 +448,8 @@ def test_distributed_feed_reads_ahead_and_matches_numpy(data, local_cluster):
         feed.want(0)
         feed.want(1)
         feed.solve(0, solve_batch_piece, add_statistics, ref.components_, spec)
-        assert 0 not in feed.pending and 0 not in feed.chunks     # solved, released
-        ahead = [feed.chunks[c][0] for c in feed.pending[1]]
+        assert (None, 0) not in feed.pending and 0 not in feed.chunks   # solved, released
+        ahead = [feed.chunks[c][0] for c in feed.pending[None, 1]]
         client.gather(ahead)   # batch 1 was read while batch 0 was solved: only waits here
         assert all(f.status == "finished" for f in ahead)
         feed.close()

@@ -554,7 +554,7 @@ class _Stream:
         rows = [batch_rows(self.seed, p, self.units, self.batches, c) if m.shuffle
                 else None for c in group]
         return self.feed.submit_run(group, solve_batches_sent, state, m._spec(),
-                                    m._update_spec(), rows=rows)
+                                    m._update_spec(), rows=rows, use=p)
 
     def step(self, run, active):
         """One batch: its codes and outliers solved where it is read, its statistics
@@ -576,16 +576,17 @@ class _Stream:
         while (p, j + skip) in self.solved:
             skip += 1
         ahead = upcoming(self.order, nb, m.max_iter, p, j + skip, 1 + m.prefetch * self.span)
-        for b in read_ahead(ahead, self.unit_of, m.prefetch):
-            feed.want(b)
+        for q, c in read_ahead(ahead, self.unit_of, m.prefetch):
+            feed.want(c, q)
         b = int(self.order(p)[j])
         if run.n_observed == 0:
             # the stream's start, or every batch so far was all missing (W started from
             # a 'mean' of nothing): W and alpha_R="auto" from this batch
             if run.n_steps == 0 or isinstance(m.alpha_R, str):
                 self.alpha_R_ = m._fit_alpha(lambda: feature_max(
-                    feed._run(b, piece_feature_max, ())))
-            run.W = initial_components(seed, m.n_components, feed.X.shape[1], feed.mean(b))
+                    feed._run(b, piece_feature_max, (), use=p)))
+            run.W = initial_components(seed, m.n_components, feed.X.shape[1],
+                                       feed.mean(b, use=p))
         if m.batch_size is None:
             # default batches: the rest of b's row group in one task where it is read
             # (solve, statistics, W per batch: _outliers.solve_batches); its batches'
@@ -608,12 +609,9 @@ class _Stream:
                     if nxt < nb:
                         self.queued = ((p, nxt), self.submit_run(
                             p, nxt, feed.then(task, state_after)))
-                    elif p + 1 < m.max_iter and (self.unit_of[int(self.order(p + 1)[0])]
-                                                 != self.unit_of[task.batches[0]]):
+                    elif p + 1 < m.max_iter:
                         # the next pass's first run, from the state that pass starts
-                        # with (the driver may stop at this pass's end: it is cancelled),
-                        # unless it is this run's row group again (the feed counts a
-                        # batch's uses, not its passes)
+                        # with (the driver may stop at this pass's end: it is cancelled)
                         start = functools.partial(state_after, reset=m.reset_statistics)
                         self.queued = ((p + 1, 0), self.submit_run(
                             p + 1, 0, feed.then(task, start)))
@@ -623,7 +621,7 @@ class _Stream:
             st, state = self.solved.pop((p, j))
             run.set_state(state)
         else:
-            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, m._spec())
+            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, m._spec(), use=p)
             stream_step(run, st, m._update_spec())
         run.inner_rounds += st["rounds"]
         run.inner_n += st["n"]
