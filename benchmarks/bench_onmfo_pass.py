@@ -26,6 +26,7 @@ a loaded machine makes them noisy.
 """
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -99,7 +100,7 @@ def breakdown(events, t0, t1):
            "reads": sum(e - s for w, act, name, s, e in events
                         if act == "compute" and name.startswith(READS)),
            "transfers": sum(e - s for w, act, name, s, e in events if act == "transfer")}
-    for (_, a, _), (b, _, w) in zip(solves[:-1], solves[1:]):
+    for (_, a, _), (b, _, w) in itertools.pairwise(solves):
         if b <= a:
             continue
         read = overlap(a, b, [(s, e) for w_, act, name, s, e in events if w_ == w

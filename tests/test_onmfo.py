@@ -284,7 +284,7 @@ def test_a_checkpoint_without_or_with_damaged_pass_errors(tmp_path, damage):
     # a checkpoint of the version before the pass errors has neither field: it resumes
     # (those passes' errors unknown, NaN); damaged ones are refused
     X = np.random.default_rng(0).gamma(2.0, 1.0, size=(160, 6))     # 8 batches a pass
-    kw = dict(n_components=3, max_iter=3, max_inner_iter=5, random_state=0, tol=0)
+    kw = {"n_components": 3, "max_iter": 3, "max_inner_iter": 5, "random_state": 0, "tol": 0}
     ck = tmp_path / "ck"
     ONMFO(**kw, checkpoint=ck, callback=lambda info: info["iteration"] == 12).fit(X)
     arrays, attrs = _checkpoint.load(ck)
