@@ -1,28 +1,32 @@
-"""One ONMFO pass at its defaults against a plain read pass, and where the pass's time goes.
+"""ONMFO passes at their defaults against a plain read pass, and where a pass's time goes.
 
-    python benchmarks/bench_onmfo_pass.py [--rows 500000] [--features 64 256]
-                                          [--modes per-batch group] [--workdir DIR]
-                                          [--out FILE] [--json FILE] [--compare FILE]
+    python benchmarks/bench_onmfo_pass.py [--rows 500000] [--features 64 256] [--passes 1]
+                                          [--workdir DIR] [--out FILE] [--json FILE]
+                                          [--compare FILE] [--old-label TEXT]
 
 X: ``rows x features`` float32 in Zarr (chunks of 50 000 rows), the planted data of
 ``bench_onmfo_planted.py`` (rank 10, 1 % gross entries).  A LocalCluster of 2 worker
 processes x 1 thread (1.5 GiB each) runs a plain read pass ``X.sum()`` (best of 3) and
-``ONMFO(10, max_iter=1, random_state=0).fit`` of the store's path after a compiling fit
-(best of 2; a full pass of the default batches, 4,096 rows each above 32,768 samples), in
-two modes, interleaved (the machine's load drifts): ``group``, this code (a row group's
-batches in one task, ``Feed.solve_run``), and ``per-batch``, the protocol before it (one
-task and round trip per batch, W updated on the client; the same arithmetic).
-``--compare``: the ``--json`` of another checkout, put beside.
+``ONMFO(10, max_iter=passes, tol=0, random_state=0).fit`` of the store's path after a
+compiling fit (best of 2; full passes of the default batches, 4,096 rows each above
+32,768 samples).  ``--compare``: the ``--json`` of another checkout (run this script
+with ``PYTHONPATH`` pointing at it), put beside.
 
-The breakdown of the pass (client side, by timing the functions the fit calls): the time
-spent waiting in ``Feed.solve`` / ``Feed.solve_run`` (the workers' solves, the round
-trips, the statistics' transfer), in ``update_W`` on the client, and the rest (reading
-the first row group for W's start, the driver's and the step's Python); the workers' own
-compute time in the solve tasks from Dask's task stream.  Numbers, not assertions; a
-loaded machine makes them noisy.
+Where the fit's time goes, from Dask's task stream.  The row groups' solve tasks
+(``_on_pieces``: a group's batches one after the other, W updated between them) depend
+on each other through W, so they run one at a time: the fit's time is their sum plus
+what keeps the next one from starting.  Columns: the solve tasks' sum; the time before
+the first solve starts (reading the first row group, W's start); the gaps between one
+solve's end and the next one's start, split into what the worker of the next solve was
+doing then (reading or concatenating chunks, receiving data) and idle time (waiting for
+the client, the scheduler or another worker); the time after the last solve.  Also the
+client's time waiting in ``Feed.solve`` / ``Feed.take_run`` (``solve_run`` in older
+checkouts), and the reads' and transfers' total worker time.  Numbers, not assertions;
+a loaded machine makes them noisy.
 """
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -35,10 +39,11 @@ from _report import Report, capped_cluster, cpu, read_pass_times
 from bench_onmfo_planted import CHUNK, K, write
 
 LIMIT = int(1.5 * 2**30)
+READS = ("getitem", "rechunk", "from-zarr", "original", "finalize", "chunk_checksum")
 
 
 class Timer:
-    """Seconds and calls of the functions wrapped (``wrap(module, name)``)."""
+    """Seconds and calls of the functions wrapped (``wrap(owner, name)``)."""
 
     def __init__(self):
         self.sec, self.calls, self._undo = {}, {}, []
@@ -71,61 +76,72 @@ class Timer:
             setattr(owner, name, fn)
 
 
-def per_batch_solve_run(self, bs, fn, state, spec, upd, rows=None):
-    """``Feed.solve_run`` as the code before it: one task and round trip per batch, the
-    statistics and W updated on the client (the same arithmetic)."""
-    from daskrnmf.models._outliers import add_statistics, solve_batch_piece, take_batch
+def overlap(a, b, spans):
+    """Seconds of ``[a, b]`` covered by the (start, stop) ``spans`` (merged first)."""
+    total, end = 0.0, a
+    for s, e in sorted(spans):
+        s, e = max(s, end), min(e, b)
+        if e > s:
+            total += e - s
+            end = e
+    return total
 
-    out = []
-    for b in bs:        # the row group stays read while its batches are solved
-        self.want(b)
-    for i, b in enumerate(bs):
-        st = self.solve(b, solve_batch_piece, add_statistics, state["W"], spec,
-                        rows=None if rows is None else rows[i])
-        state = take_batch(state, st, upd)
-        out.append(({key: st[key] for key in ("loss", "n", "rounds", "observed")}, state))
-        if state["n_observed"] == 0:
-            break
+
+def breakdown(events, t0, t1):
+    """Where the fit's wall time ``t1 - t0`` went, from the task stream's ``events``
+    (worker, action, name, start, stop): see the module's docstring."""
+    solves = sorted((s, e, w) for w, act, name, s, e in events
+                    if act == "compute" and name.startswith("_on_pieces"))
+    out = {"wall": t1 - t0, "solves": len(solves),
+           "solve": sum(e - s for s, e, _ in solves),
+           "first": (solves[0][0] - t0) if solves else t1 - t0,
+           "last": (t1 - solves[-1][1]) if solves else 0.0,
+           "gap_read": 0.0, "gap_transfer": 0.0, "gap_idle": 0.0,
+           "reads": sum(e - s for w, act, name, s, e in events
+                        if act == "compute" and name.startswith(READS)),
+           "transfers": sum(e - s for w, act, name, s, e in events if act == "transfer")}
+    for (_, a, _), (b, _, w) in itertools.pairwise(solves):
+        if b <= a:
+            continue
+        read = overlap(a, b, [(s, e) for w_, act, name, s, e in events if w_ == w
+                              and act == "compute" and name.startswith(READS)])
+        moved = overlap(a, b, [(s, e) for w_, act, name, s, e in events if w_ == w
+                               and act == "transfer"])
+        moved = min(moved, b - a - read)
+        out["gap_read"] += read
+        out["gap_transfer"] += moved
+        out["gap_idle"] += b - a - read - moved
     return out
 
 
-def one(store, d, client, timer, modes):
+def one(store, client, timer, passes):
     import dask.array as da
     from distributed import get_task_stream
 
-    import daskrnmf._stream as stream
     from daskrnmf import ONMFO
 
     X = da.from_zarr(store)
     read = min(read_pass_times(X, 3))
     ONMFO(K, max_iter=1, random_state=0).fit(store)       # compiles on the workers
-    best = {}
-    group = getattr(stream.Feed, "solve_run", None)
+    best = None
     for _ in range(2):
-        for mode in modes:          # interleaved: the machine's load drifts
-            if group is not None:
-                stream.Feed.solve_run = group if mode == "group" else per_batch_solve_run
-            timer.reset()
-            with get_task_stream(client) as ts:
-                tic = time.perf_counter()
-                model = ONMFO(K, max_iter=1, random_state=0).fit(store)
-                sec = time.perf_counter() - tic
-            work = {}
-            for t in ts.data:
-                name = t["key"][0] if isinstance(t["key"], tuple) else t["key"]
-                name = str(name)
-                name = ("solve" if name.startswith(("_on_piece", "_on_pieces"))
-                        else name.rsplit("-", 1)[0])
-                for s in t["startstops"]:
-                    if s["action"] == "compute":
-                        work[name] = work.get(name, 0.0) + s["stop"] - s["start"]
-            if mode not in best or sec < best[mode]["sec"]:
-                best[mode] = {"sec": sec, "timer": dict(timer.sec), "calls": dict(timer.calls),
-                              "work": work, "n_steps": int(model.n_steps_),
-                              "objective": float(model.objective_history_[-1]),
-                              "W": model.components_.tolist(), "read": read}
-    if group is not None:
-        stream.Feed.solve_run = group
+        timer.reset()
+        with get_task_stream(client) as ts:
+            t0 = time.time()
+            model = ONMFO(K, max_iter=passes, tol=0, random_state=0).fit(store)
+            t1 = time.time()
+        events = []
+        for t in ts.data:
+            key = t["key"][0] if isinstance(t["key"], tuple) else t["key"]
+            name = str(key)
+            for s in t["startstops"]:
+                events.append((t["worker"], s["action"], name, s["start"], s["stop"]))
+        f = breakdown(events, t0, t1)
+        if best is None or f["wall"] < best["wall"]:
+            best = {**f, "timer": dict(timer.sec), "calls": dict(timer.calls),
+                    "n_steps": int(model.n_steps_), "passes": passes,
+                    "objective": [float(h) for h in model.objective_history_],
+                    "W": model.components_.tolist(), "read": read}
     return best
 
 
@@ -133,39 +149,32 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--features", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--passes", type=int, default=1,
+                        help="passes of each fit (2 or more: the passes' boundary too)")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--out", default=None, help="Markdown report (default: print only)")
     parser.add_argument("--json", default=None, help="write the figures to this file")
     parser.add_argument("--compare", default=None,
                         help="a --json file of an older checkout, put beside these figures")
-    parser.add_argument("--modes", nargs="+", default=["per-batch", "group"],
-                        help="per-batch: this checkout's stream with one task and round "
-                             "trip per batch and W updated on the client, as before a row "
-                             "group's batches ran in one task (group)")
+    parser.add_argument("--label", default="this checkout", help="what these figures are of")
     parser.add_argument("--old-label", default="older checkout",
                         help="what the --compare figures are of")
     args = parser.parse_args()
 
     import daskrnmf._stream as stream
-    import daskrnmf.models._outliers as outliers
-    from daskrnmf.models import onmfo
 
     warnings.simplefilter("ignore")
     workdir = args.workdir or tempfile.mkdtemp(prefix="daskrnmf-pass-")
     timer = Timer()
-    timer.wrap(stream.Feed, "solve", "Feed.solve")
-    timer.wrap(stream.Feed, "solve_run", "Feed.solve_run")
-    timer.wrap(onmfo, "update_W", "update_W (client)")         # the code before take_batch
-    timer.wrap(outliers, "update_W", "update_W (client)")
+    for name in ("solve", "solve_run", "take_run"):
+        timer.wrap(stream.Feed, name, "waiting")
     results = {}
     with capped_cluster(LIMIT) as client:
         for d in args.features:
             store = os.path.join(workdir, f"planted-{args.rows}x{d}.zarr")
             write(store, args.rows, d)
-            best = one(store, d, client, timer, args.modes)
-            for mode, r in best.items():
-                results[(d, mode)] = r
-                print(d, mode, {k: v for k, v in r.items() if k != "W"}, flush=True)
+            results[(d, args.label)] = r = one(store, client, timer, args.passes)
+            print(d, {k: v for k, v in r.items() if k != "W"}, flush=True)
             client.run(__import__("gc").collect)
     timer.undo()
 
@@ -176,29 +185,28 @@ def main():
     emit = Report()
     emit(f"X: {args.rows:,} x d float32 in Zarr (chunks of {CHUNK:,} rows), planted rank "
          f"{K}, 1 % gross entries; LocalCluster 2 workers x 1 thread, "
-         f"{LIMIT / 2**30:.1f} GiB each. ONMFO({K}, max_iter=1) at its defaults, one pass "
-         f"(best of 2, the modes interleaved, after a compiling fit); read pass `X.sum()` "
-         f"best of 3. {cpu()}.")
+         f"{LIMIT / 2**30:.1f} GiB each. ONMFO({K}, max_iter={args.passes}, tol=0) at its "
+         f"defaults (best of 2, after a compiling fit); read pass `X.sum()` best of 3. "
+         f"{cpu()}; load average {os.getloadavg()[0]:.1f} at the end.")
     emit()
-    emit("| d | code | read pass (s) | ONMFO pass (s) | vs read | W updates | waiting on "
-         "the workers' solves (s) | round trips | update_W on the client (s) | rest on the "
-         "client (s) | workers' solve tasks (s) | objective |")
-    emit("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for (d, mode), f in sorted({**old, **results}.items(), key=lambda kv: kv[0][0]):
-        wait = f["timer"].get("Feed.solve", 0.0) + f["timer"].get("Feed.solve_run", 0.0)
-        trips = f["calls"].get("Feed.solve", 0) + f["calls"].get("Feed.solve_run", 0)
-        upd = f["timer"].get("update_W (client)", 0.0)
-        solve = f["work"].get("solve", 0.0) or sum(
-            v for k, v in f["work"].items() if k.startswith("_on_piece"))
-        emit(f"| {d} | {mode} | {f['read']:.2f} | {f['sec']:.2f} | "
-             f"{f['read'] / f['sec']:.3f} | {f['n_steps']} | {wait:.2f} | {trips} | "
-             f"{upd:.2f} | {f['sec'] - wait - upd:.2f} | {solve:.2f} | "
-             f"{f['objective']:.6g} |")
+    emit("| d | code | read pass (s) | ONMFO fit (s) | a pass vs read | solve tasks (s) | "
+         "before the first solve (s) | gaps: reading on the next solve's worker (s) | "
+         "gaps: receiving data (s) | gaps: idle (s) | after the last solve (s) | "
+         "client waiting (s) | reads, all workers (s) | transfers, all workers (s) | "
+         "objective per pass |")
+    emit("|---:|---|" + "---:|" * 13)
+    for (d, label), f in sorted({**old, **results}.items(), key=lambda kv: kv[0][0]):
+        per_pass = f["wall"] / max(f.get("passes", 1), 1)
+        emit(f"| {d} | {label} | {f['read']:.2f} | {f['wall']:.2f} | "
+             f"{f['read'] / per_pass:.3f} | {f['solve']:.2f} | {f['first']:.2f} | "
+             f"{f['gap_read']:.2f} | {f['gap_transfer']:.2f} | {f['gap_idle']:.2f} | "
+             f"{f['last']:.2f} | {f['timer'].get('waiting', 0.0):.2f} | {f['reads']:.2f} | "
+             f"{f['transfers']:.2f} | {', '.join(f'{h:.6g}' for h in f['objective'])} |")
     if args.out:
         emit.write(args.out)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({f"{d} {mode}": r for (d, mode), r in results.items()}, fh)
+            json.dump({f"{d} {label}": r for (d, label), r in results.items()}, fh)
 
 
 if __name__ == "__main__":

@@ -195,18 +195,53 @@ class IterationLog:
         return h[~np.isnan(h)]
 
 
-def passes_converged(history, tol):
-    """``rule="passes"``: a stream's pass objectives ``history`` (noisy with the batch
-    order) have converged when the last two passes have not lowered the best of the
-    earlier ones by more than ``tol`` relative; never with ``tol`` 0."""
+#: ``rule="passes"``: a pass objective whose relative standard error is at most ``tol``
+#: divided by this is precise enough for one comparison of two passes to decide
+PRECISE_PASS = 4
+
+
+def passes_converged(history, tol, errors=None):
+    """``rule="passes"``: whether a stream's pass objectives ``history`` (noisy with the
+    batch order) have converged; never with ``tol`` 0.
+
+    * **Three passes** (any stream): the last two passes have not lowered the best of the
+      earlier ones by more than ``tol`` relative.  Two in a row, because a pass objective
+      of few batches varies by about 1 % with the batch order (400 ORL faces in 8
+      batches): one pass above the best may be the order's luck.
+    * **Two passes**, when the comparison is precise: the last pass has not lowered the
+      best earlier one by more than ``tol`` relative, and the last two passes' ``errors``
+      (the relative standard error of each pass objective, estimated from the spread of
+      the batch losses it averages; NaN when unknown or from too few batches) are both at
+      most ``tol / PRECISE_PASS``.  A pass whose batch losses spread that little is flat
+      (a W still improving within it spreads them) and its objective is not the batch
+      order's luck, so the next pass not lowering it means W had converged within it: a
+      large X whose pass makes hundreds of W updates stops after its second pass, not
+      its third.
+
+    Parameters
+    ----------
+    history : sequence of float
+        The objective of each completed pass.
+    tol : float
+    errors : sequence of float, optional
+        Per pass, its objective's relative standard error (as long as ``history``);
+        None: the three-pass rule only.
+    """
     h = history
-    return bool(tol > 0 and len(h) >= 3 and min(h[-2:]) > (1 - tol) * min(h[:-2]))
+    if not tol > 0 or len(h) < 2:
+        return False
+    if len(h) >= 3 and min(h[-2:]) > (1 - tol) * min(h[:-2]):
+        return True
+    e = errors
+    precise = (e is not None and len(e) == len(h)
+               and max(e[-2], e[-1]) <= tol / PRECISE_PASS)    # False for NaN
+    return bool(precise and h[-1] > (1 - tol) * min(h[:-1]))
 
 
 def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
             name="model", passes=None, rule="decrease", start=0, step_info=None,
-            pass_objectives=None, progress=None, checkpoint=None, problem=None,
-            checkpoint_when=None, resume_stopped=False):
+            pass_objectives=None, pass_errors=None, progress=None, checkpoint=None,
+            problem=None, checkpoint_when=None, resume_stopped=False):
     """Run ``step`` until every restart has converged or ``max_iter`` is reached.
 
     Restart ``r`` converges at iteration ``t`` when its objective changes by no more than
@@ -215,8 +250,9 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     that is not one of those (RFNMF's unit-weight first step after seeding) may, and
     RFNMF's L2,1 fits once stopped at their second iteration when it did.
     ``rule="passes"`` (a stream, one step per batch): the run converges at the end of a
-    pass when :func:`passes_converged` says so of ``pass_objectives(state)``, and a line
-    per pass is logged.  Converged restarts drop out of later steps (``active`` is False
+    pass when :func:`passes_converged` says so of ``pass_objectives(state)`` (and
+    ``pass_errors(state)``: after two passes where they are precise, else three), and a
+    line per pass is logged.  Converged restarts drop out of later steps (``active`` is False
     for them).
 
     Parameters
@@ -243,6 +279,9 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
     pass_objectives : callable, optional
         ``rule="passes"``: ``pass_objectives(state) -> list`` of the objectives of the
         passes the stream has completed (a step that makes it longer ended a pass).
+    pass_errors : callable, optional
+        ``rule="passes"``: ``pass_errors(state) -> list``, per completed pass the relative
+        standard error of its objective (NaN: unknown); see :func:`passes_converged`.
     progress : Progress, optional
         The fit's :class:`Progress`: its clock (``elapsed``), and the passes made inside
         a step are left to the iteration's line.
@@ -324,7 +363,8 @@ def iterate(step, state, *, n_restarts, max_iter, tol, callback=None, verbose=0,
         if rule == "passes":
             h = pass_objectives(state)
             ended = len(h) > n_passes_done
-            newly = np.full(n_restarts, ended and passes_converged(h, tol))
+            newly = np.full(n_restarts, ended and passes_converged(
+                h, tol, pass_errors(state) if pass_errors is not None else None))
             if ended:
                 pass_line = (len(h), h[-1], it - log.pass_began,
                              time.perf_counter() - tic_pass)

@@ -21,7 +21,12 @@ stored:
 * a pass visits the groups in a seeded random order and the batches of a group
   consecutively, so every group is read once per pass; the batches of a group are solved
   one after the other in one task where it was read (:meth:`Feed.solve_run`), the model's
-  state updated between them there, so a pass makes one round trip a group, not a batch.  A batch takes the rows of its
+  state updated between them there, so a pass makes one round trip a group, not a batch.
+  With a distributed Client the model queues the next group's task behind the one being
+  solved (:meth:`Feed.submit_run` from :meth:`Feed.then`, the state after it, a future):
+  the workers go from one group to the next without waiting for the client, which takes
+  each result (:meth:`Feed.take_run`) while the next group is solved.  The reads are
+  prioritised in the order they are wanted, below the solves.  A batch takes the rows of its
   slot in a seeded random permutation of its group's rows drawn anew at every pass
   (:func:`batch_rows`): data stored sorted (by class, by time) does not give batches of
   one kind.
@@ -42,6 +47,7 @@ checksummed once per feed.
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -163,33 +169,33 @@ def _unit_permutation(seed, pass_index, u, size):
 
 
 def upcoming(order, n_batches, n_passes, pass_index, position, count):
-    """The next ``count`` batches of the stream from (``pass_index``, ``position``) on;
-    ``order(p)`` gives pass ``p``'s visiting order."""
+    """The next ``count`` batches of the stream from (``pass_index``, ``position``) on,
+    as (pass, batch); ``order(p)`` gives pass ``p``'s visiting order."""
     out = []
     p, j = pass_index, position
     while len(out) < count and p < n_passes:
         if j >= n_batches:
             p, j = p + 1, 0
             continue
-        out.append(int(order(p)[j]))
+        out.append((p, int(order(p)[j])))
         j += 1
     return out
 
 
 def read_ahead(ahead, unit_of, groups):
-    """The batches to want now: the first of ``ahead`` (the stream's next batches, from
-    :func:`upcoming`) as they are, then the first batch of each of the next ``groups``
-    row groups (``unit_of``: a batch's unit), so that a group is read while the one
-    before it is solved."""
+    """The (pass, batch) to want now: the first of ``ahead`` (the stream's next batches,
+    from :func:`upcoming`) as they are, then the first batch of each of the next
+    ``groups`` row groups (``unit_of``: a batch's unit; a group again in the next pass
+    counts anew), so that a group is read while the one before it is solved."""
     out = list(ahead[:1 + groups])
-    seen = {unit_of[b] for b in out}
+    seen = {(p, unit_of[b]) for p, b in out}
     new = 0
-    for b in ahead[1 + groups:]:
+    for p, b in ahead[1 + groups:]:
         if new >= groups:
             break
-        if unit_of[b] not in seen:
-            seen.add(unit_of[b])
-            out.append(b)
+        if (p, unit_of[b]) not in seen:
+            seen.add((p, unit_of[b]))
+            out.append((p, b))
             new += 1
     return out
 
@@ -250,6 +256,19 @@ def _on_pieces(chunk, items, fn, *args):
     return fn(pieces, *args)
 
 
+@dataclass
+class _SubmittedRun:
+    """A run of batches submitted to be solved in one task (:meth:`Feed.submit_run`)."""
+
+    batches: list
+    block: int
+    items: list
+    fn: object
+    args: tuple
+    future: object = None
+    use: object = None
+
+
 class Feed:
     """Reads X's chunks ahead of their use and solves batches where their data is.
 
@@ -295,8 +314,10 @@ class Feed:
                        else np.cumsum((0,) + tuple(X.chunks[0])) if bounds is None
                        else np.array(bounds, dtype=np.int64))
         self._own_blocks = self.is_dask and bounds is not None
-        self.pending = {}          # batch -> its pieces' chunk indices (wanted, unsolved)
+        self.pending = {}          # (use, batch) -> its pieces' chunk indices (wanted, unsolved)
         self.chunks = {}           # chunk index -> [data or future, pending uses]
+        self.runs = []             # submitted runs of batches not yet taken
+        self._reads = 0            # blocks read so far (their reads' priorities)
         self._pool = None
         if self.is_dask and self.client is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -317,9 +338,13 @@ class Feed:
         else:
             block = self.X.blocks[c]
         if self.client is not None:
-            data = self.client.compute(block, priority=-1)
+            # below the solves, and each read below the ones wanted before it: the block
+            # needed first is read first (by the idle workers), not beside the next ones
+            self._reads += 1
+            priority = -1 - self._reads
+            data = self.client.compute(block, priority=priority)
             total = (None if self.checksums is None else
-                     self.client.submit(chunk_checksum, data, pure=False, priority=-1))
+                     self.client.submit(chunk_checksum, data, pure=False, priority=priority))
             return [data, 0, total, False]
         import dask
 
@@ -360,34 +385,39 @@ class Feed:
             self._numpy_checksum = chunk_checksum(self.X)
         return self._numpy_checksum
 
-    def want(self, b):
-        """Start reading the chunks of batch ``b`` (no-op if it is already on its way)."""
-        if b in self.pending:
+    def want(self, b, use=None):
+        """Start reading the chunks of batch ``b`` for its ``use`` (e.g. the stream's
+        pass: a chunk wanted for a use is kept until that use has been solved, so a
+        block the next pass starts with is not dropped and read again when this pass's
+        last use of it is solved); no-op if it is already on its way for that use."""
+        key = (use, b)
+        if key in self.pending:
             return
         cs = [self._chunk_of(s) for s, _ in self.pieces[b]]
         for c in cs:
             if c not in self.chunks:
                 self.chunks[c] = self._read(c)
             self.chunks[c][1] += 1
-        self.pending[b] = cs
+        self.pending[key] = cs
 
-    def _release(self, b):
-        for c in self.pending.pop(b):
+    def _release(self, key):
+        for c in self.pending.pop(key):
             entry = self.chunks[c]
             entry[1] -= 1
             if entry[1] == 0:
                 del self.chunks[c]
 
-    def _run(self, b, fn, args, rows=None):
-        self.want(b)
+    def _run(self, b, fn, args, rows=None, use=None):
+        self.want(b, use)
         # chunks read whose checksum is still to be checked (once per read)
         unchecked = ([] if self.checksums is None else
-                     list(dict.fromkeys(c for c in self.pending[b] if not self.chunks[c][3])))
+                     list(dict.fromkeys(c for c in self.pending[use, b]
+                                        if not self.chunks[c][3])))
         if self.client is None:
             for c in unchecked:         # before the solve: the data is here
                 self._verify(c, self._local_checksum(c))
         items = []
-        for (s, e), c in zip(self.pieces[b], self.pending[b]):
+        for (s, e), c in zip(self.pieces[b], self.pending[use, b]):
             lo = int(s - self.bounds[c])
             local = None if rows is None else rows - int(self.bounds[c])
             items.append((self._data(self.chunks[c]), lo, lo + (e - s), s, local))
@@ -407,64 +437,93 @@ class Feed:
                     for f, lo, hi, s, local in items]
         return [_on_piece(f, lo, hi, s, fn, *args, rows=local) for f, lo, hi, s, local in items]
 
-    def mean(self, b):
+    def mean(self, b, use=None):
         """Mean entry of batch ``b`` (its data stays where it is, and stays read)."""
-        sums = self._run(b, piece_sum, ())
+        sums = self._run(b, piece_sum, (), use=use)
         return sum(s for s, _ in sums) / max(1, sum(c for _, c in sums))
 
-    def solve(self, b, fn, combine, *args, rows=None):
+    def solve(self, b, fn, combine, *args, rows=None, use=None):
         """``combine`` of ``fn(piece, start, *args)`` over batch ``b``'s pieces (in row
-        order, tree-reduced), each run where the piece lives; the batch is consumed.
-        ``rows``: the batch's global rows (from :func:`batch_rows`; one piece) instead of
-        its range."""
-        parts = self._run(b, fn, args, rows)
-        self._release(b)
+        order, tree-reduced), each run where the piece lives; the batch is consumed (for
+        its ``use``, see :meth:`want`).  ``rows``: the batch's global rows (from
+        :func:`batch_rows`; one piece) instead of its range."""
+        parts = self._run(b, fn, args, rows, use)
+        self._release((use, b))
         return tree_reduce(parts, combine, 8)
 
-    def solve_run(self, bs, fn, *args, rows=None):
+    def solve_run(self, bs, fn, *args, rows=None, use=None):
         """``fn(pieces, *args)`` for the batches ``bs`` in one task, run where their block
         lives (each batch one piece, all in one block: the default batches of one row
         group); ``pieces`` iterates over (batch, first row) in the order of ``bs``.  The
         batches are consumed.  ``rows``: per batch, its global rows (:func:`batch_rows`)
-        or None for its range."""
+        or None for its range.  :meth:`submit_run` then :meth:`take_run`."""
+        return self.take_run(self.submit_run(bs, fn, *args, rows=rows, use=use))
+
+    def submit_run(self, bs, fn, *args, rows=None, use=None):
+        """:meth:`solve_run`'s task submitted, not waited for: returns its handle for
+        :meth:`take_run` (its result) and :meth:`then`.  With a distributed Client the
+        task is queued on the worker that holds the batches' block, and ``args`` may hold
+        futures (e.g. :meth:`then` of the run before: the runs are then solved one after
+        the other on the workers, with no round trip to the client between them);
+        otherwise it runs in :meth:`take_run`."""
         for b in bs:
-            self.want(b)
-        cs = {c for b in bs for c in self.pending[b]}
+            self.want(b, use)
+        cs = {c for b in bs for c in self.pending[use, b]}
         if len(cs) != 1 or any(len(self.pieces[b]) != 1 for b in bs):
             raise ValueError("solve_run takes batches of one piece each, in one block.")
         c = cs.pop()
         entry = self.chunks[c]
-        unchecked = [] if self.checksums is None or entry[3] else [c]
         base = int(self.bounds[c])
         items = []
         for i, b in enumerate(bs):
             (s, e), = self.pieces[b]
             local = None if rows is None or rows[i] is None else rows[i] - base
             items.append((s - base, e - base, s, local))
+        future = None
         if self.client is not None:
             future = self.client.submit(_on_pieces, self._data(entry), items, fn, *args,
                                         pure=False, priority=10)
+        run = _SubmittedRun(list(bs), c, items, fn, args, future, use)
+        self.runs.append(run)
+        return run
+
+    def then(self, run, fn):
+        """A future of ``fn(result)`` of the submitted ``run``, computed where the run
+        is (distributed Client only): e.g. the state after its last batch, the next
+        run's start."""
+        return self.client.submit(fn, run.future, pure=False, priority=10)
+
+    def take_run(self, run):
+        """The result of the submitted ``run`` (waiting for it); its batches are consumed
+        and its block's checksum checked."""
+        c, entry = run.block, self.chunks[run.block]
+        unchecked = [] if self.checksums is None or entry[3] else [c]
+        if run.future is not None:
             # the block's checksum comes with the result, checked before it is used
-            out, totals = self.client.gather([future, [entry[2] for _ in unchecked]])
+            out, totals = self.client.gather([run.future, [entry[2] for _ in unchecked]])
             for total in totals:
                 self._verify(c, total)
         else:
             for c_ in unchecked:
                 self._verify(c_, self._local_checksum(c_))
             data = self._data(entry)
-            out = _on_pieces(data.result() if hasattr(data, "result") else data, items, fn,
-                             *args)
-        for b in bs:
-            self._release(b)
+            out = _on_pieces(data.result() if hasattr(data, "result") else data, run.items,
+                             run.fn, *run.args)
+        self.runs.remove(run)
+        for b in run.batches:
+            self._release((run.use, b))
         return out
 
     def close(self):
         """Cancel the chunks read ahead and stop the reader thread."""
         if self.client is not None:
+            for run in self.runs:       # submitted, never taken (the fit stopped)
+                run.future.cancel()
             for data, _, total, _ in self.chunks.values():
                 data.cancel()
                 if total is not None and not isinstance(total, str):
                     total.cancel()
+        self.runs.clear()
         self.pending.clear()
         self.chunks.clear()
         if self._pool is not None:

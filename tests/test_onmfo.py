@@ -17,6 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from daskrnmf import ONMFO, RobustNMF
 from daskrnmf import _checkpoint, _stream
+from daskrnmf._driver import passes_converged
 from daskrnmf.datasets import corrupt_images
 from daskrnmf.kernels.outliers import (block_statistics, initial_codes, solve_codes,
                                        solve_codes_cd, update_components,
@@ -24,6 +25,7 @@ from daskrnmf.kernels.outliers import (block_statistics, initial_codes, solve_co
 from daskrnmf._stream import Feed, batch_order, batch_rows, make_batches, unit_bounds
 from daskrnmf.models._outliers import initial_components as _initial_components
 from daskrnmf.models._outliers import SolveSpec, add_statistics, solve_batch_piece
+from daskrnmf.models.onmfo import pass_error
 
 from .reference import _mu, onmfo_reference, robust_nmf_reference
 from .test_checkpoint import saved_stream
@@ -237,6 +239,77 @@ def test_many_batches_a_pass_converge_in_few_passes_to_a_long_run(monkeypatch):
     assert objective(fit) <= 1.01 * objective(long)
 
 
+def test_two_passes_decide_only_when_their_objectives_are_precise():
+    h, tol = [6.56, 6.545], 1e-2
+    # precise (relative errors <= tol / 4) and not lowered by more than tol: converged
+    assert passes_converged(h, tol, [0.001, 0.0009])
+    # too noisy, unknown (NaN: fewer than 16 batches), or no errors: three passes needed
+    for errors in ([0.001, 0.003], [np.nan, 0.001], None):
+        assert not passes_converged(h, tol, errors)
+        assert passes_converged(h + [6.552], tol, None if errors is None
+                                else errors + [0.001])
+    assert not passes_converged([7.02, 6.40], tol, [0.001, 0.001])    # still improving
+    assert not passes_converged(h, 0.0, [0.0, 0.0])                   # tol=0: max_iter
+    # the error of a pass: from the spread of its (>= 16) second-half batches' losses
+    losses = np.random.default_rng(0).normal(5.0, 0.5, size=40)
+    se = pass_error([40, losses.sum(), (losses ** 2).sum()])
+    assert se == pytest.approx(losses.std(ddof=1) / np.sqrt(40) / losses.mean(), rel=1e-9)
+    assert np.isnan(pass_error([15, 75.0, 380.0])) and np.isnan(pass_error(None))
+
+
+def test_precise_passes_stop_a_pass_sooner_at_the_long_runs_objective(monkeypatch):
+    # 160 W updates a pass of dense small noise: each pass objective's relative error
+    # (about 0.2 %) is below tol / 4, so the second pass that did not lower the first by
+    # tol stops the fit (three passes in a row were needed before: four here)
+    monkeypatch.setattr(_stream, "BATCH_ROWS", 250)
+    clean = planted(n=40_000, d=20, k=4, rho=0.0, seed=3)[1]
+    X = clean + np.random.default_rng(1).uniform(0, 0.3, size=clean.shape)
+
+    def objective(model):
+        H, R = model.decompose(X)
+        return _objective_3(X, H, model.components_, R, 1.0).sum()
+
+    fit = ONMFO(4, random_state=1).fit(X)
+    assert fit.n_iter_ == 3 and fit.n_steps_ == 3 * 160
+    h = fit.objective_history_
+    assert h[2] > 0.99 * h[1] and h[1] < 0.99 * h[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        long = ONMFO(4, max_iter=8, tol=0, random_state=1).fit(X)
+    assert objective(fit) <= 1.002 * objective(long)
+
+
+@pytest.mark.parametrize("damage", ["older", "error", "sums"])
+def test_a_checkpoint_without_or_with_damaged_pass_errors(tmp_path, damage):
+    # a checkpoint of the version before the pass errors has neither field: it resumes
+    # (those passes' errors unknown, NaN); damaged ones are refused
+    X = np.random.default_rng(0).gamma(2.0, 1.0, size=(160, 6))     # 8 batches a pass
+    kw = {"n_components": 3, "max_iter": 3, "max_inner_iter": 5, "random_state": 0, "tol": 0}
+    ck = tmp_path / "ck"
+    ONMFO(**kw, checkpoint=ck, callback=lambda info: info["iteration"] == 12).fit(X)
+    arrays, attrs = _checkpoint.load(ck)
+    attrs = {k: v for k, v in attrs.items() if not k.startswith("_")}
+    state = attrs["runs"][0]["skeleton"]["items"][0]
+    if damage == "older":
+        for field in ("history_se", "half"):
+            i = state["keys"].index(field)
+            del state["keys"][i], state["items"][i]
+    else:
+        field = "history_se" if damage == "error" else "half"
+        state["items"][state["keys"].index(field)] = {"t": "py", "v": [-1.0, 0.0, 0.0]}
+    _checkpoint.save(ck, arrays, attrs)
+    if damage != "older":
+        with pytest.raises(ValueError, match="is damaged: its (pass error|batch losses)"):
+            ONMFO(**kw, checkpoint=ck).fit(X, resume=True)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        resumed = ONMFO(**kw, checkpoint=ck).fit(X, resume=True)
+        full = ONMFO(**kw).fit(X)
+    np.testing.assert_array_equal(resumed.components_, full.components_)
+    np.testing.assert_array_equal(resumed.objective_history_, full.objective_history_)
+
+
 def test_fit_equals_partial_fit_over_the_same_chunk_order(data):
     X = da.from_array(data[0], chunks=(23, -1))
     fit = ONMFO(4, max_iter=1, tol=0, batch_size=23, max_inner_iter=50, random_state=5).fit(X)
@@ -375,8 +448,8 @@ def test_distributed_feed_reads_ahead_and_matches_numpy(data, local_cluster):
         feed.want(0)
         feed.want(1)
         feed.solve(0, solve_batch_piece, add_statistics, ref.components_, spec)
-        assert 0 not in feed.pending and 0 not in feed.chunks     # solved, released
-        ahead = [feed.chunks[c][0] for c in feed.pending[1]]
+        assert (None, 0) not in feed.pending and 0 not in feed.chunks   # solved, released
+        ahead = [feed.chunks[c][0] for c in feed.pending[None, 1]]
         client.gather(ahead)   # batch 1 was read while batch 0 was solved: only waits here
         assert all(f.status == "finished" for f in ahead)
         feed.close()

@@ -64,7 +64,7 @@ def test_a_row_group_is_one_round_trip_with_the_arithmetic_of_one_batch_at_a_tim
     if per_task:        # states of at most two batches a task (4 x 40: 3,968 bytes each)
         monkeypatch.setattr(onmfo, "RUN_STATE_BYTES", per_task * 8 * (3 * 4 * 40 + 4 * 4))
     calls = []
-    for name in ("_run", "solve_run"):
+    for name in ("_run", "submit_run"):
         method = getattr(Feed, name, None)
         if method is not None:
             def counted(self, *args, _method=method, _name=name, **kwargs):
@@ -136,5 +136,47 @@ def test_each_row_group_is_read_once_a_pass(data, groups, monkeypatch):
     X = da.from_array(data[0], chunks=(50, -1))
     model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=1).fit(X)
     assert model.n_steps_ == 2 * 9
-    # three groups a pass, each read once (the first also for W's start, then kept)
-    assert sorted(reads) == [0, 0, 1, 1, 2, 2]
+    # three groups a pass, each read once (the first also for W's start, then kept);
+    # the first pass ends with group 2 and the second starts with it: kept, not read
+    # again (it was, when the feed counted a batch's uses but not their passes)
+    assert sorted(reads) == [0, 0, 1, 1, 2]
+
+
+@pytest.mark.parametrize("seed", [0, 1])     # pass 1 ends, pass 2 starts: other groups / one
+def test_with_a_cluster_each_group_s_task_is_queued_behind_the_one_before(
+        data, groups, client, monkeypatch, seed):
+    """With a distributed Client, the stream's next run of batches is submitted (from a
+    future of the state after the run before) before the result of the run before is
+    taken: the workers solve the groups back to back, across passes too, no round trip to
+    the client between them.  W and the pass objectives are those of one batch at a time;
+    each group is read once a pass."""
+    import dask.array as da
+
+    queued, reads = [], []
+    take, read = Feed.take_run, Feed._read
+
+    def counted_take(self, run):
+        queued.append(len(self.runs))
+        return take(self, run)
+
+    def counted_read(self, c):
+        reads.append(c)
+        return read(self, c)
+
+    monkeypatch.setattr(Feed, "take_run", counted_take)
+    monkeypatch.setattr(Feed, "_read", counted_read)
+    X = da.from_array(data[0], chunks=(50, -1))
+    model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=seed).fit(X)
+    # three groups a pass: the next run queued behind each but the fit's last, the
+    # second pass's first behind the first pass's last (from the statistics reset)
+    assert queued == [2, 2, 2, 2, 2, 1]
+    # each group read once a pass; the group that ends the first pass and starts the
+    # second (seed 1) is kept for it
+    _, _, units = make_batches(X, None)
+    unit = {b: u for u, batches in enumerate(units) for b in batches}
+    assert model._stream_seed == seed
+    last, first = unit[batch_order(seed, 0, units)[-1]], unit[batch_order(seed, 1, units)[0]]
+    assert sorted(reads) == sorted([0, 1, 2] + [u for u in (0, 1, 2) if (u, u) != (last, first)])
+    W, history = per_batch(data[0], model, 2)
+    np.testing.assert_array_equal(model.components_, W)
+    np.testing.assert_array_equal(model.objective_history_, history)

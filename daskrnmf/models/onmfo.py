@@ -25,6 +25,7 @@ Choices the paper leaves open: the starting h and r of each solve
 A, B, C start again at each pass (``reset_statistics``, measured to help).
 """
 
+import functools
 import hashlib
 import numbers
 
@@ -87,12 +88,20 @@ class ONMFO(_OutlierFactorization):
         Most passes over X (the paper makes two).
     tol : float >= 0, default=1e-2
         Stop when two passes in a row have not lowered the best mean per-sample objective
-        of the earlier passes by more than ``tol`` relative (the pass objective varies by
-        about 1 % with the batch order, hence two); 0 makes exactly ``max_iter`` passes.
-        On the 400 ORL faces this takes 6 to 8 passes and reconstructs within 1.1x of
-        the converged batch model (``benchmarks/results/onmfo.md``); on large data,
-        whose first pass makes many updates (``batch_size``), three or four (400,000
-        planted samples: four).
+        of the earlier passes by more than ``tol`` relative (the pass objective of few
+        batches varies by about 1 % with the batch order, hence two), or when one pass has
+        not and the objectives of it and the pass before are precise: each one's
+        relative standard error, estimated from the spread of the losses of the (at least
+        16) batches it averages, at most ``tol / 4``.  Such a pass was flat (W still
+        improving in it would spread its batches' losses), so a large X whose first
+        pass makes hundreds of W updates stops after its second pass
+        (:func:`daskrnmf._driver.passes_converged`).  0 makes exactly ``max_iter``
+        passes.  On the 400 ORL faces (8 batches a pass) this takes 6 to 8 passes and
+        reconstructs within 1.1x of the converged batch model
+        (``benchmarks/results/onmfo.md``; too few batches to estimate an error: always the
+        two passes in a row); on 400,000 planted samples (98 batches a pass, errors of
+        0.2-0.35 %, mostly above ``tol / 4``) four or five; on 1,000,000 (246 batches,
+        0.16-0.2 %) two or three, reconstructing within 0.6 % of a fit of four passes.
     batch_size : int or None, default=None
         Samples per batch (one W update per batch).  None chooses the batches from X's
         shape and ``random_state`` alone, never from its chunks:
@@ -318,7 +327,8 @@ class ONMFO(_OutlierFactorization):
             run, log = self._run(
                 step, start, max_iter=self.max_iter * nb, rule="passes",
                 blocks=stream, problem=stream, step_info=lambda run: dict(run.last),
-                pass_objectives=lambda run: run.history, resume_stopped=True,
+                pass_objectives=lambda run: run.history,
+                pass_errors=lambda run: run.history_se, resume_stopped=True,
                 checkpoint_when=lambda run, it, last: (run.pos == 0 or
                                                        it % self.checkpoint_every == 0))
         finally:
@@ -450,6 +460,9 @@ class _Stream:
         self.unit_of = {b: u for u, unit in enumerate(units) for b in unit}
         self.span = max(len(u) for u in units) if model.batch_size is None else 1
         self.solved = {}    # (pass, position) -> a batch's figures and the state after it
+        # ((pass, position), the submitted run of batches from there): the next run of
+        # default batches, queued on the workers behind the one being solved
+        self.queued = None
 
     @property
     def alpha_R_(self):
@@ -502,6 +515,20 @@ class _Stream:
                     or value < 0 or (name == "n_stat" and value > steps)):
                 raise ValueError(f"its count {name} {value!r} is not one of a stream after "
                                  f"{steps} steps.")
+        if not isinstance(run.history_se, list) or len(run.history_se) > len(run.history):
+            raise ValueError(f"its pass errors {run.history_se!r} are not one a pass.")
+        # an older checkpoint has none: unknown (the three-pass rule for its passes)
+        run.history_se = ([np.nan] * (len(run.history) - len(run.history_se))
+                          + list(run.history_se))
+        for value in run.history_se:
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                    or not (np.isnan(value) or 0 <= value < np.inf)):
+                raise ValueError(f"its pass error {value!r} is not a number >= 0 or NaN.")
+        if run.half is not None and not (
+                isinstance(run.half, list) and len(run.half) == 3
+                and isinstance(run.half[0], numbers.Integral) and run.half[0] >= 0
+                and all(isinstance(x, numbers.Real) and np.isfinite(x) for x in run.half)):
+            raise ValueError(f"its batch losses' sums {run.half!r} are not three numbers.")
         for name, value in [("loss_sum", run.loss_sum)] + [("history", h) for h in run.history]:
             if (isinstance(value, bool) or not isinstance(value, numbers.Real)
                     or not np.isfinite(value)):
@@ -516,6 +543,19 @@ class _Stream:
             raise ValueError(f"its alpha_R_ {a!r} is not the parameter alpha_R="
                              f"{self.model.alpha_R!r}.")
 
+    def submit_run(self, p, j, state):
+        """Submit the task of default batches from position ``j`` of pass ``p`` to the
+        end of their row group (at most as many as bound the states it returns), from
+        ``state`` (a future: the state after the run before); returns its handle."""
+        m = self.model
+        k, d = m.n_components, self.feed.X.shape[1]     # the states a task returns: bounded
+        size = 8 * (3 * k * d + k * k + (d * k * k if m._allow_nan else 0))
+        group = group_rest(self.order(p), j, self.unit_of, RUN_STATE_BYTES // size)
+        rows = [batch_rows(self.seed, p, self.units, self.batches, c) if m.shuffle
+                else None for c in group]
+        return self.feed.submit_run(group, solve_batches_sent, state, m._spec(),
+                                    m._update_spec(), rows=rows, use=p)
+
     def step(self, run, active):
         """One batch: its codes and outliers solved where it is read, its statistics
         added, W updated (:func:`stream_step`)."""
@@ -523,6 +563,7 @@ class _Stream:
         p, j = run.pass_, run.pos
         if j == 0:
             run.loss_sum, run.pass_n = 0.0, 0
+            run.half = [0, 0.0, 0.0]
             run.inner_rounds, run.inner_n = 0, 0
             if p > 0 and m.reset_statistics:
                 run.A[:], run.B[:], run.C[:] = 0.0, 0.0, 0.0
@@ -535,41 +576,61 @@ class _Stream:
         while (p, j + skip) in self.solved:
             skip += 1
         ahead = upcoming(self.order, nb, m.max_iter, p, j + skip, 1 + m.prefetch * self.span)
-        for b in read_ahead(ahead, self.unit_of, m.prefetch):
-            feed.want(b)
+        for q, c in read_ahead(ahead, self.unit_of, m.prefetch):
+            feed.want(c, q)
         b = int(self.order(p)[j])
         if run.n_observed == 0:
             # the stream's start, or every batch so far was all missing (W started from
             # a 'mean' of nothing): W and alpha_R="auto" from this batch
             if run.n_steps == 0 or isinstance(m.alpha_R, str):
                 self.alpha_R_ = m._fit_alpha(lambda: feature_max(
-                    feed._run(b, piece_feature_max, ())))
-            run.W = initial_components(seed, m.n_components, feed.X.shape[1], feed.mean(b))
+                    feed._run(b, piece_feature_max, (), use=p)))
+            run.W = initial_components(seed, m.n_components, feed.X.shape[1],
+                                       feed.mean(b, use=p))
         if m.batch_size is None:
             # default batches: the rest of b's row group in one task where it is read
             # (solve, statistics, W per batch: _outliers.solve_batches); its batches'
             # results are then taken one a step, so the driver, the callback and the
             # checkpoints still see every batch
             if (p, j) not in self.solved:
-                k, d = run.W.shape      # the states a task returns: bounded
-                size = 8 * (3 * k * d + k * k + (d * k * k if m._allow_nan else 0))
-                group = group_rest(self.order(p), j, self.unit_of, RUN_STATE_BYTES // size)
-                rows = [batch_rows(seed, p, self.units, self.batches, c) if m.shuffle
-                        else None for c in group]
-                done = feed.solve_run(group, solve_batches, run.state(), m._spec(),
-                                      m._update_spec(), rows=rows)
+                if self.queued is not None and self.queued[0] == (p, j):
+                    task = self.queued[1]       # submitted behind the run before
+                else:
+                    task = self.submit_run(p, j, run.state())
+                self.queued = None
+                if feed.client is not None and m.prefetch and (run.n_observed > 0
+                                                               or not m._allow_nan):
+                    # the pass's next run queued behind this one, from the state after
+                    # it, on the workers: no round trip between the two (the result of
+                    # this one then comes while the next is solved; its group is one of
+                    # those read ahead).  Not while W may still start from a later
+                    # batch: a run of all-missing batches ends early (solve_batches)
+                    nxt = j + len(task.batches)
+                    if nxt < nb:
+                        self.queued = ((p, nxt), self.submit_run(
+                            p, nxt, feed.then(task, state_after)))
+                    elif p + 1 < m.max_iter:
+                        # the next pass's first run, from the state that pass starts
+                        # with (the driver may stop at this pass's end: it is cancelled)
+                        start = functools.partial(state_after, reset=m.reset_statistics)
+                        self.queued = ((p + 1, 0), self.submit_run(
+                            p + 1, 0, feed.then(task, start)))
+                done = feed.take_run(task)
                 self.solved.clear()
                 self.solved.update(((p, j + i), r) for i, r in enumerate(done))
             st, state = self.solved.pop((p, j))
             run.set_state(state)
         else:
-            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, m._spec())
+            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, m._spec(), use=p)
             stream_step(run, st, m._update_spec())
         run.inner_rounds += st["rounds"]
         run.inner_n += st["n"]
         if j >= nb // 2:        # the pass's objective: its second half of batches
             run.loss_sum += st["loss"]
             run.pass_n += st["n"]
+            if run.half is not None and st["n"]:    # the spread of its batches' losses
+                loss = float(st["loss"]) / st["n"]
+                run.half = [run.half[0] + 1, run.half[1] + loss, run.half[2] + loss * loss]
         run.n_seen += st["n"]
         run.n_steps += 1
         run.pos += 1
@@ -581,9 +642,53 @@ class _Stream:
                 # found in the pass that reads X anyway (a lazy X is not read before)
                 raise ValueError(f"X passed to {m._name} has no observed (non-NaN) value.")
             run.history.append(run.loss_sum / max(run.pass_n, 1))
+            run.history_se.append(pass_error(run.half))
             run.pass_, run.pos = p + 1, 0
         self.n_passes = run.pass_
         return run, np.array([run.last["loss"]])
+
+
+#: Fewest batches whose losses' spread estimates a pass objective's error (:func:`pass_error`)
+ERROR_BATCHES = 16
+
+
+def pass_error(half):
+    """The relative standard error of a pass objective from its second half's batches
+    (``half``: their count, and the sum and sum of squares of their per-sample losses):
+    ``sd / sqrt(count) / mean``; NaN when unknown (None) or from fewer than
+    :data:`ERROR_BATCHES` batches, whose spread says little (the driver's three-pass
+    rule then, :func:`daskrnmf._driver.passes_converged`).  A W still improving in the
+    half spreads the losses too, so a small error also says the pass was flat."""
+    if half is None or half[0] < ERROR_BATCHES:
+        return float("nan")
+    m, total, squares = half
+    mean = total / m
+    var = max(squares - m * mean * mean, 0.0) / (m - 1)
+    return float(np.sqrt(var / m) / mean) if mean > 0 else float("nan")
+
+
+def solve_batches_sent(pieces, state, spec, upd):
+    """:func:`~daskrnmf.models._outliers.solve_batches` from a ``state`` sent to this
+    worker (by the client, or by the worker of the run before), its arrays copied first:
+    an array unpickled from a message may lie at any byte offset (a float64 W at an
+    offset of 4 bytes was seen), where the compiled solves round otherwise; copies are
+    allocated as any array is, so the same batches give the same bits wherever the run
+    before was solved."""
+    state = {key: np.array(value) if isinstance(value, np.ndarray) else value
+             for key, value in state.items()}
+    return solve_batches(pieces, state, spec, upd)
+
+
+def state_after(done, reset=None):
+    """The state after the last batch of a run's results (:func:`solve_batches`), where
+    the run was solved: the start of the run after it.  ``reset`` (the run after it
+    starts a pass): ``reset_statistics``, whether A, B, C start again from zero there (as
+    :meth:`_Stream.step` resets them)."""
+    state = dict(done[-1][1])
+    if reset:
+        state.update(A=np.zeros_like(state["A"]), B=np.zeros_like(state["B"]),
+                     C=np.zeros_like(state["C"]), Bm=None, n_stat=0)
+    return state
 
 
 def stream_step(run, st, upd):
@@ -609,6 +714,11 @@ class _Run:
         # missing="mask": per-feature Gram matrices of the rows with missing values
         self.Bm = None if Bm is None else np.array(Bm, dtype=np.float64)
         self.history = []           # per pass: the objective of its second half
+        # per pass: its objective's relative standard error (pass_error; NaN: unknown)
+        self.history_se = []
+        # this pass's second half so far: batches, sum and sum of squares of their
+        # per-sample losses (None: unknown, a run resumed from an older checkpoint)
+        self.half = None
         self.pass_, self.pos, self.n_steps, self.n_seen = 0, 0, 0, 0
         self.loss_sum, self.pass_n, self.inner_rounds, self.inner_n = 0.0, 0, 0, 0
         # batches with observed values in the statistics since their last reset
