@@ -211,44 +211,9 @@ def update_components_cd(W, A, B, C, max_iter, tol, Bm=None):
         return _update_components_cd_masked(W, A, B, C, Bm, max_iter, tol)
     W = np.array(W, dtype=np.float64)
     D = np.ascontiguousarray(np.asarray(A, dtype=np.float64) - np.asarray(C, dtype=np.float64))
-    sweeps = _hals_components(W, D, np.ascontiguousarray(B, dtype=np.float64),
-                              int(max_iter), float(tol)) if W.size else 0
+    sweeps = _hals_sweeps(W, np.ascontiguousarray(B, dtype=np.float64), D,
+                          np.empty(W.shape[1]), int(max_iter), float(tol), False) if W.size else 0
     return W, sweeps
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _hals_components(W, D, B, max_iter, tol):
-    """The sweeps of :func:`update_components_cd` in place; returns their number."""
-    k, d = W.shape
-    g = np.empty(d)
-    sweeps = 0
-    for sweeps in range(1, max_iter + 1):
-        moved = 0.0
-        for j in range(k):
-            bjj = B[j, j]
-            if bjj <= 0.0:
-                continue
-            for c in range(d):
-                g[c] = D[j, c]
-            for t in range(k):
-                bjt = B[j, t]
-                if bjt != 0.0:
-                    for c in range(d):
-                        g[c] -= bjt * W[t, c]
-            for c in range(d):
-                new = W[j, c] + g[c] / bjj
-                if new < 0.0:
-                    new = 0.0
-                delta = new - W[j, c]
-                moved += delta * delta
-                W[j, c] = new
-        total = 0.0
-        for j in range(k):
-            for c in range(d):
-                total += W[j, c] * W[j, c]
-        if moved <= tol * tol * total:
-            break
-    return sweeps
 
 
 def _update_components_cd_masked(W, A, B, C, Bm, max_iter, tol):
@@ -296,37 +261,69 @@ def hals_codes(h, G, b, n_sweeps):
     given the others), run for all rows at once on the transposed codes: the inner loop
     then runs over the rows, contiguous, and vectorises (3x faster on 400 x 49 codes)."""
     hT = np.ascontiguousarray(np.asarray(h, dtype=np.float64).T)
-    _hals_columns(hT, np.ascontiguousarray(G, dtype=np.float64),
-                  np.ascontiguousarray(np.asarray(b, dtype=np.float64).T), int(n_sweeps))
+    _hals_sweeps(hT, np.ascontiguousarray(G, dtype=np.float64),
+                 np.ascontiguousarray(np.asarray(b, dtype=np.float64).T),
+                 np.empty(hT.shape[1]), int(n_sweeps), -1.0, True)
     return np.ascontiguousarray(hT.T)
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _hals_columns(hT, G, bT, n_sweeps):
-    """:func:`_hals_row`'s sweeps for every row at once: hT (k, m), bT (k, m).  Rows are
-    copied and cleared by loops: an array-to-array assignment (``acc[:] = bT[j]``)
-    compiles Numba's broadcast check and its message, most of this kernel's compile."""
-    k, m = hT.shape
-    acc = np.empty(m)
-    for _ in range(n_sweeps):
+def _hals_sweeps(V, G, D, acc, n_sweeps, tol, clear_unused):
+    """HALS sweeps over the rows of V (k, m) in place for ``min_{V >= 0} 1/2 tr(V^T G V)
+    - tr(V^T D)`` (G (k, k) symmetric, D (k, m)): row j becomes ``max(0, V_j + (D_j -
+    G_j V) / G_jj)``, exact given the others; the inner loops run along the rows,
+    contiguous, and vectorise.  One kernel for W's update (:func:`update_components_cd`,
+    V = W, G = B, D = A - C) and the codes of every row at once (:func:`hals_codes`, V =
+    h^T, G = W W^T, D = b^T): one compile for both.
+
+    At most ``n_sweeps``; with ``tol >= 0`` stops after a sweep that moves V by at most
+    ``tol`` relative (Frobenius), else makes them all.  A row with ``G_jj <= 0`` is set
+    to 0 (``clear_unused``) or left as it is.  ``acc``: (m,) scratch from the caller.
+    Rows are copied and cleared by loops: an array-to-array assignment compiles Numba's
+    broadcast check and its message.  Returns the sweeps made."""
+    k, m = V.shape
+    track = tol >= 0.0
+    sweeps = 0
+    for sweeps in range(1, n_sweeps + 1):
+        moved = 0.0
         for j in range(k):
-            hj = hT[j]
-            if G[j, j] <= 0.0:
-                for i in range(m):
-                    hj[i] = 0.0
+            vj = V[j]
+            gjj = G[j, j]
+            if gjj <= 0.0:
+                if clear_unused:
+                    for i in range(m):
+                        vj[i] = 0.0
                 continue
-            bj = bT[j]
+            dj = D[j]
             for i in range(m):
-                acc[i] = bj[i]
+                acc[i] = dj[i]
             for t in range(k):
                 g = G[j, t]
-                ht = hT[t]
+                vt = V[t]
                 for i in range(m):
-                    acc[i] -= g * ht[i]
-            inv = 1.0 / G[j, j]
-            for i in range(m):
-                v = hj[i] + acc[i] * inv
-                hj[i] = v if v > 0.0 else 0.0
+                    acc[i] -= g * vt[i]
+            inv = 1.0 / gjj
+            if track:
+                for i in range(m):
+                    old = vj[i]
+                    v = old + acc[i] * inv
+                    v = v if v > 0.0 else 0.0
+                    delta = v - old
+                    moved += delta * delta
+                    vj[i] = v
+            else:
+                for i in range(m):
+                    v = vj[i] + acc[i] * inv
+                    vj[i] = v if v > 0.0 else 0.0
+        if track:
+            total = 0.0
+            for j in range(k):
+                vj = V[j]
+                for i in range(m):
+                    total += vj[i] * vj[i]
+            if moved <= tol * tol * total:
+                break
+    return sweeps
 
 
 def hals_codes_each(h, G3, b, n_sweeps):
