@@ -25,6 +25,7 @@ Choices the paper leaves open: the starting h and r of each solve
 A, B, C start again at each pass (``reset_statistics``, measured to help).
 """
 
+import dataclasses
 import functools
 import hashlib
 import numbers
@@ -34,7 +35,7 @@ import numpy as np
 from .. import _validation as v
 from .._base import BaseModel
 from .._stream import (RUN_STATE_BYTES, Feed, batch_order, batch_rows, group_rest,
-                       make_batches, read_ahead, unit_bounds, upcoming)
+                       make_batches, process_threads, read_ahead, unit_bounds, upcoming)
 from ._outliers import (UpdateSpec, add_statistics, feature_max, initial_components,
                         piece_feature_max, solve_batch_piece, solve_batches, take_batch)
 from .robustnmf import _OutlierFactorization
@@ -354,6 +355,17 @@ class ONMFO(_OutlierFactorization):
         self.n_samples_seen_ = run.n_seen
         self.n_components_ = k
 
+    def _spec_here(self, feed):
+        """The batches' solve spec for ``feed``: solved in this process, one batch after
+        the other, with the threads it may use (:func:`daskrnmf._stream.process_threads`);
+        on a distributed cluster a batch's pieces are parallel tasks, one thread each
+        (the default batches' row-group tasks take their workers' threads,
+        :func:`solve_batches_sent`)."""
+        spec = self._spec()
+        if feed.client is None:
+            spec = dataclasses.replace(spec, threads=process_threads())
+        return spec
+
     def _update_spec(self):
         """W's update after a batch (:func:`~daskrnmf.models._outliers.take_batch`)."""
         return UpdateSpec(solver=self.solver, n_iter=int(self.max_w_iter),
@@ -419,7 +431,7 @@ class ONMFO(_OutlierFactorization):
                     # the calls so far had only missing values: W starts from this batch
                     W = initial_components(self._stream_seed, self.n_components,
                                            X.shape[1], feed.mean(0))
-            st = feed.solve(0, solve_batch_piece, add_statistics, W, self._spec())
+            st = feed.solve(0, solve_batch_piece, add_statistics, W, self._spec_here(feed))
         finally:
             feed.close()
         run = _Run(W, A, B, C, Bm,
@@ -621,7 +633,8 @@ class _Stream:
             st, state = self.solved.pop((p, j))
             run.set_state(state)
         else:
-            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, m._spec(), use=p)
+            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, m._spec_here(feed),
+                            use=p)
             stream_step(run, st, m._update_spec())
         run.inner_rounds += st["rounds"]
         run.inner_n += st["n"]
@@ -673,9 +686,12 @@ def solve_batches_sent(pieces, state, spec, upd):
     an array unpickled from a message may lie at any byte offset (a float64 W at an
     offset of 4 bytes was seen), where the compiled solves round otherwise; copies are
     allocated as any array is, so the same batches give the same bits wherever the run
-    before was solved."""
+    before was solved.  Each batch is solved with the threads this process may use
+    (:func:`daskrnmf._stream.process_threads`: a worker's own thread count, the task
+    running alone there; the same bits whatever their number)."""
     state = {key: np.array(value) if isinstance(value, np.ndarray) else value
              for key, value in state.items()}
+    spec = dataclasses.replace(spec, threads=process_threads())
     return solve_batches(pieces, state, spec, upd)
 
 
