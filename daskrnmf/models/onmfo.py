@@ -215,6 +215,16 @@ class ONMFO(_OutlierFactorization):
     RobustNMF : the batch model with the same objective.
     sklearn.decomposition.MiniBatchNMF : online NMF without outliers.
 
+    Notes
+    -----
+    The batches depend on each other through W and are solved one after the other;
+    a batch's rows are solved in slices of 2,048 by as many threads as the process
+    that solves it may use: on a Dask worker its thread count (``threads_per_worker``),
+    elsewhere (NumPy X, Dask's local schedulers) Dask's ``num_workers`` setting or the
+    CPUs available (one under ``dask.config.set(scheduler="synchronous")``).  The
+    slices' statistics are added in their order, so the fit is the same whatever the
+    number of threads; a batch of one slice (2,048 rows or fewer) is solved by one.
+
     References
     ----------
     .. [1] R. Zhao and V. Y. F. Tan, "Online nonnegative matrix factorization with
