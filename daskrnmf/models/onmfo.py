@@ -37,7 +37,8 @@ from .._base import BaseModel
 from .._stream import (RUN_STATE_BYTES, Feed, batch_order, batch_rows, group_rest,
                        make_batches, process_threads, read_ahead, unit_bounds, upcoming)
 from ._outliers import (UpdateSpec, add_statistics, feature_max, initial_components,
-                        piece_feature_max, solve_batch_piece, solve_batches, take_batch)
+                        one_blas_thread, piece_feature_max, solve_batch_piece, solve_batches,
+                        take_batch)
 from .robustnmf import _OutlierFactorization
 
 
@@ -365,16 +366,19 @@ class ONMFO(_OutlierFactorization):
         self.n_samples_seen_ = run.n_seen
         self.n_components_ = k
 
-    def _spec_here(self, feed):
-        """The batches' solve spec for ``feed``: solved in this process, one batch after
-        the other, with the threads it may use (:func:`daskrnmf._stream.process_threads`);
-        on a distributed cluster a batch's pieces are parallel tasks, one thread each
-        (the default batches' row-group tasks take their workers' threads,
-        :func:`solve_batches_sent`)."""
+    def _solve_batch(self, feed, b, W, use=None):
+        """Batch ``b``'s statistics under W (``feed.solve``).  In this process (no
+        distributed Client), one batch after the other: with the threads it may use
+        (:func:`daskrnmf._stream.process_threads`) and BLAS on one thread
+        (:func:`~daskrnmf.models._outliers.one_blas_thread`); on a cluster a batch's
+        pieces are parallel tasks, one thread each (the default batches' row-group
+        tasks take their workers' threads, :func:`solve_batches_sent`)."""
         spec = self._spec()
-        if feed.client is None:
-            spec = dataclasses.replace(spec, threads=process_threads())
-        return spec
+        if feed.client is not None:
+            return feed.solve(b, solve_batch_piece, add_statistics, W, spec, use=use)
+        with one_blas_thread():
+            return feed.solve(b, solve_batch_piece, add_statistics, W,
+                              dataclasses.replace(spec, threads=process_threads()), use=use)
 
     def _update_spec(self):
         """W's update after a batch (:func:`~daskrnmf.models._outliers.take_batch`)."""
@@ -441,7 +445,7 @@ class ONMFO(_OutlierFactorization):
                     # the calls so far had only missing values: W starts from this batch
                     W = initial_components(self._stream_seed, self.n_components,
                                            X.shape[1], feed.mean(0))
-            st = feed.solve(0, solve_batch_piece, add_statistics, W, self._spec_here(feed))
+            st = self._solve_batch(feed, 0, W)
         finally:
             feed.close()
         run = _Run(W, A, B, C, Bm,
@@ -643,8 +647,7 @@ class _Stream:
             st, state = self.solved.pop((p, j))
             run.set_state(state)
         else:
-            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, m._spec_here(feed),
-                            use=p)
+            st = m._solve_batch(feed, b, run.W, use=p)
             stream_step(run, st, m._update_spec())
         run.inner_rounds += st["rounds"]
         run.inner_n += st["n"]
