@@ -225,6 +225,8 @@ class ONMFO(_OutlierFactorization):
     CPUs available (one under ``dask.config.set(scheduler="synchronous")``).  The
     slices' statistics are added in their order, so the fit is the same whatever the
     number of threads; a batch of one slice (2,048 rows or fewer) is solved by one.
+    Meanwhile BLAS runs on one thread in that process (threadpoolctl, as in
+    scikit-learn's KMeans), as it does on a Dask worker.
 
     References
     ----------
