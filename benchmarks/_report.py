@@ -110,17 +110,17 @@ def blob_store(store, n, d, *, outlier_fraction, chunk_rows):
 
 
 @contextlib.contextmanager
-def capped_cluster(limit):
-    """A 2-worker, 1-thread LocalCluster whose workers are capped at ``limit`` bytes with
-    Dask's own spilling and pausing off (so the cap measures the library), the peak-RSS
-    sampler started; yields the Client."""
+def capped_cluster(limit, workers=2, threads=1):
+    """A LocalCluster of ``workers`` workers x ``threads`` threads (default 2 x 1) capped at
+    ``limit`` bytes each with Dask's own spilling and pausing off (so the cap measures the
+    library), the peak-RSS sampler started; yields the Client."""
     import dask
     from distributed import Client, LocalCluster
 
     with dask.config.set({"distributed.worker.memory.pause": False,
                           "distributed.worker.memory.target": False,
                           "distributed.worker.memory.spill": False}), \
-            LocalCluster(n_workers=2, threads_per_worker=1, memory_limit=limit,
+            LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=limit,
                          dashboard_address=None) as cluster, Client(cluster) as client:
         client.run(start_sampler)
         yield client

@@ -3,13 +3,14 @@
     python benchmarks/bench_onmfo_pass.py [--rows 500000] [--features 64 256] [--passes 1]
                                           [--workdir DIR] [--out FILE] [--json FILE]
                                           [--compare FILE] [--old-label TEXT]
+                                          [--workers 2] [--threads-per-worker 1]
 
 X: ``rows x features`` float32 in Zarr (chunks of 50 000 rows), the planted data of
-``bench_onmfo_planted.py`` (rank 10, 1 % gross entries).  A LocalCluster of 2 worker
-processes x 1 thread (1.5 GiB each) runs a plain read pass ``X.sum()`` (best of 3) and
-``ONMFO(10, max_iter=passes, tol=0, random_state=0).fit`` of the store's path after a
-compiling fit (best of 2; full passes of the default batches, 4,096 rows each above
-32,768 samples).  ``--compare``: the ``--json`` of another checkout (run this script
+``bench_onmfo_planted.py`` (rank 10, 1 % gross entries).  A LocalCluster of ``--workers``
+processes x ``--threads-per-worker`` threads (default 2 x 1; 1.5 GiB each) runs a plain
+read pass ``X.sum()`` (best of 3) and ``ONMFO(10, max_iter=passes, tol=0,
+random_state=0).fit`` of the store's path after a compiling fit (best of 2; full passes of
+the default batches, 4,096 rows each above 32,768 samples).  ``--compare``: the ``--json`` of another checkout (run this script
 with ``PYTHONPATH`` pointing at it), put beside.
 
 Where the fit's time goes, from Dask's task stream.  The row groups' solve tasks
@@ -39,6 +40,7 @@ from _report import Report, capped_cluster, cpu, read_pass_times
 from bench_onmfo_planted import CHUNK, K, write
 
 LIMIT = int(1.5 * 2**30)
+
 READS = ("getitem", "rechunk", "from-zarr", "original", "finalize", "chunk_checksum")
 
 
@@ -157,6 +159,9 @@ def main():
     parser.add_argument("--compare", default=None,
                         help="a --json file of an older checkout, put beside these figures")
     parser.add_argument("--label", default="this checkout", help="what these figures are of")
+    parser.add_argument("--workers", type=int, default=2, help="LocalCluster's workers")
+    parser.add_argument("--threads-per-worker", type=int, default=1,
+                        help="each worker's threads")
     parser.add_argument("--old-label", default="older checkout",
                         help="what the --compare figures are of")
     args = parser.parse_args()
@@ -169,7 +174,7 @@ def main():
     for name in ("solve", "solve_run", "take_run"):
         timer.wrap(stream.Feed, name, "waiting")
     results = {}
-    with capped_cluster(LIMIT) as client:
+    with capped_cluster(LIMIT, args.workers, args.threads_per_worker) as client:
         for d in args.features:
             store = os.path.join(workdir, f"planted-{args.rows}x{d}.zarr")
             write(store, args.rows, d)
@@ -184,7 +189,8 @@ def main():
             old = {(int(key.split()[0]), args.old_label): r for key, r in json.load(fh).items()}
     emit = Report()
     emit(f"X: {args.rows:,} x d float32 in Zarr (chunks of {CHUNK:,} rows), planted rank "
-         f"{K}, 1 % gross entries; LocalCluster 2 workers x 1 thread, "
+         f"{K}, 1 % gross entries; LocalCluster {args.workers} workers x "
+         f"{args.threads_per_worker} thread(s), "
          f"{LIMIT / 2**30:.1f} GiB each. ONMFO({K}, max_iter={args.passes}, tol=0) at its "
          f"defaults (best of 2, after a compiling fit); read pass `X.sum()` best of 3. "
          f"{cpu()}; load average {os.getloadavg()[0]:.1f} at the end.")

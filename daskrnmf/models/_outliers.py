@@ -13,6 +13,8 @@ update_components_cd` or (18)).  The functions here run on the workers (NumPy in
 arrays out; they import neither Dask nor scikit-learn).
 """
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,8 +55,11 @@ def _sum(arrays):
 class SolveSpec:
     """The (h, r) solve of a batch: ``alpha_R``, ``solver`` ("cd" or "mu"), at most
     ``n_iter`` rounds, stopping at relative decrease ``tol``, ``where`` (the
-    estimator, for error messages) and ``missing`` (``missing="mask"``: NaN entries are
-    missing values, see :mod:`daskrnmf.kernels.missing`)."""
+    estimator, for error messages), ``missing`` (``missing="mask"``: NaN entries are
+    missing values, see :mod:`daskrnmf.kernels.missing`) and ``threads``: how many
+    threads :func:`solve_batch_piece` solves a piece's slices with (1: in this thread;
+    more only where the piece's solve runs alone in its process, see
+    :func:`solve_batch_piece`)."""
 
     alpha_R: float
     n_iter: int
@@ -62,6 +67,7 @@ class SolveSpec:
     solver: str = "cd"
     tol: float = 0.0
     missing: bool = False
+    threads: int = 1
 
 
 def solve_rows(x, W, spec, mask=None, out=None, table=None, prepared=None):
@@ -95,20 +101,70 @@ def solve_rows(x, W, spec, mask=None, out=None, table=None, prepared=None):
     return h, r, spec.n_iter * x.shape[0], None
 
 
-def _solve_buffers(x, W, spec):
+def _solve_buffers(x, W, spec, prepared=None):
     """Keywords of :func:`solve_rows` for the slices of block x solved with one W: the
     complete-row solver's outputs (h, r, rounds, objectives) for ``SOLVE_ROWS`` rows,
     reused slice after slice (fresh arrays per slice page-fault), and W's part of its
     solve (:func:`daskrnmf.kernels.cd_rows.prepare_components`: G, its inverse and the
-    NNLS table of W's passive-set inverses, computed once for all the slices); none
-    where that solver does not run (``spec``: missing values, or ``"mu"``)."""
+    NNLS table of W's passive-set inverses, computed once for all the slices; read only,
+    so threads share it: ``prepared``, one computed before); none where that solver
+    does not run (``spec``: missing values, or ``"mu"``)."""
     if spec.solver != "cd" or spec.missing:
         return {}
     k = W.shape[0]
     rows = min(SOLVE_ROWS, x.shape[0])
     return {"out": (np.empty((rows, k)), np.empty((rows, x.shape[1]), dtype=x.dtype),
                     np.empty(rows, dtype=np.int64), np.empty(rows)),
-            "prepared": prepare_components(W, x.dtype)}
+            "prepared": prepare_components(W, x.dtype) if prepared is None else prepared}
+
+
+_BLAS = None                    # threadpoolctl's controller of this process's BLAS
+
+
+def one_blas_thread():
+    """A context in which this process's BLAS runs on one thread, for the solves of
+    batches one after the other (:func:`solve_batches`; ONMFO's in-process step), as
+    scikit-learn's KMeans limits it around its own threads: the statistics' products
+    are small, and BLAS threads left spinning after them took the core a second solve
+    thread needed (a 300,000 x 64 NumPy fit on 2 cores: 0.62 s on 1 thread, 0.65 s on
+    2 with OpenBLAS's 2 threads, 0.43 s with this).  Its results then do not depend on
+    the BLAS thread count either (a Dask worker's BLAS has one thread already)."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")
+
+
+_POOL = None                    # (ThreadPoolExecutor, its threads): solve_batch_piece's
+_POOL_LOCK = threading.Lock()
+
+
+def _solve_pool(threads):
+    """The module's thread pool, with at least ``threads`` threads: created at its first
+    use and kept (a larger count asked for later replaces it; the old one finishes what
+    it was given)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[1] < threads:
+            old, _POOL = _POOL, (ThreadPoolExecutor(threads, thread_name_prefix="daskrnmf-"
+                                                    "solve"), threads)
+            if old is not None:
+                old[0].shutdown(wait=False)
+        return _POOL[0]
+
+
+def _solve_slice(x, W, spec, s, buf):
+    """The statistics of rows ``s:s + SOLVE_ROWS`` of the work block x (``buf``:
+    :func:`_solve_buffers`, this thread's)."""
+    xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
+    h, r, rounds, loss = solve_rows(xs, W, spec, mask, **buf)
+    st = block_statistics(xs, h, r, W, spec.alpha_R, mask, loss=loss)
+    st["rounds"] = rounds
+    # observed entries: a batch with none holds no information on W
+    st["observed"] = int(xs.size if mask is None else np.count_nonzero(mask))
+    return st
 
 
 def _block(x, missing):
@@ -131,27 +187,65 @@ def solve_batch_piece(block, start, W, spec):
 
     Checks the piece (finite, non-negative; NaN allowed with ``spec.missing``), then
     solves ``SOLVE_ROWS`` rows at a time.  ``spec``: a :class:`SolveSpec`.
+
+    ``spec.threads`` above 1: the slices are solved by that many threads at once (this
+    one and the others of a pool kept by the module, :func:`_solve_pool`), each with
+    its own output buffers, taking the next slice not yet taken; the rows are
+    independent and the slices' statistics are added in slice order as one thread adds
+    them, so the result is the same, bit for bit, whatever the number of threads.  A
+    piece of one slice (``SOLVE_ROWS`` rows or fewer) gains nothing.  For a solve that
+    runs alone in its process (ONMFO's batches, one after the other): pieces solved
+    as parallel tasks keep 1.
     """
     x = np.asarray(block)
     top = check_values(x, spec.where, non_negative=True,
                        rows=f", in rows {start}..{start + x.shape[0] - 1}",
                        allow_nan=spec.missing, hint=MASK_HINT)
     x = as_work_block(x, top)
-    parts = []
-    out = _solve_buffers(x, W, spec)   # (the statistics are taken slice by slice)
-    for s in range(0, x.shape[0], SOLVE_ROWS):
-        xs, mask = _block(x[s:s + SOLVE_ROWS], spec.missing)
-        h, r, rounds, loss = solve_rows(xs, W, spec, mask, **out)
-        st = block_statistics(xs, h, r, W, spec.alpha_R, mask, loss=loss)
-        st["rounds"] = rounds
-        # observed entries: a batch with none holds no information on W
-        st["observed"] = int(xs.size if mask is None else np.count_nonzero(mask))
-        parts.append(st)
+    starts = range(0, x.shape[0], SOLVE_ROWS)
+    threads = min(int(spec.threads), len(starts))
+    if threads <= 1:
+        out = _solve_buffers(x, W, spec)   # (the statistics are taken slice by slice)
+        parts = [_solve_slice(x, W, spec, s, out) for s in starts]
+    else:
+        parts = _solve_threaded(x, W, spec, starts, threads)
     if not parts:
         k, d = W.shape
         return {"A": np.zeros((k, d)), "B": np.zeros((k, k)), "C": np.zeros((k, d)),
                 "loss": 0.0, "n": 0, "rounds": 0, "observed": 0}
     return add_statistics(parts)
+
+
+def _solve_threaded(x, W, spec, starts, threads):
+    """The slices' statistics (in slice order) solved by ``threads`` threads: this one
+    and ``threads - 1`` of the pool, each with its own buffers and W's prepared part
+    shared."""
+    first = _solve_buffers(x, W, spec)
+    prepared = first.get("prepared")
+    parts = [None] * len(starts)
+    lock = threading.Lock()
+    taken = [0]
+
+    def work(buf):
+        while True:
+            with lock:
+                i = taken[0]
+                taken[0] += 1
+            if i >= len(starts):
+                return
+            parts[i] = _solve_slice(x, W, spec, starts[i], buf)
+
+    pool = _solve_pool(threads - 1)
+    futures = [pool.submit(lambda: work(_solve_buffers(x, W, spec, prepared)))
+               for _ in range(threads - 1)]
+    try:
+        work(first)
+    finally:
+        for f in futures:               # every thread done before the buffers go
+            f.exception()
+    for f in futures:
+        f.result()                      # a thread's error raised here
+    return parts
 
 
 def codes_block(block, W, spec, what):
@@ -276,14 +370,17 @@ def solve_batches(pieces, state, spec, upd):
     Returns one ``(figures, state)`` per batch solved, ``figures`` the batch's ``loss``,
     ``n``, ``rounds``, ``observed``.  Stops after a batch that leaves ``n_observed`` at
     0 (W's start then comes from the next batch's mean, which the caller computes).
-    A run of many small batches is one task instead of one round trip each."""
+    A run of many small batches is one task instead of one round trip each; BLAS on
+    one thread meanwhile (:func:`one_blas_thread`)."""
     out = []
-    for x, start in pieces:
-        st = solve_batch_piece(x, start, state["W"], spec)
-        state = take_batch(state, st, upd)
-        out.append(({key: st[key] for key in ("loss", "n", "rounds", "observed")}, state))
-        if state["n_observed"] == 0:
-            break
+    with one_blas_thread():
+        for x, start in pieces:
+            st = solve_batch_piece(x, start, state["W"], spec)
+            state = take_batch(state, st, upd)
+            out.append(({key: st[key] for key in ("loss", "n", "rounds", "observed")},
+                        state))
+            if state["n_observed"] == 0:
+                break
     return out
 
 

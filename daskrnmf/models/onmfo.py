@@ -25,6 +25,7 @@ Choices the paper leaves open: the starting h and r of each solve
 A, B, C start again at each pass (``reset_statistics``, measured to help).
 """
 
+import dataclasses
 import functools
 import hashlib
 import numbers
@@ -34,9 +35,10 @@ import numpy as np
 from .. import _validation as v
 from .._base import BaseModel
 from .._stream import (RUN_STATE_BYTES, Feed, batch_order, batch_rows, group_rest,
-                       make_batches, read_ahead, unit_bounds, upcoming)
+                       make_batches, process_threads, read_ahead, unit_bounds, upcoming)
 from ._outliers import (UpdateSpec, add_statistics, feature_max, initial_components,
-                        piece_feature_max, solve_batch_piece, solve_batches, take_batch)
+                        one_blas_thread, piece_feature_max, solve_batch_piece, solve_batches,
+                        take_batch)
 from .robustnmf import _OutlierFactorization
 
 
@@ -214,6 +216,18 @@ class ONMFO(_OutlierFactorization):
     RobustNMF : the batch model with the same objective.
     sklearn.decomposition.MiniBatchNMF : online NMF without outliers.
 
+    Notes
+    -----
+    The batches depend on each other through W and are solved one after the other;
+    a batch's rows are solved in slices of 2,048 by as many threads as the process
+    that solves it may use: on a Dask worker its thread count (``threads_per_worker``),
+    elsewhere (NumPy X, Dask's local schedulers) Dask's ``num_workers`` setting or the
+    CPUs available (one under ``dask.config.set(scheduler="synchronous")``).  The
+    slices' statistics are added in their order, so the fit is the same whatever the
+    number of threads; a batch of one slice (2,048 rows or fewer) is solved by one.
+    Meanwhile BLAS runs on one thread in that process (threadpoolctl, as in
+    scikit-learn's KMeans), as it does on a Dask worker.
+
     References
     ----------
     .. [1] R. Zhao and V. Y. F. Tan, "Online nonnegative matrix factorization with
@@ -354,6 +368,20 @@ class ONMFO(_OutlierFactorization):
         self.n_samples_seen_ = run.n_seen
         self.n_components_ = k
 
+    def _solve_batch(self, feed, b, W, use=None):
+        """Batch ``b``'s statistics under W (``feed.solve``).  In this process (no
+        distributed Client), one batch after the other: with the threads it may use
+        (:func:`daskrnmf._stream.process_threads`) and BLAS on one thread
+        (:func:`~daskrnmf.models._outliers.one_blas_thread`); on a cluster a batch's
+        pieces are parallel tasks, one thread each (the default batches' row-group
+        tasks take their workers' threads, :func:`solve_batches_sent`)."""
+        spec = self._spec()
+        if feed.client is not None:
+            return feed.solve(b, solve_batch_piece, add_statistics, W, spec, use=use)
+        with one_blas_thread():
+            return feed.solve(b, solve_batch_piece, add_statistics, W,
+                              dataclasses.replace(spec, threads=process_threads()), use=use)
+
     def _update_spec(self):
         """W's update after a batch (:func:`~daskrnmf.models._outliers.take_batch`)."""
         return UpdateSpec(solver=self.solver, n_iter=int(self.max_w_iter),
@@ -419,7 +447,7 @@ class ONMFO(_OutlierFactorization):
                     # the calls so far had only missing values: W starts from this batch
                     W = initial_components(self._stream_seed, self.n_components,
                                            X.shape[1], feed.mean(0))
-            st = feed.solve(0, solve_batch_piece, add_statistics, W, self._spec())
+            st = self._solve_batch(feed, 0, W)
         finally:
             feed.close()
         run = _Run(W, A, B, C, Bm,
@@ -621,7 +649,7 @@ class _Stream:
             st, state = self.solved.pop((p, j))
             run.set_state(state)
         else:
-            st = feed.solve(b, solve_batch_piece, add_statistics, run.W, m._spec(), use=p)
+            st = m._solve_batch(feed, b, run.W, use=p)
             stream_step(run, st, m._update_spec())
         run.inner_rounds += st["rounds"]
         run.inner_n += st["n"]
@@ -673,9 +701,12 @@ def solve_batches_sent(pieces, state, spec, upd):
     an array unpickled from a message may lie at any byte offset (a float64 W at an
     offset of 4 bytes was seen), where the compiled solves round otherwise; copies are
     allocated as any array is, so the same batches give the same bits wherever the run
-    before was solved."""
+    before was solved.  Each batch is solved with the threads this process may use
+    (:func:`daskrnmf._stream.process_threads`: a worker's own thread count, the task
+    running alone there; the same bits whatever their number)."""
     state = {key: np.array(value) if isinstance(value, np.ndarray) else value
              for key, value in state.items()}
+    spec = dataclasses.replace(spec, threads=process_threads())
     return solve_batches(pieces, state, spec, upd)
 
 
