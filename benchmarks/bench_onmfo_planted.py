@@ -145,6 +145,15 @@ def main():
          f"{own[0]:.5f} / {at_alpha:.5f} = {own[0] / at_alpha:.3f}x |")
     emit(f"| RobustNMF on the sample | {batch.n_iter_} iterations, {batch_sec:.0f} s |")
     emit()
+    emit("The round before (2026-11-25 22:00 UTC, commit 2414277, this script on an idle "
+         "machine; the three-pass rule, each row group's solve one round trip, the solve "
+         "at 1.27 us a row): read pass 1.7 s; 3 passes of 984 W updates; whole fit 23.6 s = "
+         "13.9 read passes; a pass 7.9 s = 0.22x the read pass's samples/s; objective per "
+         "pass 6.56, 6.545, 6.552; E_avg 1.003x the converged RobustNMF's at the same "
+         "alpha_R. Since: two passes decide where both pass objectives are precise, the "
+         "next row group's solve is queued on the workers, and the per-row solve is 1.48x "
+         "faster (benchmarks/results/onmfo_solve.md).")
+    emit()
     emit("Previous run (2026-11-25, this script, the same machine loaded; alpha_R=1, before 'auto' became the default, so its objective values are of another "
          "problem; each 4,096-row "
          "batch one task and round trip, W updated on the client; transform and decompose "
