@@ -25,7 +25,7 @@ from daskrnmf.kernels.outliers import (block_statistics, initial_codes, solve_co
 from daskrnmf._stream import Feed, batch_order, batch_rows, make_batches, unit_bounds
 from daskrnmf.models._outliers import initial_components as _initial_components
 from daskrnmf.models._outliers import SolveSpec, add_statistics, solve_batch_piece
-from daskrnmf.models.onmfo import pass_error
+from daskrnmf.models._onmfo_stream import pass_error
 
 from .reference import _mu, onmfo_reference, robust_nmf_reference
 from .test_checkpoint import saved_stream

@@ -58,11 +58,11 @@ def per_batch(X, model, passes, stop=None):
 @pytest.mark.parametrize("per_task", [None, 2])
 def test_a_row_group_is_one_round_trip_with_the_arithmetic_of_one_batch_at_a_time(
         data, groups, monkeypatch, per_task):
-    from daskrnmf.models import onmfo
+    from daskrnmf.models import _onmfo_stream
 
     X = data[0]
     if per_task:        # states of at most two batches a task (4 x 40: 3,968 bytes each)
-        monkeypatch.setattr(onmfo, "RUN_STATE_BYTES", per_task * 8 * (3 * 4 * 40 + 4 * 4))
+        monkeypatch.setattr(_onmfo_stream, "RUN_STATE_BYTES", per_task * 8 * (3 * 4 * 40 + 4 * 4))
     calls = []
     for name in ("_run", "submit_run"):
         method = getattr(Feed, name, None)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from daskrnmf import ONMFO
-from daskrnmf.models import _outliers, onmfo
+from daskrnmf.models import _onmfo_stream, _outliers, onmfo
 
 from .reference import planted_outliers as planted
 
@@ -78,7 +78,8 @@ def test_numpy_x_fits_the_same_bits_on_one_two_or_three_threads(data, slices, mo
                                                                 batch_size):
     out = {}
     for threads in (1, 2, 3):
-        monkeypatch.setattr(onmfo, "process_threads", lambda threads=threads: threads)
+        for module in (onmfo, _onmfo_stream):   # the in-process step; the row-group runs
+            monkeypatch.setattr(module, "process_threads", lambda threads=threads: threads)
         slices.clear()
         slices.wait = threads
         out[threads] = fitted(data, batch_size=batch_size)
