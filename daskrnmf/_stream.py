@@ -537,14 +537,22 @@ class Feed:
         return out
 
     def close(self):
-        """Cancel the chunks read ahead and stop the reader thread."""
+        """Cancel the runs submitted and never taken, release the chunks read ahead and
+        stop the reader thread.
+
+        The runs go first, with the futures their arguments hold (:meth:`then` of the run
+        before); the chunks are then released (their futures dropped), not cancelled: a
+        chunk a queued run still depends on, cancelled while no client wants that run,
+        fails an assertion in the scheduler that cancels every future of the user's
+        Client (distributed 2026.7)."""
         if self.client is not None:
+            from distributed import Future
+
             for run in self.runs:       # submitted, never taken (the fit stopped)
                 run.future.cancel()
-            for data, _, total, _ in self.chunks.values():
-                data.cancel()
-                if total is not None and not isinstance(total, str):
-                    total.cancel()
+                for arg in run.args:
+                    if isinstance(arg, Future):
+                        arg.cancel()
         self.runs.clear()
         self.pending.clear()
         self.chunks.clear()

@@ -180,3 +180,26 @@ def test_with_a_cluster_each_group_s_task_is_queued_behind_the_one_before(
     W, history = per_batch(data[0], model, 2)
     np.testing.assert_array_equal(model.components_, W)
     np.testing.assert_array_equal(model.objective_history_, history)
+
+
+@pytest.mark.parametrize("stop", ["callback", "converged"])
+def test_a_fit_stopped_with_runs_queued_leaves_the_clients_futures(client, stop):
+    # the row groups' runs are queued on the workers; a fit that stops (its callback, or
+    # convergence at a pass's end) with one still queued must not break the user's
+    # Client: cancelling a chunk that queued run depends on failed the scheduler's
+    # stimulus_cancel, which cancelled every future of the Client (a persisted X too)
+    import time
+
+    import dask.array as da
+
+    rng = np.random.default_rng(0)
+    X = da.from_array(rng.random((20_000, 8)) @ rng.random((8, 12)),
+                      chunks=(2_500, 12)).persist()
+    mine = client.scatter(np.arange(10))
+    calls = []
+    kw = ({"callback": lambda info: calls.append(1) or len(calls) >= 5, "max_iter": 5}
+          if stop == "callback" else {"max_iter": 50})
+    ONMFO(3, random_state=0, **kw).fit(X)
+    time.sleep(0.5)                     # (the scheduler's cancel is asynchronous)
+    assert client.submit(np.sum, mine).result(timeout=30) == 45
+    assert ONMFO(3, max_iter=1, tol=0, random_state=0).fit(X).n_passes_ == 1
