@@ -234,7 +234,7 @@ def passes_converged(history, tol, errors=None):
         return True
     e = errors
     precise = (e is not None and len(e) == len(h)
-               and max(e[-2], e[-1]) <= tol / PRECISE_PASS)    # False for NaN
+               and all(v <= tol / PRECISE_PASS for v in e[-2:]))   # False for NaN
     return bool(precise and h[-1] > (1 - tol) * min(h[:-1]))
 
 

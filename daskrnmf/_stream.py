@@ -217,25 +217,18 @@ def group_rest(order, position, unit_of, limit=None):
 
 
 def process_threads():
-    """How many threads work that runs alone in this process may use (ONMFO's batches,
-    solved one after the other, :func:`daskrnmf.models._outliers.solve_batch_piece`):
-    on a distributed worker its own thread count (the task takes one; the others are
-    then idle but for the reads ahead); elsewhere (NumPy X, Dask's local schedulers)
-    what Dask's threaded scheduler would use: its ``num_workers`` setting, else the CPUs
-    this process may run on (``dask.system.CPU_COUNT``), and 1 under the synchronous
-    scheduler (``dask.config.set(scheduler="synchronous")``)."""
+    """How many threads ONMFO's batches, solved one after the other
+    (:func:`daskrnmf.models._outliers.solve_batch_piece`), may use in this process: on a
+    distributed worker its own thread count (the task solving them takes one; the others
+    are then idle but for the reads ahead), elsewhere 1 (the user's process: more
+    threads there competed with BLAS's own and gained nothing on 2 cores, and limiting
+    BLAS would change the process for everything else it runs)."""
     try:
         from distributed import get_worker
 
         return max(1, int(get_worker().state.nthreads))
     except (ImportError, ValueError, AttributeError):
-        pass
-    import dask
-    from dask.system import CPU_COUNT
-
-    if dask.config.get("scheduler", None) in ("sync", "synchronous", "single-threaded"):
         return 1
-    return max(1, int(dask.config.get("num_workers", None) or CPU_COUNT))
 
 
 def piece_sum(block, start=0):

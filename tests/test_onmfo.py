@@ -244,7 +244,7 @@ def test_two_passes_decide_only_when_their_objectives_are_precise():
     # precise (relative errors <= tol / 4) and not lowered by more than tol: converged
     assert passes_converged(h, tol, [0.001, 0.0009])
     # too noisy, unknown (NaN: fewer than 16 batches), or no errors: three passes needed
-    for errors in ([0.001, 0.003], [np.nan, 0.001], None):
+    for errors in ([0.001, 0.003], [np.nan, 0.001], [0.001, np.nan], None):
         assert not passes_converged(h, tol, errors)
         assert passes_converged(h + [6.552], tol, None if errors is None
                                 else errors + [0.001])

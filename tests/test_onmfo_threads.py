@@ -104,3 +104,19 @@ def test_a_two_thread_worker_fits_the_same_bits_as_a_one_thread_worker(data, sli
             assert len(slices) >= threads if threads > 1 else len(slices) == 1
     assert_same(out[2], out[1])
     assert_same(out[1], fitted(data))
+
+
+def test_outside_a_worker_the_batches_are_solved_by_one_thread():
+    # the user's process: more threads competed with BLAS's own, and limiting BLAS there
+    # (threadpoolctl) left it on one thread for good when two fits overlapped
+    from daskrnmf._stream import process_threads
+
+    assert process_threads() == 1
+
+
+def test_a_larger_pool_does_not_shut_down_the_one_another_thread_took(monkeypatch):
+    # a thread takes the pool, another asks for more threads before the first submits
+    monkeypatch.setattr(_outliers, "_POOL", None)
+    taken = _outliers._solve_pool(1)
+    assert _outliers._solve_pool(2) is not taken
+    assert taken.submit(lambda: 7).result(timeout=10) == 7

@@ -118,40 +118,19 @@ def _solve_buffers(x, W, spec, prepared=None):
             "prepared": prepare_components(W, x.dtype) if prepared is None else prepared}
 
 
-_BLAS = None                    # threadpoolctl's controller of this process's BLAS
-
-
-def one_blas_thread():
-    """A context in which this process's BLAS runs on one thread, for the solves of
-    batches one after the other (:func:`solve_batches`; ONMFO's in-process step), as
-    scikit-learn's KMeans limits it around its own threads: the statistics' products
-    are small, and BLAS threads left spinning after them took the core a second solve
-    thread needed (a 300,000 x 64 NumPy fit on 2 cores: 0.62 s on 1 thread, 0.65 s on
-    2 with OpenBLAS's 2 threads, 0.43 s with this).  Its results then do not depend on
-    the BLAS thread count either (a Dask worker's BLAS has one thread already)."""
-    global _BLAS
-    if _BLAS is None:
-        from threadpoolctl import ThreadpoolController
-
-        _BLAS = ThreadpoolController()
-    return _BLAS.limit(limits=1, user_api="blas")
-
-
 _POOL = None                    # (ThreadPoolExecutor, its threads): solve_batch_piece's
 _POOL_LOCK = threading.Lock()
 
 
 def _solve_pool(threads):
     """The module's thread pool, with at least ``threads`` threads: created at its first
-    use and kept (a larger count asked for later replaces it; the old one finishes what
-    it was given)."""
+    use and kept (a larger count asked for later replaces it).  The old pool is not shut
+    down: another thread may have taken it and not yet submitted to it; it finishes what
+    it is given, and its threads end when it is collected."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None or _POOL[1] < threads:
-            old, _POOL = _POOL, (ThreadPoolExecutor(threads, thread_name_prefix="daskrnmf-"
-                                                    "solve"), threads)
-            if old is not None:
-                old[0].shutdown(wait=False)
+            _POOL = (ThreadPoolExecutor(threads, thread_name_prefix="daskrnmf-solve"), threads)
         return _POOL[0]
 
 
@@ -370,17 +349,14 @@ def solve_batches(pieces, state, spec, upd):
     Returns one ``(figures, state)`` per batch solved, ``figures`` the batch's ``loss``,
     ``n``, ``rounds``, ``observed``.  Stops after a batch that leaves ``n_observed`` at
     0 (W's start then comes from the next batch's mean, which the caller computes).
-    A run of many small batches is one task instead of one round trip each; BLAS on
-    one thread meanwhile (:func:`one_blas_thread`)."""
+    A run of many small batches is one task instead of one round trip each."""
     out = []
-    with one_blas_thread():
-        for x, start in pieces:
-            st = solve_batch_piece(x, start, state["W"], spec)
-            state = take_batch(state, st, upd)
-            out.append(({key: st[key] for key in ("loss", "n", "rounds", "observed")},
-                        state))
-            if state["n_observed"] == 0:
-                break
+    for x, start in pieces:
+        st = solve_batch_piece(x, start, state["W"], spec)
+        state = take_batch(state, st, upd)
+        out.append(({key: st[key] for key in ("loss", "n", "rounds", "observed")}, state))
+        if state["n_observed"] == 0:
+            break
     return out
 
 
