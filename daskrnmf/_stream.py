@@ -20,7 +20,7 @@ stored:
   4M rows makes about 1,000);
 * a pass visits the groups in a seeded random order and the batches of a group
   consecutively, so every group is read once per pass; the batches of a group are solved
-  one after the other in one task where it was read (:meth:`Feed.solve_run`), the model's
+  one after the other in one task where it was read (:meth:`Feed.submit_run`), the model's
   state updated between them there, so a pass makes one round trip a group, not a batch.
   With a distributed Client the model queues the next group's task behind the one being
   solved (:meth:`Feed.submit_run` from :meth:`Feed.then`, the state after it, a future):
@@ -207,7 +207,7 @@ RUN_STATE_BYTES = 2 ** 26
 def group_rest(order, position, unit_of, limit=None):
     """The batches of ``order`` from ``position`` to the end of that batch's unit (row
     group), at most ``limit`` of them: the run of batches one task solves
-    (:meth:`Feed.solve_run`)."""
+    (:meth:`Feed.submit_run`)."""
     u = unit_of[int(order[position])]
     end = position + 1
     stop = len(order) if limit is None else min(len(order), position + max(1, int(limit)))
@@ -466,17 +466,13 @@ class Feed:
         self._release((use, b))
         return tree_reduce(parts, combine, 8)
 
-    def solve_run(self, bs, fn, *args, rows=None, use=None):
+    def submit_run(self, bs, fn, *args, rows=None, use=None):
         """``fn(pieces, *args)`` for the batches ``bs`` in one task, run where their block
         lives (each batch one piece, all in one block: the default batches of one row
-        group); ``pieces`` iterates over (batch, first row) in the order of ``bs``.  The
-        batches are consumed.  ``rows``: per batch, its global rows (:func:`batch_rows`)
-        or None for its range.  :meth:`submit_run` then :meth:`take_run`."""
-        return self.take_run(self.submit_run(bs, fn, *args, rows=rows, use=use))
-
-    def submit_run(self, bs, fn, *args, rows=None, use=None):
-        """:meth:`solve_run`'s task submitted, not waited for: returns its handle for
-        :meth:`take_run` (its result) and :meth:`then`.  With a distributed Client the
+        group); ``pieces`` iterates over (batch, first row) in the order of ``bs``.
+        ``rows``: per batch, its global rows (:func:`batch_rows`) or None for its range.
+        Submitted, not waited for: returns its handle for :meth:`take_run` (its result;
+        the batches are then consumed) and :meth:`then`.  With a distributed Client the
         task is queued on the worker that holds the batches' block, and ``args`` may hold
         futures (e.g. :meth:`then` of the run before: the runs are then solved one after
         the other on the workers, with no round trip to the client between them);
@@ -485,7 +481,7 @@ class Feed:
             self.want(b, use)
         cs = {c for b in bs for c in self.pending[use, b]}
         if len(cs) != 1 or any(len(self.pieces[b]) != 1 for b in bs):
-            raise ValueError("solve_run takes batches of one piece each, in one block.")
+            raise ValueError("submit_run takes batches of one piece each, in one block.")
         c = cs.pop()
         entry = self.chunks[c]
         base = int(self.bounds[c])
