@@ -1,6 +1,7 @@
 """ONMFO and RobustNMF (Zhao & Tan) against literal dense implementations of their updates;
 equivalences (per-sample algorithm, partial_fit, alpha_R -> inf), chunking, checkpoints, input."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -353,6 +354,91 @@ def test_default_batches_do_not_depend_on_the_chunking(data, monkeypatch, local_
     # on the cluster's workers (tcp, their own BLAS threads): the same to rounding
     np.testing.assert_allclose(fits[2].components_, ref.components_, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(fits[2].objective_history_, ref.objective_history_, rtol=1e-12)
+
+
+def _arranged_feed_runs(X, units, batches, pieces, passes):
+    """Each pass's row groups through a Feed with ONMFO's layout and prepare: per batch,
+    whether it came as a view of its group (a slice) and its values; and the number of
+    blocks prepared (one a read)."""
+    from daskrnmf.models._onmfo_stream import GroupLayout, group_prepare
+
+    prepared = []
+
+    def prepare(block, start):
+        prepared.append(start)
+        return group_prepare("ONMFO", False)(block, start)
+
+    feed = Feed(X, pieces, bounds=unit_bounds(batches, units),
+                layout=GroupLayout(3, units, batches, True), prepare=prepare)
+    got = {}
+    for p in passes:
+        for unit in units:          # the group wanted for this pass before it is taken
+            for b in unit:
+                feed.want(b, p)
+        for unit in units:
+            rows = [batch_rows(3, p, units, batches, b) for b in unit]
+            run = feed.submit_run(unit, lambda items: [(x.base is not None, x.copy())
+                                                      for x, _ in items],
+                                  rows=rows, use=p)
+            for b, r, (view, x) in zip(unit, rows, feed.take_run(run)):
+                got[p, b] = (view, x, r)
+    feed.close()
+    return got, len(prepared)
+
+
+@pytest.mark.parametrize("distributed", [False, True])
+def test_row_groups_are_put_in_batch_order_where_read(monkeypatch, local_cluster,
+                                                      distributed):
+    # ONMFO's default batches take random rows of their group; the worker that reads a
+    # group (or the reader thread, without a distributed client) puts it in the pass's
+    # batch order (and checks it) once, so each batch is a slice of it, not gathered by
+    # the worker solving the batches one after another
+    from distributed import Client
+
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 5 * 60)         # 60 rows a group
+    X = np.random.default_rng(0).random((150, 5)).astype(np.float32)
+    batches, pieces, units = make_batches(np.zeros((150, 5)), None)
+    assert len(units) == 3 and all(len(u) > 1 for u in units)
+    bad = X.copy()
+    bad[70, 2] = -1
+    Xd, bad = (da.from_array(M, chunks=(40, -1)) for M in (X, bad))
+    with Client(local_cluster) if distributed else contextlib.nullcontext() as client:
+        if distributed:
+            Xd = client.persist(Xd)
+        got, n_prepared = _arranged_feed_runs(Xd, units, batches, pieces, (0, 1))
+        for (p, b), (view, x, r) in got.items():
+            assert view, (p, b)
+            np.testing.assert_array_equal(x, X[r])
+        # read and prepared once a group a pass (on workers: counted there)
+        assert n_prepared == (0 if distributed else 3 * 2)
+        # a negative value is refused where its group is read, naming the group's rows
+        with pytest.raises(ValueError, match=r"Negative values .* in rows 50\.\.99"):
+            _arranged_feed_runs(bad, units, batches, pieces, (0,))
+
+
+def test_a_group_held_for_the_next_pass_is_rearranged_not_read_again(monkeypatch):
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 5 * 60)
+    X = np.random.default_rng(1).random((150, 5))
+    batches, pieces, units = make_batches(X, None)
+    from daskrnmf.models._onmfo_stream import GroupLayout
+
+    reads = []
+    feed = Feed(da.from_array(X, chunks=(50, -1)), pieces, bounds=unit_bounds(batches, units),
+                layout=GroupLayout(5, units, batches, True),
+                prepare=lambda block, start: reads.append(start) or block)
+    unit = units[1]
+    for p in (0, 1):                # wanted for both passes before either is solved
+        for b in unit:
+            feed.want(b, p)
+    for p in (0, 1):
+        rows = [batch_rows(5, p, units, batches, b) for b in unit]
+        run = feed.submit_run(unit, lambda items: [(x.base is not None, x.copy())
+                                                  for x, _ in items], rows=rows, use=p)
+        for r, (view, x) in zip(rows, feed.take_run(run)):
+            assert view
+            np.testing.assert_array_equal(x, X[r])
+    assert reads == [batches[unit[0]][0]]     # read (and prepared) once for both passes
+    feed.close()
 
 
 def test_batches_and_pieces(monkeypatch):

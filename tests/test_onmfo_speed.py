@@ -125,21 +125,27 @@ def test_each_row_group_is_read_once_a_pass(data, groups, monkeypatch):
     worker, never consumed (10M x 256 on 2 GiB workers: killed in the first pass)."""
     import dask.array as da
 
-    reads = []
-    real = Feed._read
+    reads, held = [], []
+    real, rearranged = Feed._read, Feed._rearranged
 
-    def counted(self, c):
-        reads.append(c)
-        return real(self, c)
+    def counted(self, key):
+        reads.append(key[0] if isinstance(key, tuple) else key)   # (group, pass)
+        return real(self, key)
+
+    def from_held(self, entry, order, positions):
+        held.append(reads.pop())        # not read: put in order from the block held
+        return rearranged(self, entry, order, positions)
 
     monkeypatch.setattr(Feed, "_read", counted)
+    monkeypatch.setattr(Feed, "_rearranged", from_held)
     X = da.from_array(data[0], chunks=(50, -1))
     model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=1).fit(X)
     assert model.n_steps_ == 2 * 9
     # three groups a pass, each read once (the first also for W's start, then kept);
     # the first pass ends with group 2 and the second starts with it: kept, not read
-    # again (it was, when the feed counted a batch's uses but not their passes)
-    assert sorted(reads) == [0, 0, 1, 1, 2]
+    # again (it was, when the feed counted a batch's uses but not their passes), but
+    # put in the second pass's order from the block held
+    assert sorted(reads) == [0, 0, 1, 1, 2] and held == [2]
 
 
 @pytest.mark.parametrize("seed", [0, 1])     # pass 1 ends, pass 2 starts: other groups / one
@@ -153,18 +159,23 @@ def test_with_a_cluster_each_group_s_task_is_queued_behind_the_one_before(
     import dask.array as da
 
     queued, reads = [], []
-    take, read = Feed.take_run, Feed._read
+    take, read, rearranged = Feed.take_run, Feed._read, Feed._rearranged
 
     def counted_take(self, run):
         queued.append(len(self.runs))
         return take(self, run)
 
-    def counted_read(self, c):
-        reads.append(c)
-        return read(self, c)
+    def counted_read(self, key):
+        reads.append(key[0] if isinstance(key, tuple) else key)   # (group, pass)
+        return read(self, key)
+
+    def from_held(self, entry, order, positions):
+        reads.pop()                     # not read: put in order from the block held
+        return rearranged(self, entry, order, positions)
 
     monkeypatch.setattr(Feed, "take_run", counted_take)
     monkeypatch.setattr(Feed, "_read", counted_read)
+    monkeypatch.setattr(Feed, "_rearranged", from_held)
     X = da.from_array(data[0], chunks=(50, -1))
     model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=seed).fit(X)
     # three groups a pass: the next run queued behind each but the fit's last, the

@@ -14,8 +14,8 @@ import numpy as np
 
 from .._stream import (RUN_STATE_BYTES, batch_order, batch_rows, group_rest,
                        process_threads, read_ahead, upcoming)
-from ._outliers import (feature_max, initial_components, piece_feature_max, solve_batches,
-                        take_batch)
+from ._outliers import (checked_block, feature_max, initial_components, piece_feature_max,
+                        solve_batches, take_batch)
 
 
 class _Stream:
@@ -129,7 +129,10 @@ class _Stream:
         group = group_rest(self.order(p), j, self.unit_of, RUN_STATE_BYTES // size)
         rows = [batch_rows(self.seed, p, self.units, self.batches, c) if m.shuffle
                 else None for c in group]
-        return self.feed.submit_run(group, solve_batches_sent, state, m._spec(),
+        spec = m._spec()
+        if self.feed.prepare is not None:       # its block was checked where it was read
+            spec = dataclasses.replace(spec, checked=True)
+        return self.feed.submit_run(group, solve_batches_sent, state, spec,
                                     m._update_spec(), rows=rows, use=p)
 
     def step(self, run, active):
@@ -222,6 +225,34 @@ class _Stream:
             run.pass_, run.pos = p + 1, 0
         self.n_passes = run.pass_
         return run, np.array([run.last["loss"]])
+
+
+class GroupLayout:
+    """The default batches' row groups as a pass uses them (a :class:`~daskrnmf._stream.Feed`'s
+    ``layout``): group ``c`` (unit ``c``) in pass ``p`` holds its batches' rows one batch
+    after the other, each batch's rows those of :func:`~daskrnmf._stream.batch_rows`, so
+    that a batch is a slice of the group (no copy of its rows when it is solved: the
+    group is put in order once, by the worker that read it).  None for a group of one
+    batch or without ``shuffle`` (the stored order is the batches' order)."""
+
+    def __init__(self, seed, units, batches, shuffle):
+        self.seed, self.units, self.batches, self.shuffle = seed, units, batches, shuffle
+
+    def __call__(self, c, p):
+        unit = self.units[c]
+        if not self.shuffle or len(unit) < 2:
+            return None
+        lo = self.batches[unit[0]][0]
+        return np.concatenate([batch_rows(self.seed, p, self.units, self.batches, b) - lo
+                               for b in unit])
+
+
+def group_prepare(where, missing):
+    """A :class:`~daskrnmf._stream.Feed`'s ``prepare`` for ONMFO's row groups: each block
+    checked and in the solvers' dtype where it is read
+    (:func:`~daskrnmf.models._outliers.checked_block`), so the solve of its batches,
+    one after another on one worker, neither checks nor converts them."""
+    return functools.partial(checked_block, where=where, missing=missing)
 
 
 #: Fewest batches whose losses' spread estimates a pass objective's error (:func:`pass_error`)

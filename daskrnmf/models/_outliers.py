@@ -59,7 +59,9 @@ class SolveSpec:
     missing values, see :mod:`daskrnmf.kernels.missing`) and ``threads``: how many
     threads :func:`solve_batch_piece` solves a piece's slices with (1: in this thread;
     more only where the piece's solve runs alone in its process, see
-    :func:`solve_batch_piece`)."""
+    :func:`solve_batch_piece`); ``checked``: the pieces are parts of a block
+    :func:`checked_block` already checked and converted (ONMFO's row groups, where they
+    were read)."""
 
     alpha_R: float
     n_iter: int
@@ -68,6 +70,8 @@ class SolveSpec:
     tol: float = 0.0
     missing: bool = False
     threads: int = 1
+    #: the pieces come from a block :func:`checked_block` prepared where it was read
+    checked: bool = False
 
 
 def solve_rows(x, W, spec, mask=None, out=None, table=None, prepared=None):
@@ -160,6 +164,17 @@ def as_work_block(block, magnitude=None):
                                 if block.dtype.kind == "f" else np.float64)
 
 
+def checked_block(block, start, where, missing):
+    """A block (or piece) of X checked for the model ``where`` (finite, non-negative;
+    NaN allowed with ``missing``; ``start``: its first row, for the messages) and in the
+    solvers' dtype (:func:`as_work_block`)."""
+    x = np.asarray(block)
+    top = check_values(x, where, non_negative=True,
+                       rows=f", in rows {start}..{start + x.shape[0] - 1}",
+                       allow_nan=missing, hint=MASK_HINT)
+    return as_work_block(x, top)
+
+
 def solve_batch_piece(block, start, W, spec):
     """Codes and outliers of one piece of a batch (W fixed), reduced to its statistics
     (with ``rounds``: the inner rounds its rows took).
@@ -176,11 +191,8 @@ def solve_batch_piece(block, start, W, spec):
     runs alone in its process (ONMFO's batches, one after the other): pieces solved
     as parallel tasks keep 1.
     """
-    x = np.asarray(block)
-    top = check_values(x, spec.where, non_negative=True,
-                       rows=f", in rows {start}..{start + x.shape[0] - 1}",
-                       allow_nan=spec.missing, hint=MASK_HINT)
-    x = as_work_block(x, top)
+    x = (np.asarray(block) if spec.checked
+         else checked_block(block, start, spec.where, spec.missing))
     starts = range(0, x.shape[0], SOLVE_ROWS)
     threads = min(int(spec.threads), len(starts))
     if threads <= 1:

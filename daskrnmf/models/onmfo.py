@@ -33,7 +33,7 @@ import numpy as np
 from .. import _validation as v
 from .._base import BaseModel
 from .._stream import Feed, make_batches, process_threads, unit_bounds
-from ._onmfo_stream import _Run, _Stream, stream_step
+from ._onmfo_stream import GroupLayout, _Run, _Stream, group_prepare, stream_step
 from ._outliers import (UpdateSpec, add_statistics, feature_max, initial_components,
                         piece_feature_max, solve_batch_piece)
 from .robustnmf import _OutlierFactorization
@@ -314,8 +314,12 @@ class ONMFO(_OutlierFactorization):
                 checks.update(since=f"the checkpoint {ckpt.saved[1]['_file']} was made",
                               hint="Resume with the X it was made from, or fit with "
                                    "overwrite_checkpoint=True to start afresh.")
-        bounds = unit_bounds(batches, units) if self.batch_size is None else None
-        feed = Feed(X, pieces, bounds=bounds, **checks)
+        if self.batch_size is None:
+            # row groups: each checked and put in its pass's batch order where it is read
+            checks.update(bounds=unit_bounds(batches, units),
+                          layout=GroupLayout(seed, units, batches, self.shuffle),
+                          prepare=group_prepare(self._name, self._allow_nan))
+        feed = Feed(X, pieces, **checks)
         vars(self).pop("alpha_R_", None)        # a refit's: from this fit's stream
         stream = _Stream(self, feed, batches, units, seed)
         d, nb = X.shape[1], len(batches)
