@@ -581,11 +581,13 @@ class Feed:
         self._release((use, b))
         return tree_reduce(parts, combine, 8)
 
-    def submit_run(self, bs, fn, *args, rows=None, use=None):
+    def submit_run(self, bs, fn, *args, rows=None, use=None, laid_out=False):
         """``fn(pieces, *args)`` for the batches ``bs`` in one task, run where their block
         lives (each batch one piece, all in one block: the default batches of one row
         group); ``pieces`` iterates over (batch, first row) in the order of ``bs``.
-        ``rows``: per batch, its global rows (:func:`batch_rows`) or None for its range.
+        ``rows``: per batch, its global rows (:func:`batch_rows`) or None for its range;
+        ``laid_out``: instead, each batch is the rows the ``layout`` put at its range
+        (the batches' own rows, told by the layout, not computed again here).
         Submitted, not waited for: returns its handle for :meth:`take_run` (its result;
         the batches are then consumed) and :meth:`then`.  With a distributed Client the
         task is queued on the worker that holds the batches' block, and ``args`` may hold
@@ -602,7 +604,12 @@ class Feed:
         items = []
         for i, b in enumerate(bs):
             (s, e), = self.pieces[b]
-            lo, hi, local = self._where(entry, c, s, e, None if rows is None else rows[i])
+            if laid_out and entry[4] is not None:       # a slice of the block kept
+                base = int(self.bounds[self._index(c)])
+                lo, hi, local = s - base, e - base, None
+            else:
+                lo, hi, local = self._where(entry, c, s, e,
+                                            None if rows is None else rows[i])
             items.append((lo, hi, s, local))
         future = None
         if self.client is not None:

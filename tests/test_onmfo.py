@@ -377,9 +377,10 @@ def _arranged_feed_runs(X, units, batches, pieces, passes):
                 feed.want(b, p)
         for unit in units:
             rows = [batch_rows(3, p, units, batches, b) for b in unit]
+            # the batches' rows found in the block kept, or told by its layout
             run = feed.submit_run(unit, lambda items: [(x.base is not None, x.copy())
                                                       for x, _ in items],
-                                  rows=rows, use=p)
+                                  rows=None if p % 2 else rows, use=p, laid_out=p % 2 == 1)
             for b, r, (view, x) in zip(unit, rows, feed.take_run(run)):
                 got[p, b] = (view, x, r)
     feed.close()

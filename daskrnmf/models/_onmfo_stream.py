@@ -39,6 +39,7 @@ class _Stream:
         # ((pass, position), the submitted run of batches from there): the next run of
         # default batches, queued on the workers behind the one being solved
         self.queued = None
+        self.ahead_from = None      # the (pass, position) read ahead from last
 
     @property
     def alpha_R_(self):
@@ -127,13 +128,16 @@ class _Stream:
         k, d = m.n_components, self.feed.X.shape[1]     # the states a task returns: bounded
         size = 8 * (3 * k * d + k * k + (d * k * k if m._allow_nan else 0))
         group = group_rest(self.order(p), j, self.unit_of, RUN_STATE_BYTES // size)
-        rows = [batch_rows(self.seed, p, self.units, self.batches, c) if m.shuffle
-                else None for c in group]
-        spec = m._spec()
+        spec, laid_out = m._spec(), self.feed.layout is not None
         if self.feed.prepare is not None:       # its block was checked where it was read
             spec = dataclasses.replace(spec, checked=True)
+        # the block in this pass's batch order (GroupLayout): each batch the slice of
+        # its range; else each batch's rows
+        rows = None if laid_out else [
+            batch_rows(self.seed, p, self.units, self.batches, c) if m.shuffle else None
+            for c in group]
         return self.feed.submit_run(group, solve_batches_sent, state, spec,
-                                    m._update_spec(), rows=rows, use=p)
+                                    m._update_spec(), rows=rows, use=p, laid_out=laid_out)
 
     def step(self, run, active):
         """One batch: its codes and outliers solved where it is read, its statistics
@@ -154,9 +158,14 @@ class _Stream:
         skip = 0
         while (p, j + skip) in self.solved:
             skip += 1
-        ahead = upcoming(self.order, nb, m.max_iter, p, j + skip, 1 + m.prefetch * self.span)
-        for q, c in read_ahead(ahead, self.unit_of, m.prefetch):
-            feed.want(c, q)
+        if (p, j + skip) != self.ahead_from:
+            # (the batches of a run taken from a task all read ahead from the same
+            # first batch not yet solved: once, not once a batch)
+            self.ahead_from = (p, j + skip)
+            ahead = upcoming(self.order, nb, m.max_iter, p, j + skip,
+                             1 + m.prefetch * self.span)
+            for q, c in read_ahead(ahead, self.unit_of, m.prefetch):
+                feed.want(c, q)
         b = int(self.order(p)[j])
         if run.n_observed == 0:
             # the stream's start, or every batch so far was all missing (W started from
