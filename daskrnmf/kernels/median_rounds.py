@@ -181,6 +181,61 @@ def _median_collect_features(X, labels, n_clusters, clo, chi, keys, vals):
                 p += (v >= cl[j]) & (v <= ch[j])
 
 
+@njit(cache=True, nogil=True, fastmath=True)
+def _certify_features(X, labels, n_clusters, lo, hi, mid, H, rho, x, nb, db, na, da):
+    """The certificate of a median round (RFNMF L1, per-feature entries): whether every
+    row keeps its label for *any* centres inside the windows ``[lo, hi]`` (E,), and each
+    entry's values below / above its window with their distances to it.
+
+    A row labelled ``a`` (restart r) keeps its label for every centres ``c_b`` in the
+    windows when, with ``D_b`` its L1 distance to the windows' midpoints ``mid`` and
+    ``H_b`` the L1 radius of cluster b's windows around them (``sum_j max(hi - mid,
+    mid - lo)``, rounded up by the caller), ``D_b - H_b > D_a + H_a`` for every ``b !=
+    a`` (triangle inequality) by a margin ``rho (D_a + D_b + H_a + H_b)`` that covers
+    the rounding of these sums and of the assignment's own (:func:`~daskrnmf.kernels.
+    assign.nearest`, float64 sums in any order).  Returns the number of rows found
+    uncertain: 0, or 1 at the first such row (the block stops there; the counts are then
+    incomplete, and unused).  ``nb``/``na`` count each entry's values below ``lo`` /
+    above ``hi`` and ``db``/``da`` add ``lo - v`` / ``v - hi``: the L1 objective at any
+    medians inside the windows follows from them and the values inside (collected).
+    ``x``: a float64 row of scratch (n_features,)."""
+    n, d = X.shape
+    R = labels.shape[1]
+    k = n_clusters
+    for i in range(n):
+        for j in range(d):
+            x[j] = X[i, j]
+        for r in range(R):
+            a = labels[i, r]
+            base = (r * k + a) * d
+            for j in range(d):
+                v = x[j]
+                t = lo[base + j] - v
+                u = v - hi[base + j]
+                nb[base + j] += t > 0.0
+                db[base + j] += t if t > 0.0 else 0.0
+                na[base + j] += u > 0.0
+                da[base + j] += u if u > 0.0 else 0.0
+            Da = _l1_to(x, mid, base)
+            for b in range(k):
+                if b == a:
+                    continue
+                Db = _l1_to(x, mid, (r * k + b) * d)
+                ha, hb = H[r * k + a], H[r * k + b]
+                if (Db - hb) - (Da + ha) <= rho * (Da + Db + ha + hb):
+                    return 1
+    return 0
+
+
+@njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _l1_to(x, mid, base):
+    """``sum_j |x_j - mid[base + j]|`` (a vectorised loop)."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        s += abs(x[j] - mid[base + j])
+    return s
+
+
 def median_round(X, labels, n_clusters, plan, columns=None):
     """Run one refinement round on a row block.
 
@@ -270,9 +325,35 @@ def median_round(X, labels, n_clusters, plan, columns=None):
     keys, vals = keys[:m], vals[:m]
     if emap is not None:
         keys = emap[keys].astype(keys.dtype)
-    return {"hbelow": hbelow, "hist": hist, "hmin": hmin, "hmax": hmax,
-            "cbelow": cbelow, "cin": cin, "dropped": dropped, "keys": keys, "vals": vals,
-            "max_collect": plan.get("max_collect")}
+    out = {"hbelow": hbelow, "hist": hist, "hmin": hmin, "hmax": hmax,
+           "cbelow": cbelow, "cin": cin, "dropped": dropped, "keys": keys, "vals": vals,
+           "max_collect": plan.get("max_collect")}
+    if plan.get("certify") is not None:
+        out["certify"] = certify_round(X, labels, n_clusters, plan["certify"])
+    return out
+
+
+def certify_round(X, labels, n_clusters, cert):
+    """:func:`_certify_features` on a block (per-feature entries): ``cert`` holds the
+    windows ``lo``, ``hi`` (E,), their midpoints ``mid`` (E,), the radii ``H``
+    (n_restarts * n_clusters,) and the margin ``rho``.  Returns ``uncertain`` (the
+    block's rows that might change cluster: 0, or 1 at the first) and the counts and
+    distances below / above the windows (``nb``, ``db``, ``na``, ``da``)."""
+    E = cert["lo"].shape[0]
+    nb, na = np.zeros(E, dtype=np.int64), np.zeros(E, dtype=np.int64)
+    db, da = np.zeros(E), np.zeros(E)
+    uncertain = 0
+    if X.shape[0]:
+        uncertain = int(_certify_features(X, np.ascontiguousarray(labels, dtype=np.int64),
+                                          n_clusters, cert["lo"], cert["hi"], cert["mid"],
+                                          cert["H"], float(cert["rho"]),
+                                          np.empty(X.shape[1]), nb, db, na, da))
+    return {"uncertain": uncertain, "nb": nb, "db": db, "na": na, "da": da}
+
+
+def _merge_certify(parts):
+    return {"uncertain": sum(p["uncertain"] for p in parts),
+            **{key: sum_arrays([p[key] for p in parts]) for key in ("nb", "db", "na", "da")}}
 
 
 def _over_budget(cin, max_collect, dropped=None):
@@ -307,13 +388,16 @@ def merge_median_round(parts):
     if dropped.any() and keys.size:
         keep = ~dropped[keys]
         keys, vals = keys[keep], vals[keep]
-    return {"hbelow": sum_arrays([p["hbelow"] for p in parts]),
-            "hist": sum_arrays([p["hist"] for p in parts], dtype=np.int64),
-            "hmin": np.minimum.reduce([p["hmin"] for p in parts]),
-            "hmax": np.maximum.reduce([p["hmax"] for p in parts]),
-            "cbelow": sum_arrays([p["cbelow"] for p in parts]),
-            "cin": cin, "dropped": dropped, "keys": keys, "vals": vals,
-            "max_collect": max_collect}
+    out = {"hbelow": sum_arrays([p["hbelow"] for p in parts]),
+           "hist": sum_arrays([p["hist"] for p in parts], dtype=np.int64),
+           "hmin": np.minimum.reduce([p["hmin"] for p in parts]),
+           "hmax": np.maximum.reduce([p["hmax"] for p in parts]),
+           "cbelow": sum_arrays([p["cbelow"] for p in parts]),
+           "cin": cin, "dropped": dropped, "keys": keys, "vals": vals,
+           "max_collect": max_collect}
+    if "certify" in parts[0]:
+        out["certify"] = _merge_certify([p["certify"] for p in parts])
+    return out
 
 
 @njit(cache=True, nogil=True, fastmath=False)

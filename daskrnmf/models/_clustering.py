@@ -20,8 +20,8 @@ from .. import _validation as v
 from .._base import BaseModel, float_tags
 from .._blocks import RowBlocks
 from .._driver import run_quiet, user_stacklevel
-from .._median_search import (MedianSearch, keep_windows, median_refine_chunk, sample_bracket,
-                              warm_windows)
+from .._median_search import (MedianSearch, certified_objective, certified_plan, keep_windows,
+                              median_refine_chunk, sample_bracket, warm_windows)
 from .._typing import Array, Data
 from ..kernels.assign import (distances, nearest, pairwise_distances, seed_potentials,
                               seed_potentials_gram, seed_potentials_pairwise, seed_update,
@@ -321,14 +321,36 @@ class CentroidFit:
             n_values = (res["observed"].ravel() if "observed" in res
                         else np.repeat(res["counts"].ravel(), self.d))
             search.update(plan, res["median"], n_values=n_values)
-            search.finish(lambda plan: self.blocks.map_reduce(
-                median_refine_chunk, merge_median_round, args=(self.k, plan), state=labels,
-                name="median round"))
+
+            def refine(plan):
+                return self.blocks.map_reduce(
+                    median_refine_chunk, merge_median_round, args=(self.k, plan),
+                    state=labels, name="median round" + (" + certificate" if "certify"
+                                                         in plan else ""))
+
+            keeps = Fa is not None and not self.missing and active.all()
+            certified = None
+            if keeps and self.median_tol == 0 and (res["counts"] > 0).all():
+                # the next round collects every median: it also certifies, if it can,
+                # that no row would change cluster at any medians inside their windows,
+                # and then the fit has converged without another assignment pass
+                plan = certified_plan(search, search.next_plan(), Ra, self.k)
+                if plan is not None:
+                    res_round = refine(plan)
+                    search.update(plan, res_round)
+                    if "certify" in plan:
+                        certified = certified_objective(search, plan, res_round, Ra)
+                    del res_round
+            search.finish(refine)
             # the pass's labels and objective stay until the next step: if the centres
             # it was given turn out to be the final ones, they are the final assignment
-            # (and the medians it gave are the next step's, see _repeats_last_pass)
-            self._last_pass = (None if Fa is None or self.missing or not active.all()
-                               else (Fa.copy(), res["objective"], labels))
+            # (and the medians it gave are the next step's, see _repeats_last_pass).
+            # Certified, the labels are those of the medians found: the pass that
+            # assigns the rows to them is the one the next step need not make
+            self._last_pass = (None if not keeps
+                               else (Fa.copy(), res["objective"], labels) if certified is None
+                               else (search.value.reshape(Ra, self.k, self.d).copy(),
+                                     certified, labels))
             del labels
             self.median_rounds.append(search.rounds)
             newF = search.value.reshape(Ra, self.k, self.d)
