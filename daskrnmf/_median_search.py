@@ -18,6 +18,10 @@ What makes the rounds few is written here once for both models:
   uniform row sample labelled as X is (:func:`sample_bracket` for RFNMF,
   :func:`block_bracket` for RFNMTF).
 
+A round that collects every unresolved median (RFNMF) may also certify that no row
+would change cluster for any medians inside their windows (:func:`certified_plan`,
+:func:`certified_objective`): the fit has then converged in that round.
+
 The budgets per partial result are dask config values (``daskrnmf.median-histogram-
 cells``, ``daskrnmf.median-collect-values``).  NumPy on the client; the per-block round
 is :func:`median_refine_chunk` (with the labels a fused pass kept on the workers).

@@ -250,7 +250,9 @@ def median_round(X, labels, n_clusters, plan, columns=None):
         ``n_bins`` int, ``n_hist`` int (number of slots), ``coll`` (E,) bool,
         ``clo``, ``chi`` (E,) float64, ``max_collect`` int (optional): at most this many
         values are collected; past it, the entries with the most values inside their
-        windows are dropped (``dropped``) and only counted.
+        windows are dropped (``dropped``) and only counted.  ``certify`` (optional, per-
+        feature entries): the certificate of :func:`certify_round`, returned as
+        ``certify``.
     columns : ndarray (n_restarts, n_features) int, optional
         Column group of every feature per restart (``E = n_restarts * n_clusters *
         n_groups``); None makes every feature its own group.
