@@ -515,10 +515,11 @@ def certified_objective(search, plan, res, n_restarts):
     certificate holds (no row can change cluster) and every median was found exactly
     inside its window; None otherwise (the fit then goes on as without it).
 
-    An entry's share is ``sum |v - m|`` over its values: those below its window
-    ``[lo, hi]`` add ``(lo - v) + (m - lo)``, those above ``(v - hi) + (hi - m)``, and
-    those inside (collected, or equal to a resolved entry's median) ``|v - m|``.  The
-    same number as the assignment's sum over rows, to rounding."""
+    A value v of an entry adds ``|v - m|``: below its window ``[lo, hi]``, ``(lo - v) +
+    (m - lo)``; above, ``(v - hi) + (hi - m)``; inside (collected, or equal to a resolved
+    entry's median) ``|v - m|``.  The rows' distances to their windows (the first terms,
+    summed over the rows as the assignment sums its distances), the counts times the
+    second terms, and the values inside: the assignment's number, to rounding."""
     cert = res.get("certify")
     if cert is None or cert["uncertain"] or not search.resolved.all() or search.n_approximate:
         return None
@@ -528,6 +529,5 @@ def certified_objective(search, plan, res, n_restarts):
         return None
     keys = res["keys"]
     inside = np.bincount(keys, weights=np.abs(res["vals"] - m[keys]), minlength=m.shape[0])
-    share = (cert["db"] + cert["nb"] * (m - c["lo"]) + cert["da"] + cert["na"] * (c["hi"] - m)
-             + inside)
-    return share.reshape(n_restarts, -1).sum(axis=1)
+    share = cert["nb"] * (m - c["lo"]) + cert["na"] * (c["hi"] - m) + inside
+    return cert["outside"] + share.reshape(n_restarts, -1).sum(axis=1)

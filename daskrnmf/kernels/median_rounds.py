@@ -182,10 +182,11 @@ def _median_collect_features(X, labels, n_clusters, clo, chi, keys, vals):
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _certify_features(X, labels, n_clusters, lo, hi, mid, H, rho, x, nb, db, na, da):
+def _certify_features(X, labels, n_clusters, lo, hi, mid, H, rho, x, nb, na, p):
     """The certificate of a median round (RFNMF L1, per-feature entries): whether every
-    row keeps its label for *any* centres inside the windows ``[lo, hi]`` (E,), and each
-    entry's values below / above its window with their distances to it.
+    row keeps its label for *any* centres inside the windows ``[lo, hi]`` (E,), with
+    each entry's count of values below / above its window and each row's L1 distance to
+    its cluster's windows.
 
     A row labelled ``a`` (restart r) keeps its label for every centres ``c_b`` in the
     windows when, with ``D_b`` its L1 distance to the windows' midpoints ``mid`` and
@@ -194,11 +195,11 @@ def _certify_features(X, labels, n_clusters, lo, hi, mid, H, rho, x, nb, db, na,
     a`` (triangle inequality) by a margin ``rho (D_a + D_b + H_a + H_b)`` that covers
     the rounding of these sums and of the assignment's own (:func:`~daskrnmf.kernels.
     assign.nearest`, float64 sums in any order).  Returns the number of rows found
-    uncertain: 0, or 1 at the first such row (the block stops there; the counts are then
-    incomplete, and unused).  ``nb``/``na`` count each entry's values below ``lo`` /
-    above ``hi`` and ``db``/``da`` add ``lo - v`` / ``v - hi``: the L1 objective at any
-    medians inside the windows follows from them and the values inside (collected).
-    ``x``: a float64 row of scratch (n_features,)."""
+    uncertain: 0, or 1 at the first such row (the block stops there; the outputs are
+    then incomplete, and unused).  ``nb``/``na`` count each entry's values below ``lo``
+    / above ``hi``, and ``p[i, r]`` is ``sum_j (lo - x_ij)^+ + (x_ij - hi)^+`` over row
+    i's entries: the L1 objective at any medians inside the windows follows from them
+    and the values inside (collected).  ``x``: a float64 row of scratch (n_features,)."""
     n, d = X.shape
     R = labels.shape[1]
     k = n_clusters
@@ -208,14 +209,15 @@ def _certify_features(X, labels, n_clusters, lo, hi, mid, H, rho, x, nb, db, na,
         for r in range(R):
             a = labels[i, r]
             base = (r * k + a) * d
+            s = 0.0
             for j in range(d):
                 v = x[j]
                 t = lo[base + j] - v
                 u = v - hi[base + j]
                 nb[base + j] += t > 0.0
-                db[base + j] += t if t > 0.0 else 0.0
                 na[base + j] += u > 0.0
-                da[base + j] += u if u > 0.0 else 0.0
+                s += (t if t > 0.0 else 0.0) + (u if u > 0.0 else 0.0)
+            p[i, r] = s
             Da = _l1_to(x, mid, base)
             for b in range(k):
                 if b == a:
@@ -339,23 +341,25 @@ def certify_round(X, labels, n_clusters, cert):
     """:func:`_certify_features` on a block (per-feature entries): ``cert`` holds the
     windows ``lo``, ``hi`` (E,), their midpoints ``mid`` (E,), the radii ``H``
     (n_restarts * n_clusters,) and the margin ``rho``.  Returns ``uncertain`` (the
-    block's rows that might change cluster: 0, or 1 at the first) and the counts and
-    distances below / above the windows (``nb``, ``db``, ``na``, ``da``)."""
+    block's rows that might change cluster: 0, or 1 at the first), the counts of each
+    entry's values below / above its window (``nb``, ``na``) and, per restart, the sum
+    over the rows of their L1 distances to their clusters' windows (``outside``: summed
+    as NumPy sums, pairwise, like the assignment's objective)."""
     E = cert["lo"].shape[0]
     nb, na = np.zeros(E, dtype=np.int64), np.zeros(E, dtype=np.int64)
-    db, da = np.zeros(E), np.zeros(E)
+    p = np.zeros(labels.shape, dtype=np.float64)
     uncertain = 0
     if X.shape[0]:
         uncertain = int(_certify_features(X, np.ascontiguousarray(labels, dtype=np.int64),
                                           n_clusters, cert["lo"], cert["hi"], cert["mid"],
                                           cert["H"], float(cert["rho"]),
-                                          np.empty(X.shape[1]), nb, db, na, da))
-    return {"uncertain": uncertain, "nb": nb, "db": db, "na": na, "da": da}
+                                          np.empty(X.shape[1]), nb, na, p))
+    return {"uncertain": uncertain, "nb": nb, "na": na, "outside": p.sum(axis=0)}
 
 
 def _merge_certify(parts):
     return {"uncertain": sum(p["uncertain"] for p in parts),
-            **{key: sum_arrays([p[key] for p in parts]) for key in ("nb", "db", "na", "da")}}
+            **{key: sum_arrays([p[key] for p in parts]) for key in ("nb", "na", "outside")}}
 
 
 def _over_budget(cin, max_collect, dropped=None):
