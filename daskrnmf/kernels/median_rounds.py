@@ -333,6 +333,9 @@ def median_round(X, labels, n_clusters, plan, columns=None):
            "cbelow": cbelow, "cin": cin, "dropped": dropped, "keys": keys, "vals": vals,
            "max_collect": plan.get("max_collect")}
     if plan.get("certify") is not None:
+        if emap is not None:
+            raise ValueError("A median round's certificate is for per-feature entries "
+                             "(RFNMF's), not column groups.")
         out["certify"] = certify_round(X, labels, n_clusters, plan["certify"])
     return out
 
