@@ -651,22 +651,24 @@ def _separated_blobs(n, seed, boundary_row=False):
     return X.astype(np.float32)
 
 
-@pytest.mark.parametrize("chunks", [600, 97])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_l1_out_of_core_certified_collection_round_ends_the_fit(chunks, seed, dask_config):
+@pytest.mark.parametrize("chunks, seed, n_init",
+                         [(600, 0, 1), (97, 0, 1), (600, 1, 1), (97, 1, 1), (97, 2, 3)])
+def test_l1_out_of_core_certified_collection_round_ends_the_fit(chunks, seed, n_init,
+                                                                 dask_config):
     """Out of core, the first step's collection round (after the bracket histograms of
     the fused pass) also certifies that no row could change cluster for any medians
     inside their windows: then the fit has converged there, and the step that would
     assign the rows to those medians makes no pass: 3 passes for 3 iterations where
     there were 4 (the first pass, the fused pass, the collection round).  Labels and
     centres are the in-memory fit's, the centres NumPy's medians of the final clusters,
-    the objective theirs to rounding."""
+    the objective theirs to rounding.  With ``n_init=3`` (X within the seeding sample:
+    every restart on X) the round certifies all three."""
     X = _separated_blobs(600, seed)
     # a collection budget below X's values: the bracket round, then a collection
     dask_config({"daskrnmf.median-collect-values": 512})
-    m = RFNMF(3, loss="l1", n_init=1, tol=0, random_state=seed).fit(
+    m = RFNMF(3, loss="l1", n_init=n_init, tol=0, random_state=seed).fit(
         da.from_array(X, chunks=(chunks, 4)))
-    ref = RFNMF(3, loss="l1", n_init=1, tol=0, random_state=seed).fit(X)
+    ref = RFNMF(3, loss="l1", n_init=n_init, tol=0, random_state=seed).fit(X)
     assert m.median_rounds_ == [2, 0, 0] and m.n_iter_ == ref.n_iter_ == 3
     assert m.n_passes_ == 3
     labels = np.asarray(m.labels_)
