@@ -329,19 +329,22 @@ class CentroidFit:
                                                          in plan else ""))
 
             keeps = Fa is not None and not self.missing and active.all()
+            certify = keeps and self.median_tol == 0 and (res["counts"] > 0).all()
             certified = None
-            if keeps and self.median_tol == 0 and (res["counts"] > 0).all():
-                # the next round collects every median: it also certifies, if it can,
-                # that no row would change cluster at any medians inside their windows,
-                # and then the fit has converged without another assignment pass
-                plan = certified_plan(search, search.next_plan(), Ra, self.k)
-                if plan is not None:
-                    res_round = refine(plan)
-                    search.update(plan, res_round)
-                    if "certify" in plan:
-                        certified = certified_objective(search, plan, res_round, Ra)
-                    del res_round
-            search.finish(refine)
+            plan = search.next_plan()
+            while plan is not None:     # the rounds that remain (MedianSearch.finish's)
+                if certify:
+                    # a round that collects every median left also certifies, if it
+                    # can, that no row would change cluster at any medians inside
+                    # their windows: then the fit has converged there, without
+                    # another assignment pass
+                    plan = certified_plan(search, plan, Ra, self.k)
+                res_round = refine(plan)
+                search.update(plan, res_round)
+                certified = (certified_objective(search, plan, res_round, Ra)
+                             if "certify" in plan else None)
+                plan = search.next_plan()
+            res_round = None
             # the pass's labels and objective stay until the next step: if the centres
             # it was given turn out to be the final ones, they are the final assignment
             # (and the medians it gave are the next step's, see _repeats_last_pass).
