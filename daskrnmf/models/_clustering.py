@@ -218,6 +218,12 @@ class CentroidFit:
         self._Xt = None        # in memory (L1): X transposed, for the selections
         self._ranked = ranked  # ... or its rows sorted once (kernels.median_select.rank_rows)
         self.median_rounds = []
+        # L1 out of core: whether the fit compares its restarts by the steps' objectives
+        # (the lowest kept).  A certified round's objective is the assignment's to
+        # rounding only, so restarts that reach one partition (numbered otherwise) could
+        # tie differently: with restarts compared, no round certifies (RFNMF's restarts
+        # screened on the sample run alone on X, and choose_k's seeds are not compared)
+        self.restarts_compared = True
         # k-medians++ seeds are data points: their own residual is 0 and the L2,1 weight
         # 1/||x - f|| would pin every centre to its seed, so the first F step after
         # seeding uses unit weights (a plain mean); the reweighting starts from there.
@@ -321,6 +327,14 @@ class CentroidFit:
             n_values = (res["observed"].ravel() if "observed" in res
                         else np.repeat(res["counts"].ravel(), self.d))
             search.update(plan, res["median"], n_values=n_values)
+            keeps = Fa is not None and not self.missing and active.all()
+            # (the fused pass's warm collections, when they hold every median, could
+            # certify too; tried, their windows, sized to share the collection budget,
+            # were too wide: it held in 1 of 96 small fits and in none on overlapping
+            # clusters (400 000 x 32), where it cost 1-2 % of the fit)
+            certify = (keeps and self.median_tol == 0 and (res["counts"] > 0).all()
+                       and (self.R == 1 or not self.restarts_compared))
+            certified = None
 
             def refine(plan):
                 return self.blocks.map_reduce(
@@ -328,9 +342,6 @@ class CentroidFit:
                     state=labels, name="median round" + (" + certificate" if "certify"
                                                          in plan else ""))
 
-            keeps = Fa is not None and not self.missing and active.all()
-            certify = keeps and self.median_tol == 0 and (res["counts"] > 0).all()
-            certified = None
             plan = search.next_plan()
             while plan is not None:     # the rounds that remain (MedianSearch.finish's)
                 if certify:

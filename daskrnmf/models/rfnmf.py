@@ -240,6 +240,7 @@ class RFNMF(ClusterBase):
             seed_rows = fit.seed_rows
             fit, per = centroid_fit(n_groups), 1
             fit.seed_rows = seed_rows       # the sample still brackets the first medians
+        fit.restarts_compared = per > 1     # else a restart per group, each kept as it is
         F, log = self._run(fit.step, F0, n_restarts=F0.shape[0], blocks=blocks, problem=fit)
         return fit, F, log, per
 
