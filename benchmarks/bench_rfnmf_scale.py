@@ -22,8 +22,9 @@ quarter of their entries) or as 5 % of the entries of every row; on the same cap
 cluster, the plain read pass ``X.sum()`` (the best of three), a small fit of each loss
 first (kernels compiled on the workers), then RFNMF(10, loss, max_iter=8, tol=0) per
 store and loss ("l21", "l1"): the whole fit per iteration over the read pass, its passes
-(and passes per iteration), its median rounds (0: a step that repeated the last pass made
-none) and each pass's seconds (debug log).  ``--json`` saves the figures;
+(and passes per iteration), its median rounds (0: a step that made no pass: it repeated
+the last pass, or a certified collection round had shown that no row would move) and each
+pass's seconds (debug log).  ``--json`` saves the figures;
 ``--compare OLD.json`` (the same run of an older checkout, e.g. with PYTHONPATH at it)
 puts them beside the new in the section this writes into ``--out``, replacing the
 section of an earlier ``--aims`` run and keeping the rest of the file.

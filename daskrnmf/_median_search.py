@@ -18,6 +18,10 @@ What makes the rounds few is written here once for both models:
   uniform row sample labelled as X is (:func:`sample_bracket` for RFNMF,
   :func:`block_bracket` for RFNMTF).
 
+A round that collects every unresolved median (RFNMF) may also certify that no row
+would change cluster for any medians inside their windows (:func:`certified_plan`,
+:func:`certified_objective`): the fit has then converged in that round.
+
 The budgets per partial result are dask config values (``daskrnmf.median-histogram-
 cells``, ``daskrnmf.median-collect-values``).  NumPy on the client; the per-block round
 is :func:`median_refine_chunk` (with the labels a fused pass kept on the workers).
@@ -477,3 +481,53 @@ def median_refine_chunk(block, start, labels, n_clusters, plan, columns=None):
     """A later median round on one block, with the labels kept from the fused pass
     (``columns``: column groups for block medians, see :func:`median_round`)."""
     return median_round(as_kernel_block(block), labels, n_clusters, plan, columns)
+
+
+def certified_plan(search, plan, n_restarts, n_clusters):
+    """``plan`` (a round of ``search``, RFNMF's per-feature entries) with a certificate
+    (:func:`~daskrnmf.kernels.median_rounds.certify_round`): whether any row could change
+    cluster for *any* medians inside the windows the round collects in.  Only a round
+    that collects every unresolved entry (no histogram) has one: the medians are then
+    known to lie in ``[clo, chi]`` (a resolved entry's: its value), and if no row can
+    change cluster, the labels the round was run with are those of the medians it
+    finds, and the medians of those labels (the fit has converged).  ``plan`` itself,
+    unchanged, where there is no such certificate (None: no round)."""
+    if plan is None or plan["n_hist"] or not (plan["coll"] | search.resolved).all():
+        return plan
+    lo = np.where(search.resolved, search.value, plan["clo"])
+    hi = np.where(search.resolved, search.value, plan["chi"])
+    if not (np.isfinite(lo).all() and np.isfinite(hi).all() and (lo <= hi).all()):
+        return plan        # an empty entry (NaN median): the fit re-seeds a cluster
+    d = lo.shape[0] // (n_restarts * n_clusters)
+    mid = 0.5 * (lo + hi)
+    # the margin covers the rounding of float64 sums of d terms (relative (d + 1) u
+    # each, u = eps / 2) of the certificate's distances and the assignment's, and of
+    # the radii H (each term rounded, then summed), with a factor 2 to spare
+    rho = 4.0 * (d + 2) * np.finfo(np.float64).eps
+    H = np.maximum(hi - mid, mid - lo).reshape(-1, d).sum(axis=1) * (1.0 + rho)
+    return {**plan, "certify": {"lo": lo, "hi": hi, "mid": mid, "H": H, "rho": rho}}
+
+
+def certified_objective(search, plan, res, n_restarts):
+    """After a round planned by :func:`certified_plan` (``res`` its merged result,
+    folded into ``search``): the L1 objective of every restart at the medians found,
+    ``sum_i ||x_i - m_{g_i}||_1`` over the labels the round was run with, when its
+    certificate holds (no row can change cluster) and every median was found exactly
+    inside its window; None otherwise (the fit then goes on as without it).
+
+    A value v of an entry adds ``|v - m|``: below its window ``[lo, hi]``, ``(lo - v) +
+    (m - lo)``; above, ``(v - hi) + (hi - m)``; inside (collected, or equal to a resolved
+    entry's median) ``|v - m|``.  The rows' distances to their windows (the first terms,
+    summed over the rows as the assignment sums its distances), the counts times the
+    second terms, and the values inside: the assignment's number, to rounding."""
+    cert = res.get("certify")
+    if cert is None or cert["uncertain"] or not search.resolved.all() or search.n_approximate:
+        return None
+    c = plan["certify"]
+    m = search.value
+    if not (np.isfinite(m).all() and ((m >= c["lo"]) & (m <= c["hi"])).all()):
+        return None
+    keys = res["keys"]
+    inside = np.bincount(keys, weights=np.abs(res["vals"] - m[keys]), minlength=m.shape[0])
+    share = cert["nb"] * (m - c["lo"]) + cert["na"] * (c["hi"] - m) + inside
+    return cert["outside"] + share.reshape(n_restarts, -1).sum(axis=1)

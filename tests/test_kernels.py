@@ -816,3 +816,53 @@ def test_a_constant_argument_compiles_no_kernel_of_its_own():
     assert caller(np.array([3.0, 1.0, 2.0])) == 3.0
     for sig in _select.signatures:
         assert not any(isinstance(t, types.Literal) for t in sig), sig
+
+
+def test_median_round_certificate_holds_for_any_medians_inside_the_windows(rng):
+    """The certificate of a collection round (RFNMF L1): a row it certifies keeps its
+    label for medians anywhere inside the windows (their corners and random points, as
+    :func:`nearest` assigns), a row at a tie is not certified, and the counts below /
+    above the windows and the rows' distances to them are NumPy's."""
+    from types import SimpleNamespace
+
+    from daskrnmf._median_search import certified_plan
+
+    R, k, d = 2, 3, 5
+    centres = rng.uniform(0, 10, size=(R, k, d))
+    centres[0, 2] += 40.0                           # far from row 0, the tie below
+    half = rng.uniform(0, 0.3, size=(R, k, d)) * (rng.random((R, k, d)) < 0.8)
+    lo, hi = (centres - half).ravel(), (centres + half).ravel()
+    point = half.ravel() == 0           # resolved entries: their median is the window
+    search = SimpleNamespace(resolved=point, value=np.where(point, lo, np.nan))
+    E = lo.size
+    plan = certified_plan(search, {"hist_slot": np.full(E, -1), "hlo": np.zeros(E),
+                                   "hhi": np.zeros(E), "n_bins": 8, "n_hist": 0,
+                                   "coll": ~point, "clo": np.where(point, 0.0, lo),
+                                   "chi": np.where(point, 0.0, hi), "max_collect": None}, R, k)
+    assert "certify" in plan
+    X = (centres[0][rng.integers(0, k, 300)] + rng.normal(scale=2.5, size=(300, d)))
+    X[0] = 0.5 * (centres[0, 0] + centres[0, 1])    # L1-equidistant from two centres
+    X = X.astype(np.float32)
+    labels = nearest(X, centres, "l1")[0].astype(np.int64)
+    medians = [np.where(rng.random((R, k, d)) < 0.5, centres - half, centres + half)
+               for _ in range(8)] + [centres + half * rng.uniform(-1, 1, size=(R, k, d))
+                                     for _ in range(8)]
+    certified = []
+    for i in range(X.shape[0]):
+        out = median_round(X[i:i + 1], labels[i:i + 1], k, plan)["certify"]
+        if not out["uncertain"]:
+            certified.append(i)
+            for M in medians:
+                np.testing.assert_array_equal(nearest(X[i:i + 1], M, "l1")[0], labels[i:i + 1])
+    assert 0 not in certified and 100 < len(certified) < X.shape[0]
+    rows = np.array(certified)
+    out = median_round(X[rows], labels[rows], k, plan)["certify"]
+    assert out["uncertain"] == 0
+    e = ((np.arange(R)[None, :] * k + labels[rows]) * d)[:, :, None] + np.arange(d)
+    v = np.broadcast_to(X[rows].astype(np.float64)[:, None, :], e.shape)
+    below, above = v < lo[e], v > hi[e]
+    for got, want in ((out["nb"], np.bincount(e[below], minlength=E)),
+                      (out["na"], np.bincount(e[above], minlength=E))):
+        np.testing.assert_array_equal(got, want)
+    outside = np.maximum(lo[e] - v, 0.0) + np.maximum(v - hi[e], 0.0)
+    np.testing.assert_allclose(out["outside"], outside.sum(axis=(0, 2)), rtol=1e-12)

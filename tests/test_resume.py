@@ -529,3 +529,29 @@ def test_object_store_prune_keeps_the_committed_generation():
         _same(reference, _model("NMF", checkpoint=url).fit(X, resume=True))
         names = remote._names(remote.sub)
         assert committed in names and newer not in names
+
+
+@pytest.mark.parametrize("at, where", [(1, "mid"), (1, "between"), (2, "between")])
+def test_rfnmf_l1_certified_round_killed_and_resumed(at, where, tmp_path, dask_config):
+    """An RFNMF L1 fit out of core whose first step's collection round is certified (no
+    row can change cluster: 3 passes for 3 iterations, tests/test_rfnmf.py), killed
+    around any of its steps, resumes to the uninterrupted fit: the certified round's
+    labels, medians and objective are the saved last pass, which the later steps take
+    without a pass."""
+    from daskrnmf import RFNMF
+
+    rng = np.random.default_rng(0)
+    centres = np.array([[0, 0, 0, 0], [20, 0, 20, 0], [0, 20, 0, 20]], dtype=float)
+    X = (centres[rng.integers(0, 3, 600)] + rng.laplace(size=(600, 4))).astype(np.float32)
+    X = da.from_array(X, chunks=(97, 4))
+    # a collection budget below X's values: the bracket round, then a collection
+    dask_config({"daskrnmf.median-collect-values": 512})
+
+    def model(**params):
+        return RFNMF(3, loss="l1", n_init=1, tol=0.0, random_state=0, **params)
+
+    reference = model().fit(X)
+    assert reference.median_rounds_ == [2, 0, 0] and reference.n_passes_ == 3
+    path = str(tmp_path / "ckpt")
+    _kill(model(checkpoint=path), X, at, where)
+    _same(reference, model(checkpoint=path).fit(X, resume=True))

@@ -637,3 +637,63 @@ def test_an_increase_is_not_convergence():
         m = RFNMF(3, n_init=1, random_state=1).fit(X)
     h = m.objective_history_
     assert m.n_iter_ > 2 and h[-1] < h[1] and h[-1] < h[0]
+
+
+def _separated_blobs(n, seed, boundary_row=False):
+    """Three clusters 20 apart (Laplace noise, float32), or with one row halfway between
+    two centres (its cluster is a tie at any medians near them)."""
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0, 0, 0, 0], [20, 0, 20, 0], [0, 20, 0, 20]], dtype=float)
+    X = centres[rng.integers(0, 3, n)] + rng.laplace(size=(n, 4))
+    if boundary_row:
+        X[0] = 0.5 * (np.median(X[np.abs(X - centres[1]).sum(1) < 20], axis=0)
+                      + np.median(X[np.abs(X - centres[2]).sum(1) < 20], axis=0))
+    return X.astype(np.float32)
+
+
+@pytest.mark.parametrize("chunks, seed", [(600, 0), (97, 0), (600, 1), (97, 1)])
+def test_l1_out_of_core_certified_collection_round_ends_the_fit(chunks, seed, dask_config):
+    """Out of core, the first step's collection round (after the bracket histograms of
+    the fused pass) also certifies that no row could change cluster for any medians
+    inside their windows: then the fit has converged there, and the step that would
+    assign the rows to those medians makes no pass: 3 passes for 3 iterations where
+    there were 4 (the first pass, the fused pass, the collection round).  Labels and
+    centres are the in-memory fit's, the centres NumPy's medians of the final clusters,
+    the objective theirs to rounding."""
+    X = _separated_blobs(600, seed)
+    # a collection budget below X's values: the bracket round, then a collection
+    dask_config({"daskrnmf.median-collect-values": 512})
+    m = RFNMF(3, loss="l1", n_init=1, tol=0, random_state=seed).fit(
+        da.from_array(X, chunks=(chunks, 4)))
+    ref = RFNMF(3, loss="l1", n_init=1, tol=0, random_state=seed).fit(X)
+    assert m.median_rounds_ == [2, 0, 0] and m.n_iter_ == ref.n_iter_ == 3
+    assert m.n_passes_ == 3
+    labels = np.asarray(m.labels_)
+    np.testing.assert_array_equal(labels, ref.labels_)
+    np.testing.assert_array_equal(m.cluster_centers_, ref.cluster_centers_)
+    X64 = X.astype(np.float64)
+    medians = np.stack([np.median(X64[labels == c], axis=0) for c in range(3)])
+    # (the centres in X's dtype, as every fitted array; the fit's own are float64)
+    np.testing.assert_array_equal(m.cluster_centers_, medians.astype(np.float32))
+    objective = np.abs(X64 - medians[labels]).sum()
+    assert m.objective_ == pytest.approx(objective, rel=1e-12)
+    np.testing.assert_allclose(m.objective_history_, ref.objective_history_, rtol=1e-12)
+
+
+@pytest.mark.parametrize("boundary_row, n_init", [(True, 1), (False, 3)])
+def test_l1_out_of_core_uncertain_row_keeps_the_assignment_pass(boundary_row, n_init,
+                                                                dask_config):
+    """A row that sits between two clusters (a tie at medians near theirs) fails the
+    certificate: the fit makes the assignment pass as before (4 passes), with the
+    in-memory fit's labels and centres.  So does a fit whose restarts all run on X (X
+    within the seeding sample) and are compared by their objectives: a certified
+    objective is the assignment's to rounding only, and two restarts that reach one
+    partition must tie as they did."""
+    X = _separated_blobs(600, 0, boundary_row=boundary_row)
+    dask_config({"daskrnmf.median-collect-values": 512})
+    m = RFNMF(3, loss="l1", n_init=n_init, tol=0, random_state=0).fit(
+        da.from_array(X, chunks=(97, 4)))
+    ref = RFNMF(3, loss="l1", n_init=n_init, tol=0, random_state=0).fit(X)
+    assert m.median_rounds_[:2] == [2, 1] and m.n_passes_ >= 4
+    np.testing.assert_array_equal(np.asarray(m.labels_), ref.labels_)
+    np.testing.assert_array_equal(m.cluster_centers_, ref.cluster_centers_)

@@ -20,8 +20,8 @@ from .. import _validation as v
 from .._base import BaseModel, float_tags
 from .._blocks import RowBlocks
 from .._driver import run_quiet, user_stacklevel
-from .._median_search import (MedianSearch, keep_windows, median_refine_chunk, sample_bracket,
-                              warm_windows)
+from .._median_search import (MedianSearch, certified_objective, certified_plan, keep_windows,
+                              median_refine_chunk, sample_bracket, warm_windows)
 from .._typing import Array, Data
 from ..kernels.assign import (distances, nearest, pairwise_distances, seed_potentials,
                               seed_potentials_gram, seed_potentials_pairwise, seed_update,
@@ -218,6 +218,12 @@ class CentroidFit:
         self._Xt = None        # in memory (L1): X transposed, for the selections
         self._ranked = ranked  # ... or its rows sorted once (kernels.median_select.rank_rows)
         self.median_rounds = []
+        # L1 out of core: whether the fit compares its restarts by the steps' objectives
+        # (the lowest kept).  A certified round's objective is the assignment's to
+        # rounding only, so restarts that reach one partition (numbered otherwise) could
+        # tie differently: with restarts compared, no round certifies (RFNMF's restarts
+        # screened on the sample run alone on X, and choose_k's seeds are not compared)
+        self.restarts_compared = True
         # k-medians++ seeds are data points: their own residual is 0 and the L2,1 weight
         # 1/||x - f|| would pin every centre to its seed, so the first F step after
         # seeding uses unit weights (a plain mean); the reweighting starts from there.
@@ -321,14 +327,44 @@ class CentroidFit:
             n_values = (res["observed"].ravel() if "observed" in res
                         else np.repeat(res["counts"].ravel(), self.d))
             search.update(plan, res["median"], n_values=n_values)
-            search.finish(lambda plan: self.blocks.map_reduce(
-                median_refine_chunk, merge_median_round, args=(self.k, plan), state=labels,
-                name="median round"))
+            keeps = Fa is not None and not self.missing and active.all()
+            # (the fused pass's warm collections, when they hold every median, could
+            # certify too; tried, their windows, sized to share the collection budget,
+            # were too wide: it held in 1 of 96 small fits and in none on overlapping
+            # clusters (400 000 x 32), where it cost 1-2 % of the fit)
+            certify = (keeps and self.median_tol == 0 and (res["counts"] > 0).all()
+                       and (self.R == 1 or not self.restarts_compared))
+            certified = None
+
+            def refine(plan):
+                return self.blocks.map_reduce(
+                    median_refine_chunk, merge_median_round, args=(self.k, plan),
+                    state=labels, name="median round" + (" + certificate" if "certify"
+                                                         in plan else ""))
+
+            plan = search.next_plan()
+            while plan is not None:     # the rounds that remain (MedianSearch.finish's)
+                if certify:
+                    # a round that collects every median left also certifies, if it
+                    # can, that no row would change cluster at any medians inside
+                    # their windows: then the fit has converged there, without
+                    # another assignment pass
+                    plan = certified_plan(search, plan, Ra, self.k)
+                res_round = refine(plan)
+                search.update(plan, res_round)
+                certified = (certified_objective(search, plan, res_round, Ra)
+                             if "certify" in plan else None)
+                plan = search.next_plan()
+            res_round = None
             # the pass's labels and objective stay until the next step: if the centres
             # it was given turn out to be the final ones, they are the final assignment
-            # (and the medians it gave are the next step's, see _repeats_last_pass)
-            self._last_pass = (None if Fa is None or self.missing or not active.all()
-                               else (Fa.copy(), res["objective"], labels))
+            # (and the medians it gave are the next step's, see _repeats_last_pass).
+            # Certified, the labels are those of the medians found: the pass that
+            # assigns the rows to them is the one the next step need not make
+            self._last_pass = (None if not keeps
+                               else (Fa.copy(), res["objective"], labels) if certified is None
+                               else (search.value.reshape(Ra, self.k, self.d).copy(),
+                                     certified, labels))
             del labels
             self.median_rounds.append(search.rounds)
             newF = search.value.reshape(Ra, self.k, self.d)

@@ -18,7 +18,13 @@ One iteration = one fused pass over X (assign with the current centres and accum
 the new centres' statistics; all ``n_init`` restarts at once) plus, for L1, the median
 refinement rounds that remain (usually zero or one).  Out of core, an L1 step given the
 very centres the last step's pass was given (they did not move) is that pass's step and
-makes none: the step that confirms convergence costs nothing.
+makes none: the step that confirms convergence costs nothing.  And a refinement round
+that collects every median's last values also certifies, when it can, that no row
+would change cluster for any medians inside their windows (L1 distances to the
+windows, with a margin for rounding): the fit has then converged in that round, its
+labels are the final ones, the medians it finds their exact medians, and the next
+step, which would have assigned the rows to them, makes no pass either (a first step
+of two rounds, then two steps of none: 3 passes for 3 iterations where there were 4).
 """
 
 import numpy as np
@@ -107,7 +113,8 @@ class RFNMF(ClusterBase):
         Passes over X the fit made (its cost model), initialisation included.
     median_rounds_ : list of int
         L1: passes per iteration spent on medians (the fused pass included); 0 for a step
-        that repeated the last step's pass (its centres had not moved) and made none.
+        that repeated the last step's pass (its centres had not moved, or a certified
+        round showed that no row would move) and made none.
     n_features_in_ : int
     feature_names_in_ : ndarray of str (n_features_in_,)
         Only when X had string column names (a DataFrame).
@@ -233,6 +240,7 @@ class RFNMF(ClusterBase):
             seed_rows = fit.seed_rows
             fit, per = centroid_fit(n_groups), 1
             fit.seed_rows = seed_rows       # the sample still brackets the first medians
+        fit.restarts_compared = per > 1     # else a restart per group, each kept as it is
         F, log = self._run(fit.step, F0, n_restarts=F0.shape[0], blocks=blocks, problem=fit)
         return fit, F, log, per
 
