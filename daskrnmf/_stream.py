@@ -260,11 +260,33 @@ def _read_with_checksum(block):
     return data, chunk_checksum(data)
 
 
+class _Failed:
+    """A block whose ``prepare`` raised: the error is raised where the block is used
+    (:func:`_on_piece`, :func:`_on_pieces`), after the block's checksum was checked
+    (a resumed fit's X changed since its checkpoint says so, not what changed)."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __getitem__(self, rows):        # rows of a failed block: the same failure
+        return self
+
+
+def _usable(chunk):
+    if isinstance(chunk, _Failed):
+        raise chunk.error
+    return chunk
+
+
 def _arranged(block, order, prepare, start):
     """A block as read, ``prepare`` d (if given; ``start``: its first row) and put in
-    ``order`` (if given): run where it was read (:meth:`Feed._read`)."""
+    ``order`` (if given): run where it was read (:meth:`Feed._read`); a :class:`_Failed`
+    if ``prepare`` raised."""
     if prepare is not None:
-        block = prepare(block, start)
+        try:
+            block = prepare(block, start)
+        except Exception as exc:        # raised where the block is used  # noqa: BLE001
+            return _Failed(exc)
     return block if order is None else block[order]
 
 
@@ -295,6 +317,7 @@ def _taken_from(source, take, with_checksum):
 def _on_piece(chunk, lo, hi, start, fn, *args, rows=None):
     """``fn`` on rows ``lo:hi`` (or the local ``rows``) of a chunk read once (run where
     the chunk lives)."""
+    chunk = _usable(chunk)
     return fn(chunk[lo:hi] if rows is None else chunk[rows], start, *args)
 
 
@@ -302,6 +325,7 @@ def _on_pieces(chunk, items, fn, *args):
     """``fn`` on the pieces ``items`` (lo, hi, first row, local rows or None) of a chunk
     read once, as an iterator of (piece, first row): each piece is taken from the chunk
     when ``fn`` comes to it (run where the chunk lives)."""
+    chunk = _usable(chunk)
     pieces = ((chunk[lo:hi] if rows is None else chunk[rows], s) for lo, hi, s, rows in items)
     return fn(pieces, *args)
 
@@ -555,12 +579,12 @@ class Feed:
             futures = [self.client.submit(_on_piece, f, lo, hi, s, fn, *args, rows=local,
                                           pure=False, priority=10)
                        for f, lo, hi, s, local in items]
-            # the workers' checksums come with the pieces' results, and are checked
-            # before the results are used (no round trip of their own)
-            parts, totals = self.client.gather([futures, [self.chunks[c][2] for c in unchecked]])
-            for c, total in zip(unchecked, totals):
+            # the workers' checksums (computed as the chunks were read) are checked
+            # before the results are used, or a block's failure raised (see take_run)
+            for c, total in zip(unchecked, self.client.gather(
+                    [self.chunks[c][2] for c in unchecked])):
                 self._verify(c, total)
-            return parts
+            return self.client.gather(futures)
         if self._pool is not None:
             return [_on_piece(f.result() if hasattr(f, "result") else f, lo, hi, s, fn, *args,
                               rows=local)
@@ -631,10 +655,12 @@ class Feed:
         c, entry = run.block, self.chunks[run.block]
         unchecked = [] if self.checksums is None or entry[3] else [c]
         if run.future is not None:
-            # the block's checksum comes with the result, checked before it is used
-            out, totals = self.client.gather([run.future, [entry[2] for _ in unchecked]])
-            for total in totals:
+            # the block's checksum (computed where it was read) checked before its result
+            # is used, or its failure raised: a resumed fit's X that changed since its
+            # checkpoint is named so, not by what its values now fail
+            for total in self.client.gather([entry[2] for _ in unchecked]):
                 self._verify(c, total)
+            out = self.client.gather(run.future)
         else:
             for c_ in unchecked:
                 self._verify(c_, self._local_checksum(c_))

@@ -442,6 +442,60 @@ def test_a_group_held_for_the_next_pass_is_rearranged_not_read_again(monkeypatch
     feed.close()
 
 
+def test_laid_out_groups_keep_each_batch_s_dtype_and_their_own(monkeypatch):
+    # a group is checked where it is read but kept as stored (no float64 copy of uint8
+    # data), and each batch still takes its own work dtype: float32 data with one value
+    # above 1e15 solves that batch in float64 only, as NumPy X does (the group had been
+    # widened whole, other bits than NumPy's)
+    from daskrnmf.models._onmfo_stream import GroupLayout, group_prepare
+
+    X = np.random.default_rng(0).random((400, 6)).astype(np.float32)
+    X[3, 2] = 2e15
+    kw = dict(n_components=3, max_iter=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = ONMFO(**kw).fit(X)
+        got = ONMFO(**kw).fit(da.from_array(X, chunks=(100, -1)))
+    np.testing.assert_array_equal(got.components_, ref.components_)
+    np.testing.assert_array_equal(got.objective_history_, ref.objective_history_)
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 6 * 200)
+    U = (np.arange(800 * 6) % 7).astype(np.uint8).reshape(800, 6)
+    batches, pieces, units = make_batches(U, None)
+    feed = Feed(da.from_array(U, chunks=(100, -1)), pieces, bounds=unit_bounds(batches, units),
+                layout=GroupLayout(0, units, batches, True),
+                prepare=group_prepare("ONMFO", False))
+    feed.want(units[0][0], 0)
+    held = [feed._data(entry) for entry in feed.chunks.values()]
+    held = [h.result() if hasattr(h, "result") else h for h in held]
+    assert held and all(h.dtype == np.uint8 for h in held)
+    feed.close()
+
+
+def test_resumed_with_x_changed_the_checksum_is_named_first(tmp_path, monkeypatch):
+    # a resumed fit whose X changed (a negative entry) in a group read before it stopped:
+    # the checksum mismatch is the error (the group's check where it is read had raised
+    # first, naming the negative value instead)
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 6 * 200)     # groups of 200 rows
+
+    class Killed(Exception):
+        pass
+
+    X = np.random.default_rng(0).random((800, 6))
+    kw = dict(n_components=3, max_iter=3, tol=0, random_state=0, checkpoint=str(tmp_path),
+              checkpoint_every=1)
+
+    def stop(info):
+        if info.get("iteration") == 11:         # in the second pass (8 batches a pass)
+            raise Killed
+
+    with pytest.raises(Killed):
+        ONMFO(callback=stop, **kw).fit(da.from_array(X, chunks=(100, -1)))
+    Y = X.copy()
+    Y[150, 3] = -1.0
+    with pytest.raises(ValueError, match="X changed since the checkpoint"):
+        ONMFO(**kw).fit(da.from_array(Y, chunks=(100, -1)), resume=True)
+
+
 def test_batches_and_pieces(monkeypatch):
     X = da.zeros((100, 3), chunks=((30, 30, 40), (3,)))
     # default: n/8 = 13 rows, one row group (whatever the chunks), each batch one piece

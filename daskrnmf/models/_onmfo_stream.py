@@ -258,10 +258,11 @@ class GroupLayout:
 
 def group_prepare(where, missing):
     """A :class:`~daskrnmf._stream.Feed`'s ``prepare`` for ONMFO's row groups: each block
-    checked and in the solvers' dtype where it is read
-    (:func:`~daskrnmf.models._outliers.checked_block`), so the solve of its batches,
-    one after another on one worker, neither checks nor converts them."""
-    return functools.partial(checked_block, where=where, missing=missing)
+    checked where it is read (:func:`~daskrnmf.models._outliers.checked_block`) and
+    kept in its stored dtype, so the solve of its batches, one after another on one
+    worker, does not check them; each batch still takes its own work dtype there (a
+    float32 batch with values above 1e15 is solved in float64, as in any solve)."""
+    return functools.partial(checked_block, where=where, missing=missing, convert=False)
 
 
 #: Fewest batches whose losses' spread estimates a pass objective's error (:func:`pass_error`)

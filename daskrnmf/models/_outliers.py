@@ -164,15 +164,28 @@ def as_work_block(block, magnitude=None):
                                 if block.dtype.kind == "f" else np.float64)
 
 
-def checked_block(block, start, where, missing):
+def checked_block(block, start, where, missing, convert=True):
     """A block (or piece) of X checked for the model ``where`` (finite, non-negative;
-    NaN allowed with ``missing``; ``start``: its first row, for the messages) and in the
-    solvers' dtype (:func:`as_work_block`)."""
+    NaN allowed with ``missing``; ``start``: its first row, for the messages) and, with
+    ``convert``, in the solvers' dtype (:func:`as_work_block`; else as it is: ONMFO's
+    row groups, whose batches each take their own work dtype, :func:`_largest`)."""
     x = np.asarray(block)
     top = check_values(x, where, non_negative=True,
                        rows=f", in rows {start}..{start + x.shape[0] - 1}",
                        allow_nan=missing, hint=MASK_HINT)
-    return as_work_block(x, top)
+    return as_work_block(x, top) if convert else x
+
+
+def _largest(block, missing):
+    """The largest value of a checked (non-negative, finite; NaN with ``missing``)
+    float32 piece, all its work dtype depends on (0 for none; None for other dtypes,
+    whose work dtype does not depend on it): one pass where :func:`check_values` made
+    two."""
+    x = np.asarray(block)
+    if x.dtype != np.float32 or not x.size:
+        return None if x.dtype != np.float32 else 0.0
+    top = float(np.fmax.reduce(x, axis=None) if missing else x.max())
+    return 0.0 if np.isnan(top) else top
 
 
 def solve_batch_piece(block, start, W, spec):
@@ -191,8 +204,10 @@ def solve_batch_piece(block, start, W, spec):
     runs alone in its process (ONMFO's batches, one after the other): pieces solved
     as parallel tasks keep 1.
     """
-    x = (np.asarray(block) if spec.checked
-         else checked_block(block, start, spec.where, spec.missing))
+    if spec.checked:        # checked where its group was read: its work dtype chosen here
+        x = as_work_block(block, _largest(block, spec.missing))
+    else:
+        x = checked_block(block, start, spec.where, spec.missing)
     starts = range(0, x.shape[0], SOLVE_ROWS)
     threads = min(int(spec.threads), len(starts))
     if threads <= 1:
