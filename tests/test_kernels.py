@@ -481,7 +481,7 @@ def test_cluster_medians_by_one_sweep_match_numpy():
         ranks, values, _ = rank_rows(np.ascontiguousarray(X.T))
         out = np.full((k, d), -7.0)
         todo = rng.random(k) < 0.7                  # the clusters asked for
-        perm = _sorted_rows(ranks, np.empty(ranks.shape, dtype=np.int32))
+        perm = _sorted_rows(ranks)
         _cluster_medians_sorted(perm, values, labels, counts, out, np.zeros(k, np.int64),
                                 np.zeros(k, np.int64), todo)
         for c in range(k):

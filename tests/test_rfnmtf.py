@@ -481,8 +481,8 @@ def test_first_fit_compiles_one_median_kernel_of_each_kind(small, monkeypatch):
     """A fit in memory whose initialisation's sample is all of X (n_samples <=
     init_size) reads every block median off X's values sorted once (never the selection
     kernel ``block_medians``), and its k-medians fits (columns and rows) all take their
-    medians off sorted values, with the selection branch's marker None: Numba compiles
-    one median kernel of each kind for a first fit (the compile wait of issue 38).  The
+    medians off sorted values (``perm`` given, never the selection kernel): Numba
+    compiles one median kernel of each kind for a first fit (the compile wait of issue 38).  The
     same fit as with ``block_medians`` (its S steps are the same numbers)."""
     from daskrnmf.kernels import kmedians
     from daskrnmf.models import rfnmtf
@@ -493,11 +493,10 @@ def test_first_fit_compiles_one_median_kernel_of_each_kind(small, monkeypatch):
     monkeypatch.setattr(rfnmtf, "block_medians",
                         lambda *a, **k: selected.append(1) or real_block(*a, **k))
     monkeypatch.setattr(kmedians, "_update",
-                        lambda *a: markers.append((a[1] is None, a[3] is None))
-                        or real_update(*a))
+                        lambda *a: markers.append(a[0] is None) or real_update(*a))
     model = RFNMTF(4, 3, n_init=2, random_state=0).fit(X)
     assert not selected
-    assert markers and set(markers) == {(False, True)}
+    assert markers and set(markers) == {False}
     # the same numbers as the selection: the final S is the block medians of the labels
     want = real_block(X, model.row_labels_, model.column_labels_, 4, 3)
     np.testing.assert_array_equal(model.block_medians_, want)

@@ -76,7 +76,7 @@ def sorted_rows(ranks):
     """Each row's positions in the order of its values, shape (n_rows, n_features) int32:
     the inverse of :func:`~daskrnmf.kernels.median_select.rank_rows`' ``ranks`` (the
     k-medians loop's own, :func:`~daskrnmf.kernels.kmedians.kmedians_fit`)."""
-    return _sorted_rows(ranks, np.empty(ranks.shape, dtype=np.int32))
+    return _sorted_rows(ranks)
 
 
 def cluster_medians_sorted(perm, values, labels, out):
