@@ -142,18 +142,21 @@ def _update(perm, values, X, F, rs, labels, objective, prev, tol, history, newly
     T, k = rs.shape[0], F.shape[1]
     lab = np.ascontiguousarray(labels.T, dtype=np.int64)        # (T, n), a row a restart
     old = last[:, rs].T
+    # restart t's cluster c is t * k + c in the flat (T * k,) arrays
+    off = k * np.arange(T, dtype=np.int64)[:, None]
+    flat = lab + off
     moves = old != lab
     # the clusters a member left or joined (every one for a restart's first labels)
-    todo = np.zeros((T, k), dtype=np.bool_)
-    at = np.broadcast_to(np.arange(T)[:, None], lab.shape)
-    todo[at[moves], lab[moves]] = True
-    left = moves & (old >= 0)
-    todo[at[left], old[left]] = True
-    todo[(moves & (old < 0)).any(axis=1)] = True
+    todo = np.zeros(T * k, dtype=np.bool_)
+    todo[flat[moves]] = True
+    if (old < 0).any():
+        todo.reshape(T, k)[(old < 0).any(axis=1)] = True
+        moves &= old >= 0
+    todo[(old + off)[moves]] = True
+    todo = todo.reshape(T, k)
     last[:, rs] = labels
     history[rs] = objective
-    counts = np.bincount((lab + k * np.arange(T)[:, None]).ravel(),
-                         minlength=T * k).reshape(T, k)
+    counts = np.bincount(flat.ravel(), minlength=T * k).reshape(T, k)
 
     def medians(i, ts):
         a, b = scratch[i]
