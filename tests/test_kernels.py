@@ -236,12 +236,37 @@ def test_median_round_matches_numpy_twin(rng):
     np.testing.assert_array_equal(np.sort(merged["vals"]), np.sort(out["vals"]))
 
 
-def test_select_collected_is_numpy_median(rng):
-    keys = rng.integers(0, 5, size=1000)
-    vals = rng.normal(size=1000)
+@pytest.mark.parametrize("n", [1000, 9000])
+def test_select_collected_is_numpy_median(rng, n):
+    """Both ways: NumPy's sort (a small collection) and the compiled selection (past
+    ``SORT_MAX_VALUES``), with ties on half the values."""
+    from daskrnmf.kernels.median_select import SORT_MAX_VALUES
+
+    assert (n > SORT_MAX_VALUES) == (n == 9000)
+    keys = rng.integers(0, 5, size=n).astype(np.int32)
+    vals = rng.normal(size=n)
+    vals[::2] = np.round(vals[::2])
     ents = np.array([0, 2, 4])
     counts = np.bincount(keys, minlength=5)[ents]
     got = select_collected(keys, vals, 5, ents, (counts - 1) // 2, counts // 2)
+    np.testing.assert_array_equal(got, [np.median(vals[keys == e]) for e in ents])
+
+
+def test_small_collection_compiles_no_selection(rng, monkeypatch):
+    """A collection of a few thousand values (a small fit's S step or L1 step on a
+    cluster) is ranked by NumPy's sort: the compiled selection is not called, so a
+    first fit does not wait for its compilation (issue 38)."""
+    from daskrnmf.kernels import median_rounds
+
+    def compiled(*args):
+        raise AssertionError("the compiled selection was called")
+
+    monkeypatch.setattr(median_rounds, "_select_collected", compiled)
+    keys = rng.integers(0, 7, size=3600).astype(np.int32)
+    vals = rng.normal(size=3600)
+    ents = np.arange(7)
+    counts = np.bincount(keys, minlength=7)
+    got = select_collected(keys, vals, 7, ents, (counts - 1) // 2, counts // 2)
     np.testing.assert_array_equal(got, [np.median(vals[keys == e]) for e in ents])
 
 
