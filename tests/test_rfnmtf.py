@@ -500,3 +500,31 @@ def test_first_fit_compiles_one_median_kernel_of_each_kind(small, monkeypatch):
     # the same numbers as the selection: the final S is the block medians of the labels
     want = real_block(X, model.row_labels_, model.column_labels_, 4, 3)
     np.testing.assert_array_equal(model.block_medians_, want)
+
+
+def test_first_fit_calls_three_kernels_of_its_own(small, monkeypatch):
+    """A fit in memory calls, of the compiled kernels in RFNMTF's own modules (the
+    k-medians loop, the median selections, the co-clustering), only the column costs and
+    the two median sweeps, so a first fit compiles no more of them (issue 38's compile
+    wait: the k-medians loop's bookkeeping, the ranks of the sample's rows and the
+    positions of its sorted values are NumPy).  Every Numba dispatcher those modules
+    look up is replaced by a recorder of its calls from Python."""
+    from numba.core.registry import CPUDispatcher
+
+    from daskrnmf.kernels import cocluster, kmedians, median_select
+
+    called = set()
+
+    def recorder(name, kernel):
+        def call(*args, **kwargs):
+            called.add(name)
+            return kernel(*args, **kwargs)
+        return call
+
+    for module in (cocluster, kmedians, median_select):
+        for name, value in vars(module).copy().items():
+            if isinstance(value, CPUDispatcher):
+                monkeypatch.setattr(module, name, recorder(name, value))
+    X, _, _ = small
+    RFNMTF(4, 3, n_init=2, random_state=0).fit(X)
+    assert called == {"_column_costs", "_cluster_medians_sorted", "_block_medians_sorted"}
