@@ -493,8 +493,8 @@ def test_cluster_medians_by_one_sweep_match_numpy():
     """Medians per cluster and feature read off each feature's sorted values (the
     members' middle ones as they are met) equal :func:`numpy.median`, with ties, odd
     and even clusters, one-member and empty clusters; clusters not asked for are left."""
-    from daskrnmf.kernels.kmedians import _cluster_medians_sorted, _sorted_rows
-    from daskrnmf.kernels.median_select import rank_rows
+    from daskrnmf.kernels.kmedians import _cluster_medians_sorted, feature_sweep
+    from daskrnmf.kernels.median_select import middle_ranks, rank_rows
 
     rng = np.random.default_rng(5)
     for trial in range(40):
@@ -503,12 +503,13 @@ def test_cluster_medians_by_one_sweep_match_numpy():
              else rng.standard_cauchy(size=(n, d)))
         labels = rng.integers(0, k, n).astype(np.int64)
         counts = np.bincount(labels, minlength=k).astype(np.int64)
-        ranks, values, _ = rank_rows(np.ascontiguousarray(X.T))
+        sweep = feature_sweep(rank_rows(np.ascontiguousarray(X.T)))
         out = np.full((k, d), -7.0)
         todo = rng.random(k) < 0.7                  # the clusters asked for
-        perm = _sorted_rows(ranks)
-        _cluster_medians_sorted(perm, values, labels, counts, out, np.zeros(k, np.int64),
-                                np.zeros(k, np.int64), todo)
+        lo, hi = middle_ranks(counts, todo)
+        _cluster_medians_sorted(sweep, labels, np.repeat(lo, d), np.repeat(hi, d),
+                                np.count_nonzero(todo & (counts > 0)),
+                                np.zeros(k * d, np.int64), out)
         for c in range(k):
             want = (np.median(X[labels == c], axis=0) if counts[c] and todo[c]
                     else np.full(d, -7.0))

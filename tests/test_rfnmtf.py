@@ -502,12 +502,12 @@ def test_first_fit_compiles_one_median_kernel_of_each_kind(small, monkeypatch):
     np.testing.assert_array_equal(model.block_medians_, want)
 
 
-def test_first_fit_calls_three_kernels_of_its_own(small, monkeypatch):
+def test_first_fit_calls_two_kernels_of_its_own(small, monkeypatch):
     """A fit in memory calls, of the compiled kernels in RFNMTF's own modules (the
     k-medians loop, the median selections, the co-clustering), only the column costs and
-    the two median sweeps, so a first fit compiles no more of them (issue 38's compile
-    wait: the k-medians loop's bookkeeping, the ranks of the sample's rows and the
-    positions of its sorted values are NumPy).  Every Numba dispatcher those modules
+    the median sweep (clusters of features and blocks of X alike), so a first fit
+    compiles no more of them (issue 38's compile wait: the k-medians loop's bookkeeping,
+    the ranks of the sample's rows and the positions of its sorted values are NumPy).  Every Numba dispatcher those modules
     look up is replaced by a recorder of its calls from Python."""
     from numba.core.registry import CPUDispatcher
 
@@ -527,4 +527,4 @@ def test_first_fit_calls_three_kernels_of_its_own(small, monkeypatch):
                 monkeypatch.setattr(module, name, recorder(name, value))
     X, _, _ = small
     RFNMTF(4, 3, n_init=2, random_state=0).fit(X)
-    assert called == {"_column_costs", "_cluster_medians_sorted", "_block_medians_sorted"}
+    assert called == {"_column_costs", "_sweep_medians"}

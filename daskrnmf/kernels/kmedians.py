@@ -19,7 +19,7 @@ from numba import njit
 
 from .assign import nearest
 from .blocks import available_cpus
-from .median_select import _buf_median, _group_order
+from .median_select import _buf_median, _group_order, _sweep_medians, middle_ranks
 
 def seed_draw(mind, q, power, gen, n_trials):
     """One step of greedy k-medians++ (:func:`~daskrnmf.models._clustering.robust_kmedians_pp`):
@@ -58,51 +58,34 @@ def seed_draw(mind, q, power, gen, n_trials):
     return tau, cand
 
 
-def _sorted_rows(ranks):
-    """Per feature, the rows in the order of their values: the inverse of ``ranks``,
-    int32 of its shape (NumPy: a compiled loop cost the first fit 0.07 s of compilation
-    for one scatter a fit)."""
-    d, n = ranks.shape
-    perm = np.empty((d, n), dtype=np.int32)
-    perm[np.arange(d)[:, None], ranks] = np.arange(n, dtype=np.int32)
-    return perm
+def feature_sweep(ranked):
+    """The positions of :func:`~daskrnmf.kernels.median_select.rank_rows`' sorted
+    features (each feature a segment of n positions; its ``order``) for
+    :func:`~daskrnmf.kernels.median_select._sweep_medians`: ``(prow, pcol, cols, values,
+    n)``, position ``p``'s row, its feature, the features' numbers (position ``p``'s
+    entry is then ``label * d + feature``), the values in that order (flat) and ``n``.
+    Made once for the medians of many clusterings."""
+    values, order = ranked[1], ranked[3]
+    d, n = order.shape
+    return (np.ascontiguousarray(order, dtype=np.int32).ravel(),
+            np.repeat(np.arange(d, dtype=np.int32), n),
+            np.arange(d, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float64).ravel(),
+            n)
 
 
-@njit(cache=True, nogil=True, fastmath=False)
-def _cluster_medians_sorted(perm, values, labels, counts, out, seen, need, todo):
+def _cluster_medians_sorted(sweep, labels, lo, hi, wanted, seen, out):
     """Per cluster and feature, the median of the members' values (NumPy's: the middle
     one, or the mean ``(a + b) / 2`` of the two middle ones), by one sweep over each
-    feature's values in order: a cluster's middle values are its members' ``h``-th and
-    ``(h + 1)``-th met.  Values without NaN (``perm`` and ``values`` from
-    :func:`~daskrnmf.kernels.median_select.rank_rows`); only the clusters in ``todo``, empty
-    ones left as they are."""
-    d, n = perm.shape
-    k = counts.shape[0]
-    n_need = 0
-    for c in range(k):
-        m = counts[c]
-        need[c] = (m - 1) // 2 + (1 if m % 2 == 0 else 0) if m and todo[c] else -1
-        n_need += need[c] >= 0
-    if n_need == 0:
-        return
-    for j in range(d):
-        pj, vj = perm[j], values[j]
-        seen[:] = 0
-        left = n_need
-        for p in range(n):
-            c = labels[pj[p]]
-            t = seen[c]
-            seen[c] = t + 1
-            m = counts[c]
-            h = (m - 1) // 2
-            if t == h and need[c] >= 0:
-                out[c, j] = vj[p]
-            if t == need[c]:
-                if m % 2 == 0:
-                    out[c, j] = (out[c, j] + vj[p]) / 2.0
-                left -= 1
-                if left == 0:
-                    break
+    feature's values in order (``sweep``, :func:`feature_sweep`): a cluster's middle
+    values are its members' ``h``-th and ``(h + 1)``-th met.  ``labels`` int64 (n,);
+    ``lo``, ``hi`` int64 (k * d,): the clusters'
+    :func:`~daskrnmf.kernels.median_select.middle_ranks` repeated for every feature
+    (-1: a cluster not asked for, left as it is in ``out``, as an empty one);
+    ``wanted``: the non-empty clusters asked for; ``seen`` int64 (k * d,) zeros,
+    scratch; ``out`` (k, d) C-contiguous."""
+    prow, pcol, cols, values, n = sweep
+    _sweep_medians(prow, pcol, values, labels, cols, out.shape[1], n, wanted, lo, hi, seen,
+                   out.reshape(-1))
 
 
 @njit(cache=True, nogil=True, fastmath=False)
@@ -124,12 +107,12 @@ def _cluster_medians_selected(X, labels, counts, out, order, buf, todo):
             out[c, j] = _buf_median(buf, m)
 
 
-def _update(perm, values, X, F, rs, labels, objective, prev, tol, history, newly, last,
-            moved, empty, scratch, pool):
+def _update(sweep, X, F, rs, labels, objective, prev, tol, history, newly, last, moved,
+            empty, scratch, pool):
     """The rest of an iteration of the restarts ``rs``, from their assignment
     (``labels`` (n, len(rs)), column ``t`` restart ``rs[t]``, whose objective is
-    ``objective[t]``): F[r] becomes the medians of its clusters, read off ``perm`` and
-    ``values`` (:func:`_cluster_medians_sorted`) or, ``perm`` None, selected
+    ``objective[t]``): F[r] becomes the medians of its clusters, read off the features
+    sorted once (``sweep``, :func:`_cluster_medians_sorted`) or, ``sweep`` None, selected
     (:func:`_cluster_medians_selected`), one compiled call per restart (on ``pool``'s
     threads, part ``i`` of the restarts with ``scratch[i]``, when given);
     ``history[r]`` the objective of the assignment, ``newly[r]`` whether it converged.
@@ -157,13 +140,18 @@ def _update(perm, values, X, F, rs, labels, objective, prev, tol, history, newly
     last[:, rs] = labels
     history[rs] = objective
     counts = np.bincount(flat.ravel(), minlength=T * k).reshape(T, k)
+    if sweep is not None:       # every restart's clusters repeated for every feature
+        d = F.shape[2]
+        lo, hi = (np.repeat(r, d, axis=1) for r in middle_ranks(counts, todo))
+        wanted = np.count_nonzero(todo & (counts > 0), axis=1)
+        seen = np.zeros((T, k * d), dtype=np.int64)
 
     def medians(i, ts):
         a, b = scratch[i]
         for t in ts:
-            if perm is not None:
-                _cluster_medians_sorted(perm, values, lab[t], counts[t], F[rs[t]], a, b,
-                                        todo[t])
+            if sweep is not None:
+                _cluster_medians_sorted(sweep, lab[t], lo[t], hi[t], wanted[t], seen[t],
+                                        F[rs[t]])
             else:
                 _cluster_medians_selected(X, lab[t], counts[t], F[rs[t]], a, b, todo[t])
 
@@ -179,12 +167,11 @@ def _update(perm, values, X, F, rs, labels, objective, prev, tol, history, newly
     prev[rs] = objective
 
 
-def _update_scratch(n, k, sorted_):
-    """:func:`_update`'s scratch for one thread (made once a fit): the sweep's ``seen``
-    and ``need`` (k,) int64, or the selection's ``order`` (n,) int64 and ``buf``
-    (max(n, 1),)."""
+def _update_scratch(n, sorted_):
+    """:func:`_update`'s scratch for one thread (made once a fit): the selection's
+    ``order`` (n,) int64 and ``buf`` (max(n, 1),) (the sweep's is made each iteration)."""
     if sorted_:
-        return np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
+        return None, None
     return np.empty(n, dtype=np.int64), np.empty(max(n, 1))
 
 
@@ -238,10 +225,8 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     X = np.ascontiguousarray(X, dtype=np.float64)
     F = np.array(F0, dtype=np.float64, order="C")
     R = F.shape[0]
-    if ranked is None:      # medians by selection
-        perm, values = None, None
-    else:                   # by one sweep of each feature's sorted values
-        perm, values = _sorted_rows(ranked[0]), ranked[1]
+    # medians by one sweep of each feature's sorted values, or (None) by selection
+    sweep = None if ranked is None else feature_sweep(ranked)
     history = np.full((max_iter, R), np.nan)
     threads = min(R, available_cpus()) if X.size * F.shape[1] * R >= THREADS_MIN_WORK else 1
     pool = (ThreadPoolExecutor(threads, thread_name_prefix="daskrnmf-kmedians")
@@ -256,8 +241,7 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     last = np.full((X.shape[0], R), -1, dtype=np.int64)
     moved = np.ones(R, dtype=bool)
     empty = np.zeros(R, dtype=bool)
-    scratch = [_update_scratch(X.shape[0], F.shape[1], perm is not None)
-               for _ in range(threads)]
+    scratch = [_update_scratch(X.shape[0], sweep is not None) for _ in range(threads)]
     n_iter = 0
     try:
         for it in range(max_iter):
@@ -268,8 +252,8 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
             labels, dist = nearest(X, F[rs], "l1", threads)
             # the objectives: the general fit's residual.sum(axis=0), the same residuals
             J = dist.sum(axis=0)
-            _update(perm, values, X, F, rs, labels, J, prev, float(tol), history[it], newly,
-                    last, moved, empty, scratch, pool)
+            _update(sweep, X, F, rs, labels, J, prev, float(tol), history[it], newly, last,
+                    moved, empty, scratch, pool)
             if empty.any():         # rare: flags cleared once re-seeded
                 for t in np.flatnonzero(empty[rs]):
                     _reseed_empty(X, F[rs[t]], labels[:, t], dist[:, t])
