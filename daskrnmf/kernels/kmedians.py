@@ -62,14 +62,13 @@ def feature_sweep(ranked):
     """The positions of :func:`~daskrnmf.kernels.median_select.rank_rows`' sorted
     features (each feature a segment of n positions; its ``order``) for
     :func:`~daskrnmf.kernels.median_select._sweep_medians`: ``(prow, pcol, cols, values,
-    n)``, position ``p``'s row, its feature, the features' numbers (position ``p``'s
-    entry is then ``label * d + feature``), the values in that order (flat) and ``n``.
-    Made once for the medians of many clusterings."""
+    n)``, position ``p``'s row, ``pcol`` and ``cols`` empty (position ``p``'s entry is
+    then ``label * d + feature``, its segment), the values in that order (flat) and
+    ``n``.  Made once for the medians of many clusterings."""
     values, order = ranked[1], ranked[3]
-    d, n = order.shape
-    return (np.ascontiguousarray(order, dtype=np.int32).ravel(),
-            np.repeat(np.arange(d, dtype=np.int32), n),
-            np.arange(d, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float64).ravel(),
+    n = order.shape[1]
+    return (np.ascontiguousarray(order, dtype=np.int32).ravel(), np.empty(0, dtype=np.int32),
+            np.empty(0, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float64).ravel(),
             n)
 
 
