@@ -236,12 +236,37 @@ def test_median_round_matches_numpy_twin(rng):
     np.testing.assert_array_equal(np.sort(merged["vals"]), np.sort(out["vals"]))
 
 
-def test_select_collected_is_numpy_median(rng):
-    keys = rng.integers(0, 5, size=1000)
-    vals = rng.normal(size=1000)
+@pytest.mark.parametrize("n", [1000, 9000])
+def test_select_collected_is_numpy_median(rng, n):
+    """Both ways: NumPy's sort (a small collection) and the compiled selection (past
+    ``SORT_MAX_VALUES``), with ties on half the values."""
+    from daskrnmf.kernels.median_select import SORT_MAX_VALUES
+
+    assert (n > SORT_MAX_VALUES) == (n == 9000)
+    keys = rng.integers(0, 5, size=n).astype(np.int32)
+    vals = rng.normal(size=n)
+    vals[::2] = np.round(vals[::2])
     ents = np.array([0, 2, 4])
     counts = np.bincount(keys, minlength=5)[ents]
     got = select_collected(keys, vals, 5, ents, (counts - 1) // 2, counts // 2)
+    np.testing.assert_array_equal(got, [np.median(vals[keys == e]) for e in ents])
+
+
+def test_small_collection_compiles_no_selection(rng, monkeypatch):
+    """A collection of a few thousand values (a small fit's S step or L1 step on a
+    cluster) is ranked by NumPy's sort: the compiled selection is not called, so a
+    first fit does not wait for its compilation (issue 38)."""
+    from daskrnmf.kernels import median_rounds
+
+    def compiled(*args):
+        raise AssertionError("the compiled selection was called")
+
+    monkeypatch.setattr(median_rounds, "_select_collected", compiled)
+    keys = rng.integers(0, 7, size=3600).astype(np.int32)
+    vals = rng.normal(size=3600)
+    ents = np.arange(7)
+    counts = np.bincount(keys, minlength=7)
+    got = select_collected(keys, vals, 7, ents, (counts - 1) // 2, counts // 2)
     np.testing.assert_array_equal(got, [np.median(vals[keys == e]) for e in ents])
 
 
@@ -468,8 +493,8 @@ def test_cluster_medians_by_one_sweep_match_numpy():
     """Medians per cluster and feature read off each feature's sorted values (the
     members' middle ones as they are met) equal :func:`numpy.median`, with ties, odd
     and even clusters, one-member and empty clusters; clusters not asked for are left."""
-    from daskrnmf.kernels.kmedians import _cluster_medians_sorted, _sorted_rows
-    from daskrnmf.kernels.median_select import rank_rows
+    from daskrnmf.kernels.kmedians import _cluster_medians_sorted, feature_sweep
+    from daskrnmf.kernels.median_select import middle_ranks, rank_rows
 
     rng = np.random.default_rng(5)
     for trial in range(40):
@@ -478,12 +503,13 @@ def test_cluster_medians_by_one_sweep_match_numpy():
              else rng.standard_cauchy(size=(n, d)))
         labels = rng.integers(0, k, n).astype(np.int64)
         counts = np.bincount(labels, minlength=k).astype(np.int64)
-        ranks, values, _ = rank_rows(np.ascontiguousarray(X.T))
+        sweep = feature_sweep(rank_rows(np.ascontiguousarray(X.T)))
         out = np.full((k, d), -7.0)
         todo = rng.random(k) < 0.7                  # the clusters asked for
-        perm = _sorted_rows(ranks, np.empty(ranks.shape, dtype=np.int32))
-        _cluster_medians_sorted(perm, values, labels, counts, out, np.zeros(k, np.int64),
-                                np.zeros(k, np.int64), todo)
+        lo, hi = middle_ranks(counts, todo)
+        _cluster_medians_sorted(sweep, labels, np.repeat(lo, d), np.repeat(hi, d),
+                                np.count_nonzero(todo & (counts > 0)),
+                                np.zeros(k * d, np.int64), out)
         for c in range(k):
             want = (np.median(X[labels == c], axis=0) if counts[c] and todo[c]
                     else np.full(d, -7.0))

@@ -481,8 +481,8 @@ def test_first_fit_compiles_one_median_kernel_of_each_kind(small, monkeypatch):
     """A fit in memory whose initialisation's sample is all of X (n_samples <=
     init_size) reads every block median off X's values sorted once (never the selection
     kernel ``block_medians``), and its k-medians fits (columns and rows) all take their
-    medians off sorted values, with the selection branch's marker None: Numba compiles
-    one median kernel of each kind for a first fit (the compile wait of issue 38).  The
+    medians off sorted values (``perm`` given, never the selection kernel): Numba
+    compiles one median kernel of each kind for a first fit (the compile wait of issue 38).  The
     same fit as with ``block_medians`` (its S steps are the same numbers)."""
     from daskrnmf.kernels import kmedians
     from daskrnmf.models import rfnmtf
@@ -493,11 +493,38 @@ def test_first_fit_compiles_one_median_kernel_of_each_kind(small, monkeypatch):
     monkeypatch.setattr(rfnmtf, "block_medians",
                         lambda *a, **k: selected.append(1) or real_block(*a, **k))
     monkeypatch.setattr(kmedians, "_update",
-                        lambda *a: markers.append((a[1] is None, a[3] is None))
-                        or real_update(*a))
+                        lambda *a: markers.append(a[0] is None) or real_update(*a))
     model = RFNMTF(4, 3, n_init=2, random_state=0).fit(X)
     assert not selected
-    assert markers and set(markers) == {(False, True)}
+    assert markers and set(markers) == {False}
     # the same numbers as the selection: the final S is the block medians of the labels
     want = real_block(X, model.row_labels_, model.column_labels_, 4, 3)
     np.testing.assert_array_equal(model.block_medians_, want)
+
+
+def test_first_fit_calls_two_kernels_of_its_own(small, monkeypatch):
+    """A fit in memory calls, of the compiled kernels in RFNMTF's own modules (the
+    k-medians loop, the median selections, the co-clustering), only the column costs and
+    the median sweep (clusters of features and blocks of X alike), so a first fit
+    compiles no more of them (issue 38's compile wait: the k-medians loop's bookkeeping,
+    the ranks of the sample's rows and the positions of its sorted values are NumPy).  Every Numba dispatcher those modules
+    look up is replaced by a recorder of its calls from Python."""
+    from numba.core.registry import CPUDispatcher
+
+    from daskrnmf.kernels import cocluster, kmedians, median_select
+
+    called = set()
+
+    def recorder(name, kernel):
+        def call(*args, **kwargs):
+            called.add(name)
+            return kernel(*args, **kwargs)
+        return call
+
+    for module in (cocluster, kmedians, median_select):
+        for name, value in vars(module).copy().items():
+            if isinstance(value, CPUDispatcher):
+                monkeypatch.setattr(module, name, recorder(name, value))
+    X, _, _ = small
+    RFNMTF(4, 3, n_init=2, random_state=0).fit(X)
+    assert called == {"_column_costs", "_sweep_medians"}

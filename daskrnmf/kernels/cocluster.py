@@ -8,7 +8,8 @@ With row labels ``r`` (n_samples,), column labels ``c`` (n_features,) and block 
 import numpy as np
 from numba import njit
 
-from .kmedians import _cluster_medians_sorted, _sorted_rows
+from .kmedians import _cluster_medians_sorted, feature_sweep
+from .median_select import middle_ranks
 
 
 @njit(cache=True, nogil=True, fastmath=False)
@@ -72,24 +73,23 @@ def argmin_ties_low(cost, rtol=1e-12):
     return near.argmax(axis=-1)
 
 
-def sorted_rows(ranks):
-    """Each row's positions in the order of its values, shape (n_rows, n_features) int32:
-    the inverse of :func:`~daskrnmf.kernels.median_select.rank_rows`' ``ranks`` (the
-    k-medians loop's own, :func:`~daskrnmf.kernels.kmedians.kmedians_fit`)."""
-    return _sorted_rows(ranks, np.empty(ranks.shape, dtype=np.int32))
+def sorted_rows(ranked):
+    """The positions of :func:`~daskrnmf.kernels.median_select.rank_rows`' sorted rows
+    for :func:`cluster_medians_sorted` (the k-medians loop's own,
+    :func:`~daskrnmf.kernels.kmedians.feature_sweep`), made once."""
+    return feature_sweep(ranked)
 
 
-def cluster_medians_sorted(perm, values, labels, out):
+def cluster_medians_sorted(sweep, labels, out):
     """The median of every row's values in each cluster of its positions, read off the
-    rows sorted once: ``out[c, i] = np.median(Xt[i, labels == c])`` for
-    ``rank_rows(Xt)``'s sorted ``values`` and :func:`sorted_rows` ``perm`` (the column
-    clusters' profiles of RFNMTF's sample rows).  The k-medians loop's kernel (one
-    compilation serves both); ``out[c]`` of an empty cluster is left as it is.
+    rows sorted once: ``out[c, i] = np.median(Xt[i, labels == c])`` for ``sweep`` =
+    :func:`sorted_rows` of ``rank_rows(Xt)`` (the column clusters' profiles of RFNMTF's
+    sample rows).  The k-medians loop's kernel and the blocks' (one compilation serves
+    all three); ``out[c]`` of an empty cluster is left as it is.
 
     Parameters
     ----------
-    perm : ndarray of int32 (n_rows, n_positions)
-    values : ndarray (n_rows, n_positions) float64, each row sorted, without NaN
+    sweep : tuple, :func:`sorted_rows`
     labels : ndarray of int (n_positions,), in [0, n_clusters)
     out : ndarray (n_clusters, n_rows) float64, C-contiguous
 
@@ -97,9 +97,10 @@ def cluster_medians_sorted(perm, values, labels, out):
     -------
     out
     """
-    k = out.shape[0]
+    k, d = out.shape
     labels = np.ascontiguousarray(labels, dtype=np.int64)
     counts = np.bincount(labels, minlength=k).astype(np.int64)
-    _cluster_medians_sorted(perm, values, labels, counts, out, np.zeros(k, dtype=np.int64),
-                            np.zeros(k, dtype=np.int64), np.ones(k, dtype=np.bool_))
+    lo, hi = middle_ranks(counts)
+    _cluster_medians_sorted(sweep, labels, np.repeat(lo, d), np.repeat(hi, d),
+                            np.count_nonzero(counts), np.zeros(k * d, dtype=np.int64), out)
     return out

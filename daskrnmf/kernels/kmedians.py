@@ -1,11 +1,12 @@
-"""RFNMF_L1 on a small in-memory array, an iteration in two compiled calls.
+"""RFNMF_L1 on a small in-memory array, an iteration in a few NumPy steps.
 
 RFNMTF's initialisation clusters its sample many times over (the sample's columns once
 per candidate, then each candidate's row profiles); each of those fits is a few
 iterations on a few thousand values, where the general fit (:class:`CentroidFit` with
 :func:`~daskrnmf._driver.iterate`) spends most of its time in Python between the
 kernels.  :func:`kmedians_fit` runs an iteration of all its restarts as the distance
-kernel's call and one more (medians, re-seeding, stopping), and gives the same numbers:
+kernel's call, NumPy's bookkeeping over all of them at once (which clusters changed,
+sizes, stopping) and a median kernel's call per restart, and gives the same numbers:
 the same distance kernel, the medians read off sorted values (the same values as the
 selection), the same re-seeding of empty clusters, the same objective (NumPy's sum of
 the same residuals) and the same stopping rule.
@@ -18,7 +19,7 @@ from numba import njit
 
 from .assign import nearest
 from .blocks import available_cpus
-from .median_select import _buf_median, _group_order
+from .median_select import _buf_median, _group_order, _sweep_medians, middle_ranks
 
 def seed_draw(mind, q, power, gen, n_trials):
     """One step of greedy k-medians++ (:func:`~daskrnmf.models._clustering.robust_kmedians_pp`):
@@ -57,52 +58,33 @@ def seed_draw(mind, q, power, gen, n_trials):
     return tau, cand
 
 
-@njit(cache=True, nogil=True, fastmath=False)
-def _sorted_rows(ranks, perm):
-    """Per feature, the rows in the order of their values: the inverse of ``ranks``, into
-    ``perm`` (int32, the shape of ``ranks``; np.empty's overload is then not compiled)."""
-    d, n = ranks.shape
-    for j in range(d):
-        for i in range(n):
-            perm[j, ranks[j, i]] = i
-    return perm
+def feature_sweep(ranked):
+    """The positions of :func:`~daskrnmf.kernels.median_select.rank_rows`' sorted
+    features (each feature a segment of n positions; its ``order``) for
+    :func:`~daskrnmf.kernels.median_select._sweep_medians`: ``(prow, pcol, cols, values,
+    n)``, position ``p``'s row, ``pcol`` and ``cols`` empty (position ``p``'s entry is
+    then ``label * d + feature``, its segment), the values in that order (flat) and
+    ``n``.  Made once for the medians of many clusterings."""
+    values, order = ranked[1], ranked[3]
+    n = order.shape[1]
+    return (np.ascontiguousarray(order, dtype=np.int32).ravel(), np.empty(0, dtype=np.int32),
+            np.empty(0, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float64).ravel(),
+            n)
 
 
-@njit(cache=True, nogil=True, fastmath=False)
-def _cluster_medians_sorted(perm, values, labels, counts, out, seen, need, todo):
+def _cluster_medians_sorted(sweep, labels, lo, hi, wanted, seen, out):
     """Per cluster and feature, the median of the members' values (NumPy's: the middle
     one, or the mean ``(a + b) / 2`` of the two middle ones), by one sweep over each
-    feature's values in order: a cluster's middle values are its members' ``h``-th and
-    ``(h + 1)``-th met.  Values without NaN (``perm`` and ``values`` from
-    :func:`~daskrnmf.kernels.median_select.rank_rows`); only the clusters in ``todo``, empty
-    ones left as they are."""
-    d, n = perm.shape
-    k = counts.shape[0]
-    n_need = 0
-    for c in range(k):
-        m = counts[c]
-        need[c] = (m - 1) // 2 + (1 if m % 2 == 0 else 0) if m and todo[c] else -1
-        n_need += need[c] >= 0
-    if n_need == 0:
-        return
-    for j in range(d):
-        pj, vj = perm[j], values[j]
-        seen[:] = 0
-        left = n_need
-        for p in range(n):
-            c = labels[pj[p]]
-            t = seen[c]
-            seen[c] = t + 1
-            m = counts[c]
-            h = (m - 1) // 2
-            if t == h and need[c] >= 0:
-                out[c, j] = vj[p]
-            if t == need[c]:
-                if m % 2 == 0:
-                    out[c, j] = (out[c, j] + vj[p]) / 2.0
-                left -= 1
-                if left == 0:
-                    break
+    feature's values in order (``sweep``, :func:`feature_sweep`): a cluster's middle
+    values are its members' ``h``-th and ``(h + 1)``-th met.  ``labels`` int64 (n,);
+    ``lo``, ``hi`` int64 (k * d,): the clusters'
+    :func:`~daskrnmf.kernels.median_select.middle_ranks` repeated for every feature
+    (-1: a cluster not asked for, left as it is in ``out``, as an empty one);
+    ``wanted``: the non-empty clusters asked for; ``seen`` int64 (k * d,) zeros,
+    scratch; ``out`` (k, d) C-contiguous."""
+    prow, pcol, cols, values, n = sweep
+    _sweep_medians(prow, pcol, values, labels, cols, out.shape[1], n, wanted, lo, hi, seen,
+                   out.reshape(-1))
 
 
 @njit(cache=True, nogil=True, fastmath=False)
@@ -124,79 +106,80 @@ def _cluster_medians_selected(X, labels, counts, out, order, buf, todo):
             out[c, j] = _buf_median(buf, m)
 
 
-@njit(cache=True, nogil=True, fastmath=False)
-def _update(X, perm, values, select, F, rs, labels, dist, objective, prev, tol, history,
-            newly, last, moved, empty, kint, nint, buf, med, todo):
+def _update(sweep, X, F, rs, labels, objective, prev, tol, history, newly, last, moved,
+            empty, scratch, pool):
     """The rest of an iteration of the restarts ``rs``, from their assignment
-    (``labels``, ``dist``: (n, len(rs)), column ``t`` restart ``rs[t]``, whose objective
-    is ``objective[t]``): F[r] becomes the medians of its clusters, read off ``perm`` and
-    ``values``, or (``perm`` None, ``select`` True) by selection: Numba prunes the branch
-    of the None one before typing, so a fit compiles one of them; ``history[r]`` the
-    objective of the assignment, ``newly[r]`` whether it converged.  ``last``
-    (n, R): each restart's previous labels (-1: none), updated; a cluster whose members
-    are the same keeps its centre, which is their medians (the last iteration of a fit
-    selects nothing); ``moved[r]``: whether F[r] changed (a cluster's members did, or
-    one was empty); ``empty[r]``: whether a cluster was empty (its centre is left, for
-    :func:`_reseed_empty`).  Scratch from the caller (np.empty's and np.zeros'
-    overloads, and the copies as a kernel of their own, were compiled for this kernel
-    alone): ``kint`` (3, k) and ``nint`` (2, n) int64, ``buf`` (max(n, 1),), ``med``
-    (k, d), ``todo`` (k,) bool."""
-    n, d = X.shape
-    k = F.shape[1]
-    counts, seen, need = kint[0], kint[1], kint[2]
-    lab, order = nint[0], nint[1]
-    for t in range(rs.shape[0]):
-        r = rs[t]
-        todo[:] = False
-        for i in range(n):
-            lab[i] = labels[i, t]
-            o = last[i, r]
-            if o != lab[i]:
-                todo[lab[i]] = True
-                if o < 0:
-                    todo[:] = True
-                else:
-                    todo[o] = True
-            last[i, r] = lab[i]
-        J = objective[t]
-        history[r] = J
-        counts[:] = 0
-        for i in range(n):
-            counts[lab[i]] += 1
-        for c in range(k):
-            for j in range(d):
-                med[c, j] = F[r, c, j]
-        if perm is not None:
-            _cluster_medians_sorted(perm, values, lab, counts, med, seen, need, todo)
-        if select is not None:
-            _cluster_medians_selected(X, lab, counts, med, order, buf, todo)
-        n_empty = 0
-        for c in range(k):
-            n_empty += counts[c] == 0
-        empty[r] = n_empty > 0
-        for c in range(k):
-            for j in range(d):
-                F[r, c, j] = med[c, j]
-        changed = n_empty > 0
-        for c in range(k):
-            changed |= todo[c]
-        moved[r] = changed
-        newly[r] = np.isfinite(prev[r]) and prev[r] - J <= tol * abs(prev[r])
-        prev[r] = J
+    (``labels`` (n, len(rs)), column ``t`` restart ``rs[t]``, whose objective is
+    ``objective[t]``): F[r] becomes the medians of its clusters, read off the features
+    sorted once (``sweep``, :func:`_cluster_medians_sorted`) or, ``sweep`` None, selected
+    (:func:`_cluster_medians_selected`), one compiled call per restart (on ``pool``'s
+    threads, part ``i`` of the restarts with ``scratch[i]``, when given);
+    ``history[r]`` the objective of the assignment, ``newly[r]`` whether it converged.
+    ``last`` (n, R): each restart's previous labels (-1: none), updated; a cluster whose
+    members are the same keeps its centre, which is their medians (the last iteration of
+    a fit selects nothing); ``moved[r]``: whether F[r] changed (a cluster's members did,
+    or one was empty); ``empty[r]``: whether a cluster was empty (its centre is left,
+    for :func:`_reseed_empty`).  The bookkeeping is NumPy over all the restarts at once:
+    compiled with the medians, it cost the first fit 0.5 s of compilation."""
+    T, k = rs.shape[0], F.shape[1]
+    lab = np.ascontiguousarray(labels.T, dtype=np.int64)        # (T, n), a row a restart
+    old = last[:, rs].T
+    # restart t's cluster c is t * k + c in the flat (T * k,) arrays
+    off = k * np.arange(T, dtype=np.int64)[:, None]
+    flat = lab + off
+    moves = old != lab
+    # the clusters a member left or joined (every one for a restart's first labels)
+    todo = np.zeros(T * k, dtype=np.bool_)
+    todo[flat[moves]] = True
+    if (old < 0).any():
+        todo.reshape(T, k)[(old < 0).any(axis=1)] = True
+        moves &= old >= 0
+    todo[(old + off)[moves]] = True
+    todo = todo.reshape(T, k)
+    last[:, rs] = labels
+    history[rs] = objective
+    counts = np.bincount(flat.ravel(), minlength=T * k).reshape(T, k)
+    if sweep is not None:       # every restart's clusters repeated for every feature
+        d = F.shape[2]
+        lo, hi = (np.repeat(r, d, axis=1) for r in middle_ranks(counts, todo))
+        wanted = np.count_nonzero(todo & (counts > 0), axis=1)
+        seen = np.zeros((T, k * d), dtype=np.int64)
+
+    def medians(i, ts):
+        a, b = scratch[i]
+        for t in ts:
+            if sweep is not None:
+                _cluster_medians_sorted(sweep, lab[t], lo[t], hi[t], wanted[t], seen[t],
+                                        F[rs[t]])
+            else:
+                _cluster_medians_selected(X, lab[t], counts[t], F[rs[t]], a, b, todo[t])
+
+    if pool is None or T < 2:
+        medians(0, range(T))
+    else:
+        parts = np.array_split(np.arange(T), min(len(scratch), T))
+        list(pool.map(medians, range(len(parts)), parts))
+    empty[rs] = (counts == 0).any(axis=1)
+    moved[rs] = empty[rs] | todo.any(axis=1)
+    p = prev[rs]
+    newly[rs] = np.isfinite(p) & (p - objective <= tol * np.abs(p))
+    prev[rs] = objective
 
 
-def _update_scratch(n, k, d):
-    """:func:`_update`'s scratch (each thread its own, made once a fit)."""
-    return (np.empty((3, k), dtype=np.int64), np.empty((2, n), dtype=np.int64),
-            np.empty(max(n, 1)), np.empty((k, d)), np.empty(k, dtype=np.bool_))
+def _update_scratch(n, sorted_):
+    """:func:`_update`'s scratch for one thread (made once a fit): the selection's
+    ``order`` (n,) int64 and ``buf`` (max(n, 1),) (the sweep's is made each iteration)."""
+    if sorted_:
+        return None, None
+    return np.empty(n, dtype=np.int64), np.empty(max(n, 1))
 
 
 def _reseed_empty(X, F, labels, dist):
     """Empty clusters of one restart (centres ``F`` (k, d), in place; ``labels``,
     ``dist`` its assignment) take the worst-fit rows, worst first (reseed_empty): the
     slot-th empty cluster the slot-th largest distance (ties: the lowest index), the
-    last row past the min(k, n) worst.  Rare, so NumPy (compiled in :func:`_update`, it
-    cost the first fit 0.12 s)."""
+    last row past the min(k, n) worst.  Rare, so NumPy (compiled, it cost the first fit
+    0.12 s)."""
     k, n = F.shape[0], X.shape[0]
     worst = np.argsort(-dist, kind="stable")[:min(k, n)]
     for slot, c in enumerate(np.flatnonzero(np.bincount(labels, minlength=k) == 0)):
@@ -208,8 +191,9 @@ THREADS_MIN_WORK = 2**22    # n * d * k * R: below, the restarts' medians run in
 
 def kmedians_fit(X, ranked, F0, max_iter, tol):
     """RFNMF_L1 (k-medians) of an in-memory ``X`` from stacked initial centres, every
-    restart to convergence, an iteration in two compiled calls (the restarts shared
-    among the cores when there is enough work).
+    restart to convergence, an iteration in one compiled call for the distances and one
+    per restart for the medians (the restarts shared among the cores when there is
+    enough work).
 
     The iterations of the general in-memory fit (``CentroidFit`` with ``loss="l1"``
     under :func:`~daskrnmf._driver.iterate`, one block of rows) with the same numbers:
@@ -240,26 +224,23 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
     X = np.ascontiguousarray(X, dtype=np.float64)
     F = np.array(F0, dtype=np.float64, order="C")
     R = F.shape[0]
-    if ranked is None:      # medians by selection
-        perm, values, select = None, None, True
-    else:                   # by one sweep of each feature's sorted values
-        perm = _sorted_rows(ranked[0], np.empty(ranked[0].shape, dtype=np.int32))
-        values, select = ranked[1], None
+    # medians by one sweep of each feature's sorted values, or (None) by selection
+    sweep = None if ranked is None else feature_sweep(ranked)
     history = np.full((max_iter, R), np.nan)
     threads = min(R, available_cpus()) if X.size * F.shape[1] * R >= THREADS_MIN_WORK else 1
     pool = (ThreadPoolExecutor(threads, thread_name_prefix="daskrnmf-kmedians")
             if threads > 1 else None)
     # the distances come from the general fit's own kernel (nearest, called from Python:
     # a compiled caller of its vectorised loop summed differently once Numba loaded it
-    # from its cache); the rest of each iteration is one compiled call over the active
-    # restarts, or one per thread, each on its own restarts (in place)
+    # from its cache); the rest of each iteration is NumPy over the active restarts and
+    # a median kernel's call per restart, in place (on the threads, each its own part)
     active = np.ones(R, dtype=bool)
     newly = np.zeros(R, dtype=bool)
     prev = np.full(R, np.inf)
     last = np.full((X.shape[0], R), -1, dtype=np.int64)
     moved = np.ones(R, dtype=bool)
     empty = np.zeros(R, dtype=bool)
-    scratch = [_update_scratch(X.shape[0], F.shape[1], X.shape[1]) for _ in range(threads)]
+    scratch = [_update_scratch(X.shape[0], sweep is not None) for _ in range(threads)]
     n_iter = 0
     try:
         for it in range(max_iter):
@@ -270,16 +251,8 @@ def kmedians_fit(X, ranked, F0, max_iter, tol):
             labels, dist = nearest(X, F[rs], "l1", threads)
             # the objectives: the general fit's residual.sum(axis=0), the same residuals
             J = dist.sum(axis=0)
-            args = (prev, float(tol), history[it], newly, last, moved, empty)
-            if pool is None or rs.size < 2:
-                _update(X, perm, values, select, F, rs, labels, dist, J, *args, *scratch[0])
-            else:
-                parts = np.array_split(np.arange(rs.size), min(threads, rs.size))
-                list(pool.map(lambda i: _update(X, perm, values, select, F, rs[parts[i]],
-                                                np.ascontiguousarray(labels[:, parts[i]]),
-                                                np.ascontiguousarray(dist[:, parts[i]]),
-                                                J[parts[i]], *args, *scratch[i]),
-                              range(len(parts))))
+            _update(sweep, X, F, rs, labels, J, prev, float(tol), history[it], newly, last,
+                    moved, empty, scratch, pool)
             if empty.any():         # rare: flags cleared once re-seeded
                 for t in np.flatnonzero(empty[rs]):
                     _reseed_empty(X, F[rs[t]], labels[:, t], dist[:, t])

@@ -19,7 +19,7 @@ from numba import njit
 
 from .assign import _l1
 from .blocks import sum_arrays
-from .median_select import _select
+from .median_select import SORT_MAX_VALUES, _select, collected_ranks_sorted
 
 
 @njit(cache=True, nogil=True, fastmath=False)
@@ -442,6 +442,8 @@ def select_collected(keys, vals, n_entries, entries, rank_lo, rank_hi):
 
     Every requested rank must exist among that entry's collected values.
     """
+    if len(keys) <= SORT_MAX_VALUES:    # few values: NumPy's sort, no kernel compiled
+        return collected_ranks_sorted(keys, vals, n_entries, entries, rank_lo, rank_hi)
     out = np.empty(len(entries))
     if len(entries):
         _select_collected(keys, vals, n_entries, np.asarray(entries, np.int64),

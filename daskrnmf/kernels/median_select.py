@@ -333,43 +333,56 @@ def _block_medians_bracketed(X, rorder, rends, corder, cends, lo, hi, out, row, 
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _block_medians_sorted(prow, pcol, values, rows, cols, nrow, ncol, out, blocks):
-    # nrow (K,), ncol (L,): the clusters' sizes; blocks (3, K * L) int64 zeros: scratch
-    # from the caller (np.empty's and np.zeros' overloads were compiled for this kernel
-    # alone in RFNMTF's first fit)
-    K, L = nrow.shape[0], ncol.shape[0]
-    B = K * L
-    size, need, seen = blocks[0], blocks[1], blocks[2]
-    left = 0
-    for b in range(B):
-        m = nrow[b // L] * ncol[b % L]
-        size[b] = m
-        need[b] = (m - 1) // 2 + (1 if m % 2 == 0 else 0) if m else -1
-        left += m > 0
-    for p in range(values.shape[0]):
-        if left == 0:
-            break
-        b = rows[prow[p]] * L + cols[pcol[p]]
-        t = seen[b]
-        seen[b] = t + 1
-        m = size[b]
-        if t == (m - 1) // 2:
-            out[b // L, b % L] = values[p]
-        if t == need[b]:
-            if m % 2 == 0:
-                out[b // L, b % L] = (out[b // L, b % L] + values[p]) / 2.0
-            left -= 1
+def _sweep_medians(prow, pcol, values, rows, cols, L, seg, wanted, lo, hi, seen, out):
+    """Medians read off sorted values, the middle ones as they are met.  ``values`` (N,)
+    are sorted within each segment of ``seg`` positions; position ``p`` holds a value of
+    row ``prow[p]``, which belongs to entry ``rows[prow[p]] * L + cols[pcol[p]]`` or,
+    ``pcol`` empty, ``rows[prow[p]] * L + s`` in segment ``s``.  Entry ``b``'s values are
+    all in one segment, and ``out[b]`` becomes their median (NumPy's: the middle one, or
+    the mean ``(a + b) / 2`` of the two middle ones), its ``lo[b]``-th and ``hi[b]``-th
+    met (:func:`middle_ranks`; -1: not wanted, ``out[b]`` left as it is); ``wanted``
+    such entries in each segment, whose sweep stops once they are all met.  ``seen``
+    (like lo) int64 zeros, scratch.  One kernel for the blocks of X sorted once
+    (:class:`SortedValues`: one segment, row and column clusters) and the clusters of
+    each feature sorted once (the k-medians loop: a segment a feature): one compilation
+    serves both."""
+    N = values.shape[0]
+    if wanted == 0 or seg == 0:
+        return
+    per_segment = pcol.shape[0] == 0
+    a = 0
+    while a < N:
+        left = wanted
+        p, e = a, a + seg
+        s = a // seg
+        # (while loops, one test of both ranks first: 1000 x 120, 0.109 ms a blocking,
+        # against 0.136 with a for loop and a break, 0.104 for the blocks' own kernel)
+        while p < e and left:
+            b = rows[prow[p]] * L + (s if per_segment else cols[pcol[p]])
+            t = seen[b]
+            seen[b] = t + 1
+            if t == lo[b] or t == hi[b]:
+                if t == lo[b]:
+                    out[b] = values[p]
+                if t == hi[b]:
+                    if t != lo[b]:
+                        out[b] = (out[b] + values[p]) / 2.0
+                    left -= 1
+            p += 1
+        a = e
 
 
-@njit(cache=True, nogil=True, fastmath=False)
-def _split_positions(flat, x, d, prow, pcol, values):
-    """Row, column and value of each flat position (one loop: 1000 x 120, 0.3 against
-    1.7 ms in NumPy)."""
-    for p in range(flat.shape[0]):
-        q = flat[p]
-        prow[p] = q // d
-        pcol[p] = q % d
-        values[p] = x[q]
+def middle_ranks(size, want=None):
+    """The ranks of the middle values of entries of ``size`` values for
+    :func:`_sweep_medians`: ``lo = (m - 1) // 2`` and ``hi``, ``lo`` or (``m`` even)
+    ``lo + 1``; both -1 where ``want`` is False (an empty entry's never matter: no
+    value is met)."""
+    size = np.asarray(size, dtype=np.int64)
+    lo, hi = (size - 1) >> 1, size >> 1
+    if want is not None:
+        lo[~want] = -1
+        hi[~want] = -1
+    return lo, hi
 
 
 class SortedValues:
@@ -385,21 +398,23 @@ class SortedValues:
     def __init__(self, X):
         X = np.ascontiguousarray(X)
         flat = np.argsort(X, axis=None)
-        self.prow = np.empty(flat.shape[0], dtype=np.int32)
-        self.pcol = np.empty(flat.shape[0], dtype=np.int32)
-        self.values = np.empty(flat.shape[0])
-        _split_positions(flat, X.ravel(), X.shape[1], self.prow, self.pcol, self.values)
+        # each position's row, column and value: NumPy (a compiled loop was faster by
+        # 1.4 ms on 1000 x 120, once a fit, and cost the first fit 0.08 s to compile)
+        prow, pcol = np.divmod(flat, max(X.shape[1], 1))
+        self.prow, self.pcol = prow.astype(np.int32), pcol.astype(np.int32)
+        self.values = X.ravel()[flat].astype(np.float64)
 
     def block_medians(self, rows, cols, K, L):
         """:func:`block_medians` (the same numbers) by one sweep over the sorted values:
         a block's middle values are its ``h``-th and ``(h + 1)``-th met."""
-        out = np.full((K, L), np.nan)
+        out = np.full(K * L, np.nan)
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         cols = np.ascontiguousarray(cols, dtype=np.int64)
-        _block_medians_sorted(self.prow, self.pcol, self.values, rows, cols,
-                              np.bincount(rows, minlength=K), np.bincount(cols, minlength=L),
-                              out, np.zeros((3, K * L), dtype=np.int64))
-        return out
+        size = np.outer(np.bincount(rows, minlength=K), np.bincount(cols, minlength=L)).ravel()
+        lo, hi = middle_ranks(size)
+        _sweep_medians(self.prow, self.pcol, self.values, rows, cols, L, self.values.shape[0],
+                       np.count_nonzero(size), lo, hi, np.zeros(K * L, dtype=np.int64), out)
+        return out.reshape(K, L)
 
 
 @njit(cache=True, nogil=True, fastmath=False)
@@ -501,18 +516,6 @@ def _group_medians(Xt, order, ends, out, pivots, X, buf, part, counts, nb, na):
                 out[g, j] = v
 
 
-@njit(cache=True, nogil=True, fastmath=False)
-def _rank_rows(Xt, idx, ranks, values, n_obs):
-    for j in range(Xt.shape[0]):
-        no = 0
-        for p in range(idx.shape[1]):
-            v = Xt[j, idx[j, p]]
-            ranks[j, idx[j, p]] = p
-            values[j, p] = v
-            no += not np.isnan(v)
-        n_obs[j] = no
-
-
 def rank_rows(Xt):
     """Every row of ``Xt`` sorted once, for :func:`group_medians_ranked`.
 
@@ -522,21 +525,25 @@ def rank_rows(Xt):
 
     Returns
     -------
-    ranked : tuple ``(ranks, values, n_obs)``: ``ranks`` int32 (n_features, n), the
-        position of each of X's rows in its feature's order (NaN last); ``values``
+    ranked : tuple ``(ranks, values, n_obs, order)``: ``ranks`` int32 (n_features, n),
+        the position of each of X's rows in its feature's order (NaN last); ``values``
         (n_features, n), each feature's values in that order; ``n_obs`` int64
-        (n_features,), its non-NaN values.
+        (n_features,), its non-NaN values; ``order`` int32 (n_features, n), the rows in
+        that order (the inverse of ``ranks``, for the sweeps of
+        :func:`~daskrnmf.kernels.kmedians.feature_sweep`).
     """
     Xt = np.ascontiguousarray(Xt, dtype=np.float64)
     d, n = Xt.shape
     # NumPy's sort (NaN last), 5x faster than Numba's on 1000 rows of 120; tied values
     # may come in any order, which no median read off them depends on
     idx = np.argsort(Xt, axis=1)
+    # the scatter and gathers in NumPy too (a compiled loop cost the first fit 0.09 s of
+    # compilation for one call a fit)
     ranks = np.empty((d, n), dtype=np.int32)
-    values = np.empty((d, n))
-    n_obs = np.empty(d, dtype=np.int64)
-    _rank_rows(Xt, idx, ranks, values, n_obs)
-    return ranks, values, n_obs
+    ranks[np.arange(d)[:, None], idx] = np.arange(n, dtype=np.int32)
+    values = np.take_along_axis(Xt, idx, axis=1)
+    n_obs = (n - np.count_nonzero(np.isnan(Xt), axis=1)).astype(np.int64)
+    return ranks, values, n_obs, idx.astype(np.int32)
 
 
 _M1 = np.uint64(0x5555555555555555)
@@ -612,13 +619,43 @@ def group_medians_ranked(ranked, order, ends, out):
     order, ends : as :func:`group_medians`
     out : ndarray (n_groups, n_features), filled where a group has observed values
     """
-    ranks, values, n_obs = ranked
+    ranks, values, n_obs = ranked[:3]
     _group_medians_ranked(ranks, values, n_obs, np.ascontiguousarray(order, dtype=np.int64),
                           np.ascontiguousarray(ends, dtype=np.int64), out)
     return out
 
 
 RANKED_MAX_ROWS = 1024      # above, the bit array's words cost more than a selection
+
+
+SORT_MAX_VALUES = 2**13     # collections up to this many values: NumPy's sort (0.7 ms)
+
+
+def collected_ranks_sorted(keys, vals, n_entries, entries, rank_lo, rank_hi):
+    """:func:`~daskrnmf.kernels.median_rounds.select_collected` (the same numbers) by
+    NumPy's sort of the values by entry, then by value, for a small collection
+    (:data:`SORT_MAX_VALUES`): there it costs well under a millisecond a round, where
+    the compiled selection cost a first fit on a cluster 0.4-0.5 s of compilation (with
+    ``_select``) on the client.
+
+    Parameters
+    ----------
+    keys : ndarray of int (m,), each value's entry, in [0, n_entries)
+    vals : ndarray (m,) float64, without NaN
+    n_entries : int
+    entries : ndarray of int (t,)
+    rank_lo, rank_hi : ndarray of int (t,), 0-based ranks within each entry's values
+
+    Returns
+    -------
+    ndarray (t,) float64: ``(v[rank_lo] + v[rank_hi]) / 2`` of each entry's sorted values
+    """
+    v = np.asarray(vals, dtype=np.float64)[np.lexsort((vals, keys))]
+    start = np.zeros(n_entries + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=n_entries), out=start[1:])
+    base = start[np.asarray(entries, dtype=np.int64)]
+    return 0.5 * (v[base + np.asarray(rank_lo, dtype=np.int64)]
+                  + v[base + np.asarray(rank_hi, dtype=np.int64)])
 
 
 @one_type_per_argument

@@ -460,7 +460,7 @@ def kmedians_labels(X, k, n_restarts, seed, max_iter=KMEDIANS_MAX_ITER, ranked=N
     ``seeds``: instead, restart r is seeded from ``(seeds[r], 0)`` (the seeds of as many
     one-restart calls, run as one fit).
 
-    Each iteration is two compiled calls (:func:`~daskrnmf.kernels.kmedians.kmedians_fit`,
+    Each iteration is a few calls (:func:`~daskrnmf.kernels.kmedians.kmedians_fit`,
     the same numbers as the general fit, whose Python between the kernels cost RFNMTF's
     1000 x 120 benchmark 0.10 s for its 40 row fits) when X has no NaN and is one block
     of the general fit; ``compiled=False`` runs the general fit

@@ -319,10 +319,11 @@ class _CoFit:
         # every median below is over a group of the sample's columns within one sample
         # row: with few columns, each row is sorted once and the medians are read off
         # it in one sweep (the same numbers; 1000 x 120: the profiles 4.8x faster than
-        # by selection), by the k-medians loop's kernel (one compilation for both)
+        # by selection), by the k-medians loop's kernel (one compilation for both, and
+        # the block medians below)
         ranked = rank_rows(St) if self.d <= RANKED_MAX_ROWS else None
         # ... and each sample row's columns in the order of their values
-        perm = sorted_rows(ranked[0]) if ranked is not None else None
+        rows_sorted = sorted_rows(ranked) if ranked is not None else None
         # the candidates' block medians have no good guesses (a median of the rows'
         # medians missed 91 % of the blocks of 1000 x 120): a small sample's values are
         # sorted once and each candidate's medians read off them in one sweep (the same
@@ -333,9 +334,9 @@ class _CoFit:
                  else None)
         # the candidates come in two rounds: one per restart, then the rest of the budget
         # only when no two of them reached the same lowest sample objective (_agreed)
-        state, objective = self._candidates(St, ranked, perm, Xs, swept, 0, self.R)
+        state, objective = self._candidates(St, ranked, rows_sorted, Xs, swept, 0, self.R)
         if n_cand > self.R and not _agreed(objective):
-            more, obj2 = self._candidates(St, ranked, perm, Xs, swept, self.R,
+            more, obj2 = self._candidates(St, ranked, rows_sorted, Xs, swept, self.R,
                                           n_cand - self.R)
             state = {key: np.concatenate([state[key], more[key]]) for key in state}
             objective = np.concatenate([objective, obj2])
@@ -351,7 +352,7 @@ class _CoFit:
             self.sweep = swept.get()
         return {"S": state["S"][keep], "columns": state["columns"][keep]}
 
-    def _candidates(self, St, ranked, perm, Xs, swept, first, count):
+    def _candidates(self, St, ranked, rows_sorted, Xs, swept, first, count):
         """Candidates ``first .. first + count - 1`` co-clustering the sample: columns by
         RFNMF_L1, rows on their per-column-cluster medians, S the sample's block medians,
         then co-fitted on the sample (in memory, the same code as on X).  Returns their
@@ -375,7 +376,7 @@ class _CoFit:
             profile = np.full((self.L, m), np.nan)
             if ranked is not None:
                 # read off the sorted rows, as the column fits' medians (the same numbers)
-                profile = cluster_medians_sorted(perm, ranked[1], columns[t], profile).T
+                profile = cluster_medians_sorted(rows_sorted, columns[t], profile).T
             else:
                 order, ends = group_order(columns[t], self.L)
                 profile = group_medians(St, order, ends, profile).T
