@@ -23,7 +23,7 @@ TABLE_MAX_COND = 1e8   # condition number of W W^T above which the NNLS is not t
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rounds,
+def _cd_rows(x, W, G, Ginv, h0, h, consts, max_iter, tol, nnls_tol, r_out, rounds,
              loss, tab, F, hw, bz, idx, passive, sup):
     """Every row: b0 = W x (a loop, so that a row's numbers do not depend on its block),
     clipped least squares ``max(0, Ginv b0)`` (Ginv: the inverse of the ridged G; a
@@ -71,9 +71,9 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
             for j in range(d):
                 acc += W[c, j] * x[i, j]
             b0[c] = acc
-        if warm:
+        if h0 is not None:
             for c in range(k):
-                hi[c] = h[i, c]
+                hi[c] = h0[i, c]
         else:
             for c in range(k):          # (G + ridge)^-1 b0, clipped at 0
                 acc2 = 0.0
@@ -211,7 +211,7 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
     if m:
         tab = prepared.table
         F = None if tab is not None else np.empty((k, k))
-        _cd_rows(x, prepared.W, prepared.G, prepared.Ginv, warm,
+        _cd_rows(x, prepared.W, prepared.G, prepared.Ginv, h if warm else None,
                  h, np.array([lam, 0.5, 0.0], dtype=dt), int(max_iter), float(tol),
                  32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, F,
                  np.empty(k, dtype=dt), np.empty((4, k)),

@@ -303,18 +303,13 @@ def _hals_sweeps(V, G, D, acc, n_sweeps, tol, clear_unused):
                 for i in range(m):
                     acc[i] -= g * vt[i]
             inv = 1.0 / gjj
-            if track:
-                for i in range(m):
-                    old = vj[i]
-                    v = old + acc[i] * inv
-                    v = v if v > 0.0 else 0.0
-                    delta = v - old
-                    moved += delta * delta
-                    vj[i] = v
-            else:
-                for i in range(m):
-                    v = vj[i] + acc[i] * inv
-                    vj[i] = v if v > 0.0 else 0.0
+            for i in range(m):          # (the move summed untracked too: one loop to
+                old = vj[i]             # compile, the same V)
+                v = old + acc[i] * inv
+                v = v if v > 0.0 else 0.0
+                delta = v - old
+                moved += delta * delta
+                vj[i] = v
         if track:
             total = 0.0
             for j in range(k):
