@@ -27,8 +27,10 @@ def _cd_rows(x, W, G, Ginv, h0, h, consts, max_iter, tol, nnls_tol, r_out, round
              loss, tab, F, hw, bz, idx, passive, sup):
     """Every row: b0 = W x (a loop, so that a row's numbers do not depend on its block),
     clipped least squares ``max(0, Ginv b0)`` (Ginv: the inverse of the ridged G; a
-    product, no division chain) unless ``warm``, then the rounds; ``loss[i]`` gets the
-    row's final objective (3).  ``consts``: (lam, 1/2, 0) in the work dtype.
+    product, no division chain) or, given ``h0`` (m, k), the warm start ``h0[i]`` (h
+    itself may be passed: row i is read before it is written; None, the fits' case,
+    prunes the warm start's code), then the rounds; ``loss[i]`` gets the row's final
+    objective (3).  ``consts``: (lam, 1/2, 0) in the work dtype.
 
     x, W and the residual are in the work dtype (float32 stays float32: half the memory
     traffic, twice the vector width), h, G and the NNLS in float64, the objective summed
