@@ -142,6 +142,19 @@ def _cd_rows(x, W, G, Ginv, h0, h, consts, max_iter, tol, nnls_tol, r_out, round
             h[i, c] = hi[c]
 
 
+def read_only(a):
+    """A read-only view of array a (the array itself if it is one already): what the
+    kernels only read, passed as one Numba type.  A read-only array is another type than
+    a writable one (a user's memory map, ``setflags(write=False)``, a buffer Dask or a
+    user hands over read-only), and a kernel given both would compile twice
+    (``_cd_rows`` about a second)."""
+    if not a.flags.writeable:
+        return a
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 class FusedComponents(NamedTuple):
     """What the fused solve needs of W, computed once for all the slices solved with it
     (:func:`prepare_components`)."""
@@ -173,7 +186,7 @@ def prepare_components(W, dtype, table=None):
         table = support_table(k) if table is None else table
         if table is not None:
             _fill_table(G, table)
-    return FusedComponents(np.ascontiguousarray(W64, dtype=np.dtype(dtype)), G,
+    return FusedComponents(read_only(np.ascontiguousarray(W64, dtype=np.dtype(dtype))), G,
                            np.ascontiguousarray(Ginv), table)
 
 
@@ -211,7 +224,7 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
     if m:
         tab = prepared.table
         F = None if tab is not None else np.empty((k, k))
-        _cd_rows(x, prepared.W, prepared.G, prepared.Ginv, h if warm else None,
+        _cd_rows(read_only(x), prepared.W, prepared.G, prepared.Ginv, h if warm else None,
                  h, np.array([lam, 0.5, 0.0], dtype=dt), int(max_iter), float(tol),
                  32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, F,
                  np.empty(k, dtype=dt), np.empty((4, k)),
