@@ -670,9 +670,7 @@ def test_nnls_with_tabled_inverses_matches_scipy_and_its_table_is_every_inverse(
     """The NNLS of the fused cd solve (k <= TABLE_MAX_K): every solve of a chain of warm
     starts equals SciPy's NNLS, and the table it reads (filled for every passive set at
     once, each set bordered from its largest subset) holds the inverse of A on each set,
-    zero elsewhere.  (The NNLS, a register_jitable compiled only into the fused solve,
-    runs here as Python: the same steps, without the compile; compiled, the fused solve's
-    tests run it.)"""
+    zero elsewhere."""
     from scipy.optimize import nnls
 
     from daskrnmf.kernels.nnls import _fill_table, _nnls_row_table, support_table

@@ -8,7 +8,6 @@ Each row is solved on its own, so a row's result does not depend on its block.
 
 import numpy as np
 from numba import njit
-from numba.extending import register_jitable
 
 from .blocks import one_type_per_argument
 
@@ -289,17 +288,13 @@ def _fill_table(A, tab):
             tab[P, c, c] = inv
 
 
-@register_jitable(nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _nnls_row_table(A, b, x, tol, amax, tab, z):
     """:func:`_nnls_row`'s active set (warm: from the support of ``x``) with each solve on
     a passive set P a product with the tabled inverse of ``A[P, P]`` (``tab``, filled
     by :func:`_fill_table`): no factor updates, no divisions in the steps, and a row's
     result depends only on A, b and x.  ``z``: scratch (k,).  Returns the passive set (a
-    bitmask).
-
-    Compiled into its caller (``_cd_rows``) only: as a ``register_jitable`` it has no
-    dispatcher of its own, whose CPython wrapper, machine code and cache entry a first
-    fit compiled for nothing (0.06-0.09 s); from Python it runs as Python."""
+    bitmask)."""
     k = b.shape[0]
     P = 0
     bmax = 0.0
