@@ -358,13 +358,14 @@ def _nnls_row_table(A, b, x, tol, amax, tab, z):
                     ratio = x[c] / (x[c] - z[c])
                     if ratio < alpha or tmin < 0:
                         alpha, tmin = ratio, c
-            for c in range(k):          # the step; the blocking coordinate (tmin) and
-                if (P >> c) & 1:        # any other at or below 0 leave, exactly on 0
-                    xc = x[c] + alpha * (z[c] - x[c])
-                    if c == tmin or xc <= 0.0:
-                        xc = 0.0
-                        P &= ~(1 << c)
-                    x[c] = xc
+            for c in range(k):
+                if (P >> c) & 1:
+                    x[c] += alpha * (z[c] - x[c])
+            x[tmin] = 0.0               # the blocking coordinate, exactly on its bound
+            for c in range(k):
+                if (P >> c) & 1 and x[c] <= 0.0:
+                    x[c] = 0.0
+                    P &= ~(1 << c)
         if stalled:
             break
     return P
