@@ -3,8 +3,8 @@
 Same algorithm and stopping rule as :func:`daskrnmf.kernels.outliers.solve_codes_cd`
 (exact r, exact warm-started NNLS h, alternated until a round lowers the row's objective
 by at most ``tol`` relative), but each row runs all its rounds in one compiled loop with
-its residual in a d-vector: no (m, d) temporaries per round, which on long, narrow blocks
-(k ~ 10, d ~ 100s) cost more than the arithmetic.  The residual is computed in the work
+its residual in a d-vector (its row of r): no (m, d) temporaries per round, which on
+long, narrow blocks (k ~ 10, d ~ 100s) cost more than the arithmetic.  The residual is computed in the work
 dtype (float32 data stays float32), the codes, their NNLS and the objectives in float64;
 with k up to :data:`daskrnmf.kernels.nnls.TABLE_MAX_K` each NNLS step is a product with
 the tabled inverse of its passive set's Gram matrix (:func:`support_table`), which a
@@ -23,12 +23,14 @@ TABLE_MAX_COND = 1e8   # condition number of W W^T above which the NNLS is not t
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rounds,
+def _cd_rows(x, W, G, Ginv, h0, h, consts, max_iter, tol, nnls_tol, r_out, rounds,
              loss, tab, F, hw, bz, idx, passive, sup):
     """Every row: b0 = W x (a loop, so that a row's numbers do not depend on its block),
     clipped least squares ``max(0, Ginv b0)`` (Ginv: the inverse of the ridged G; a
-    product, no division chain) unless ``warm``, then the rounds; ``loss[i]`` gets the
-    row's final objective (3).  ``consts``: (lam, 1/2, 0) in the work dtype.
+    product, no division chain) or, given ``h0`` (m, k), the warm start ``h0[i]`` (h
+    itself may be passed: row i is read before it is written; None, the fits' case,
+    prunes the warm start's code), then the rounds; ``loss[i]`` gets the row's final
+    objective (3).  ``consts``: (lam, 1/2, 0) in the work dtype.
 
     x, W and the residual are in the work dtype (float32 stays float32: half the memory
     traffic, twice the vector width), h, G and the NNLS in float64, the objective summed
@@ -41,16 +43,16 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
     compile); a branch on a flag would compile both.  Scratch from the caller (np.empty's
     and np.zeros' overloads are then not compiled for this kernel): ``hw`` (k,) in the
     work dtype, ``bz`` (4, k) float64, ``idx`` (k,) int64, ``passive`` (k,) bool, all
-    False, ``sup`` (k,) int64 (h's support); the residual's two rows stay allocated here
-    (views of one scratch array made the vectorised loops 3-4 % slower).
+    False, ``sup`` (k,) int64 (h's support).  The row's residual x - h W and then its r
+    live in ``r_out[i]`` itself (r overwrites the residual entry by entry, and the next
+    round's residual r once b has read it): no row allocated, so np.empty_like's overload
+    (0.09 s of compile) is not compiled either.
 
     A row whose r is 0 in two rounds in a row stops without a third NNLS: its b is b0
     again, whose NNLS it already has; the round is counted as the loop would have run it
     (h, r and the objective are those the round would give, bit for bit)."""
     m, d = x.shape
     k = W.shape[0]
-    e = np.empty_like(x[0])           # residual x - h W, then r = max(0, e - lam)
-    rv = np.empty_like(x[0])          # hw: h in the work dtype
     b = bz[0]
     b0 = bz[1]
     z = bz[2]                         # idx, z, passive: the factored NNLS's passive set
@@ -71,9 +73,9 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
             for j in range(d):
                 acc += W[c, j] * x[i, j]
             b0[c] = acc
-        if warm:
+        if h0 is not None:
             for c in range(k):
-                hi[c] = h[i, c]
+                hi[c] = h0[i, c]
         else:
             for c in range(k):          # (G + ridge)^-1 b0, clipped at 0
                 acc2 = 0.0
@@ -86,7 +88,7 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
         nz_prev = zero + 1
         for it in range(max_iter + 1):
             for j in range(d):
-                e[j] = x[i, j]
+                r_out[i, j] = x[i, j]
             n = 0
             for c in range(k):          # h's support listed without a branch: a test of
                 hw[c] = hi[c]           # each h_c mispredicts on codes half zero, more
@@ -96,16 +98,16 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
                 c = sup[t]
                 hc = hw[c]
                 for j in range(d):
-                    e[j] -= hc * W[c, j]
+                    r_out[i, j] -= hc * W[c, j]
             f = 0.0
             nz = zero                   # r's sum: 0 exactly when r is
             for j in range(d):          # (3) summed in float64, and r
-                ej = e[j]
+                ej = r_out[i, j]
                 q = ej if ej < lamw else lamw
                 f += np.float64(q * (ej - half * q))
                 rj = ej - lamw
                 rj = rj if rj > zero else zero
-                rv[j] = rj
+                r_out[i, j] = rj
                 nz += rj
             if it > 0 and f_prev - f <= tol * f_prev:
                 break
@@ -124,7 +126,7 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
                 acc = zero              # vectorises (a loop over r's non-zeros scans r
                 if nz != zero:          # with a branch an entry: 1.4x slower at 256
                     for j in range(d):  # features); b0 itself where r = 0
-                        acc += W[c, j] * rv[j]
+                        acc += W[c, j] * r_out[i, j]
                 b[c] = b0[c] - acc
             if tab is not None:
                 _nnls_row_table(G, b, hi, nnls_tol, amax, tab, z)
@@ -138,8 +140,19 @@ def _cd_rows(x, W, G, Ginv, warm, h, consts, max_iter, tol, nnls_tol, r_out, rou
         loss[i] = f
         for c in range(k):
             h[i, c] = hi[c]
-        for j in range(d):
-            r_out[i, j] = rv[j]
+
+
+def read_only(a):
+    """A read-only view of array a (the array itself if it is one already): what the
+    kernels only read, passed as one Numba type.  A read-only array is another type than
+    a writable one (a user's memory map, ``setflags(write=False)``, a buffer Dask or a
+    user hands over read-only), and a kernel given both would compile twice
+    (``_cd_rows`` about a second)."""
+    if not a.flags.writeable:
+        return a
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 class FusedComponents(NamedTuple):
@@ -173,7 +186,7 @@ def prepare_components(W, dtype, table=None):
         table = support_table(k) if table is None else table
         if table is not None:
             _fill_table(G, table)
-    return FusedComponents(np.ascontiguousarray(W64, dtype=np.dtype(dtype)), G,
+    return FusedComponents(read_only(np.ascontiguousarray(W64, dtype=np.dtype(dtype))), G,
                            np.ascontiguousarray(Ginv), table)
 
 
@@ -211,7 +224,7 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
     if m:
         tab = prepared.table
         F = None if tab is not None else np.empty((k, k))
-        _cd_rows(x, prepared.W, prepared.G, prepared.Ginv, warm,
+        _cd_rows(read_only(x), prepared.W, prepared.G, prepared.Ginv, h if warm else None,
                  h, np.array([lam, 0.5, 0.0], dtype=dt), int(max_iter), float(tol),
                  32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, F,
                  np.empty(k, dtype=dt), np.empty((4, k)),

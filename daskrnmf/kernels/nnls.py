@@ -241,10 +241,11 @@ TABLE_MAX_K = 12   # k up to which the passive sets' inverses are tabled (2^k en
 def support_table(k):
     """The table of :func:`_nnls_row_table` with k components: the inverses of ``A[P,
     P]`` by passive set P (a bitmask), (2^k, k, k), to fill with :func:`_fill_table`
-    for one A.  ``None`` above ``TABLE_MAX_K``."""
+    for one A (and again for another: the entries a fill leaves alone stay 0).  ``None``
+    above ``TABLE_MAX_K``."""
     if k > TABLE_MAX_K:
         return None
-    return np.empty((1 << k, k, k))
+    return np.zeros((1 << k, k, k))
 
 
 @njit(cache=True, nogil=True, fastmath=True)
@@ -255,38 +256,36 @@ def _fill_table(A, tab):
     c] - A[c, Q] A[Q, Q]^-1 A[Q, c]`` (the square of the pivot a Cholesky factor of
     ``A[P, P]`` would append, floored as in :func:`_chol_append`).  O(k^2) a set, no
     allocation: the 1 024 sets of k = 10 in 0.08 ms, where the 760 that a block of 4 096
-    rows asked for one at a time (a factor and its inverse each) cost 0.4 ms."""
+    rows asked for one at a time (a factor and its inverse each) cost 0.4 ms.
+
+    ``tab``: from :func:`support_table` (zeros), or filled by this function before: a
+    fill writes only the entries of P's members (``tab[P, :c + 1, :c + 1]``), the others
+    are 0 for every A, so no loop clears them.  The sets are taken by highest member c,
+    then Q = P without c in increasing order: P in increasing order, as a loop over P
+    would take them, without a loop to find c."""
     k = A.shape[0]
-    for i in range(k):
-        for j in range(k):
-            tab[0, i, j] = 0.0
-    for P in range(1, 1 << k):
-        c = 0
-        for t in range(k):
-            c = t if (P >> t) & 1 else c        # the highest member
-        Q = P ^ (1 << c)
-        for i in range(k):
-            for j in range(k):
-                tab[P, i, j] = 0.0
-        s = A[c, c]
-        for i in range(c):                      # u = A[Q, Q]^-1 A[Q, c] in tab[P, c]
-            acc = 0.0
-            for j in range(c):
-                acc += tab[Q, i, j] * A[j, c]
-            tab[P, c, i] = acc
-            s -= A[c, i] * acc
-        floor = 1e-14 * A[c, c] + 1e-300
-        s = s if s > floor else floor
-        inv = 1.0 / s
-        for i in range(c):
-            ui = tab[P, c, i] * inv
-            for j in range(c):
-                tab[P, i, j] = tab[Q, i, j] + ui * tab[P, c, j]
-        for i in range(c):
-            v = -tab[P, c, i] * inv
-            tab[P, c, i] = v
-            tab[P, i, c] = v
-        tab[P, c, c] = inv
+    for c in range(k):
+        for Q in range(1 << c):
+            P = Q | (1 << c)
+            s = A[c, c]
+            for i in range(c):                  # u = A[Q, Q]^-1 A[Q, c] in tab[P, c]
+                acc = 0.0
+                for j in range(c):
+                    acc += tab[Q, i, j] * A[j, c]
+                tab[P, c, i] = acc
+                s -= A[c, i] * acc
+            floor = 1e-14 * A[c, c] + 1e-300
+            s = s if s > floor else floor
+            inv = 1.0 / s
+            for i in range(c):
+                ui = tab[P, c, i] * inv
+                for j in range(c):
+                    tab[P, i, j] = tab[Q, i, j] + ui * tab[P, c, j]
+            for i in range(c):
+                v = -tab[P, c, i] * inv
+                tab[P, c, i] = v
+                tab[P, i, c] = v
+            tab[P, c, c] = inv
 
 
 @njit(cache=True, nogil=True, fastmath=True)
@@ -298,13 +297,12 @@ def _nnls_row_table(A, b, x, tol, amax, tab, z):
     bitmask)."""
     k = b.shape[0]
     P = 0
+    bmax = 0.0
     for c in range(k):
         if x[c] > 0.0 and A[c, c] > 0.0:
             P |= 1 << c
         else:
             x[c] = 0.0
-    bmax = 0.0
-    for c in range(k):
         bc = abs(b[c])
         bmax = bc if bc > bmax else bmax        # max() as Numba writes it, without
         #                                         compiling its overload for this kernel

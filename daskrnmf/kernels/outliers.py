@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from .blocks import work_dtype
-from .cd_rows import solve_rows_fused
+from .cd_rows import read_only, solve_rows_fused
 from .missing import feature_grams, feature_products, row_grams
 from .nnls import nnls_codes_each
 
@@ -73,7 +73,7 @@ def residual_target(x, P, lam):
     ``x - r = min(x, P + lam)`` of the H and W updates; one pass, no temporaries."""
     out = np.zeros(x.shape[0])
     if x.size:
-        _residual_target(x, P, float(lam), out)
+        _residual_target(read_only(x), P, float(lam), out)
     return out
 
 
@@ -211,8 +211,10 @@ def update_components_cd(W, A, B, C, max_iter, tol, Bm=None):
         return _update_components_cd_masked(W, A, B, C, Bm, max_iter, tol)
     W = np.array(W, dtype=np.float64)
     D = np.ascontiguousarray(np.asarray(A, dtype=np.float64) - np.asarray(C, dtype=np.float64))
-    sweeps = _hals_sweeps(W, np.ascontiguousarray(B, dtype=np.float64), D,
-                          np.empty(W.shape[1]), int(max_iter), float(tol), False) if W.size else 0
+    # (G and D read only, as for the codes: one signature, see read_only)
+    sweeps = _hals_sweeps(W, read_only(np.ascontiguousarray(B, dtype=np.float64)),
+                          read_only(D), np.empty(W.shape[1]), int(max_iter), float(tol),
+                          False) if W.size else 0
     return W, sweeps
 
 
@@ -261,8 +263,8 @@ def hals_codes(h, G, b, n_sweeps):
     given the others), run for all rows at once on the transposed codes: the inner loop
     then runs over the rows, contiguous, and vectorises (3x faster on 400 x 49 codes)."""
     hT = np.ascontiguousarray(np.asarray(h, dtype=np.float64).T)
-    _hals_sweeps(hT, np.ascontiguousarray(G, dtype=np.float64),
-                 np.ascontiguousarray(np.asarray(b, dtype=np.float64).T),
+    _hals_sweeps(hT, read_only(np.ascontiguousarray(G, dtype=np.float64)),
+                 read_only(np.ascontiguousarray(np.asarray(b, dtype=np.float64).T)),
                  np.empty(hT.shape[1]), int(n_sweeps), -1.0, True)
     return np.ascontiguousarray(hT.T)
 
@@ -303,18 +305,13 @@ def _hals_sweeps(V, G, D, acc, n_sweeps, tol, clear_unused):
                 for i in range(m):
                     acc[i] -= g * vt[i]
             inv = 1.0 / gjj
-            if track:
-                for i in range(m):
-                    old = vj[i]
-                    v = old + acc[i] * inv
-                    v = v if v > 0.0 else 0.0
-                    delta = v - old
-                    moved += delta * delta
-                    vj[i] = v
-            else:
-                for i in range(m):
-                    v = vj[i] + acc[i] * inv
-                    vj[i] = v if v > 0.0 else 0.0
+            for i in range(m):          # (the move summed untracked too: one loop to
+                old = vj[i]             # compile, the same V)
+                v = old + acc[i] * inv
+                v = v if v > 0.0 else 0.0
+                delta = v - old
+                moved += delta * delta
+                vj[i] = v
         if track:
             total = 0.0
             for j in range(k):
