@@ -278,40 +278,55 @@ def _usable(chunk):
     return chunk
 
 
-def _arranged(block, order, prepare, start):
+def _arranged(block, layout, c, use, prepare, start):
     """A block as read, ``prepare`` d (if given; ``start``: its first row) and put in
-    ``order`` (if given): run where it was read (:meth:`Feed._read`); a :class:`_Failed`
-    if ``prepare`` raised."""
+    the order ``layout(c, use)`` (None: as stored), both where it was read
+    (:meth:`Feed._read`; the order is drawn there, not sent); a :class:`_Failed` if
+    ``prepare`` raised."""
     if prepare is not None:
         try:
             block = prepare(block, start)
         except Exception as exc:        # raised where the block is used  # noqa: BLE001
             return _Failed(exc)
+    order = layout(c, use)
     return block if order is None else block[order]
 
 
-def _read_arranged(block, order, prepare, start, checksum):
+def _read_arranged(block, layout, c, use, prepare, start, checksum):
     """In the reader thread: a Dask block computed and :func:`_arranged`, with the
     :func:`chunk_checksum` of the rows as stored when ``checksum``."""
     import dask
 
     data = dask.compute(block)[0]
     total = chunk_checksum(data) if checksum else None
-    return _arranged(data, order, prepare, start), total
+    return _arranged(data, layout, c, use, prepare, start), total
 
 
-def _taken(data, take):
-    """Rows ``take`` of a block (where it is)."""
-    return data[take]
+def _inverse(order):
+    positions = np.empty_like(order)
+    positions[order] = np.arange(order.size)
+    return positions
 
 
-def _taken_from(source, take, with_checksum):
-    """In the reader thread: rows ``take`` of a block read there before (``source``: its
-    future or data; ``with_checksum``: a (data, checksum) pair, kept a pair)."""
+def _relaid(data, layout, c, held, use):
+    """Block ``c``'s ``data``, kept in the order of ``layout(c, held)``, put in the
+    order of ``layout(c, use)`` (where it is)."""
+    if isinstance(data, _Failed):
+        return data
+    target, source = layout(c, use), layout(c, held)
+    if source is None:
+        return data[target] if target is not None else data
+    positions = _inverse(np.asarray(source))
+    return data[positions if target is None else positions[target]]
+
+
+def _relaid_from(source, layout, c, held, use, with_checksum):
+    """In the reader thread: :func:`_relaid` of a block read there before (``source``:
+    its future or data; ``with_checksum``: a (data, checksum) pair, kept a pair)."""
     value = source.result() if hasattr(source, "result") else source
     if with_checksum and isinstance(value, tuple):
-        return value[0][take], value[1]
-    return value[take]
+        return _relaid(value[0], layout, c, held, use), value[1]
+    return _relaid(value, layout, c, held, use)
 
 
 def _on_piece(chunk, lo, hi, start, fn, *args, rows=None):
@@ -407,10 +422,10 @@ class Feed:
         # (use, batch) -> its pieces' chunk keys (wanted, unsolved): chunk indices, or
         # (index, use) with a layout
         self.pending = {}
-        # chunk key -> [data or future, pending uses, checksum, checked, positions]
-        # (positions: where each stored row of the block is in the data kept, None: as
-        # stored)
+        # chunk key -> [data or future, pending uses, checksum, checked, laid] (laid:
+        # (use,), the data in layout(c, use)'s order; None: as stored)
         self.chunks = {}
+        self._laid = {}            # (block, use) -> its stored rows' positions (_positions)
         self.runs = []             # submitted runs of batches not yet taken
         self._reads = 0            # blocks read so far (their reads' priorities)
         self._pool = None
@@ -431,29 +446,23 @@ class Feed:
 
     def _read(self, key):
         """``[data or future, pending uses, checksum (or its future, or None), checked,
-        positions]`` of chunk ``key``."""
+        laid]`` of chunk ``key``."""
         if not self.is_dask:
             return [self.X, 0, None, False, None]
         c = self._index(key)
-        order = None
         if self.layout is not None:
-            order = self.layout(c, key[1])
-            order = None if order is None else np.asarray(order, dtype=np.int64)
-            positions = None
-            if order is not None:
-                positions = np.empty_like(order)
-                positions[order] = np.arange(order.size)
             # a block held for another use: put in this order from there, not read again
             for other, entry in self.chunks.items():
                 if self._index(other) == c and other != key:
-                    return self._rearranged(entry, order, positions)
+                    return self._rearranged(entry, c, key[1])
         if self._own_blocks:        # rows lo:hi as one block, whatever X's chunks
             lo, hi = int(self.bounds[c]), int(self.bounds[c + 1])
             block = self.X[lo:hi].rechunk({0: -1, 1: -1})
         else:
             block = self.X.blocks[c]
         lo = int(self.bounds[c])
-        arrange = self.layout is not None and (order is not None or self.prepare is not None)
+        # laid out: (the use whose order the data is in,); None: as stored
+        laid = (key[1],) if self.layout is not None else None
         if self.client is not None:
             # below the solves, and each read below the ones wanted before it: the block
             # needed first is read first (by the idle workers), not beside the next ones
@@ -462,33 +471,46 @@ class Feed:
             data = self.client.compute(block, priority=priority)
             total = (None if self.checksums is None else
                      self.client.submit(chunk_checksum, data, pure=False, priority=priority))
-            if arrange:     # where it was read (the stored rows' checksum, above)
-                data = self.client.submit(_arranged, data, order, self.prepare, lo,
-                                          pure=False, priority=priority)
-            return [data, 0, total, False, positions if arrange else None]
+            if laid:        # where it was read (the stored rows' checksum, above)
+                data = self.client.submit(_arranged, data, self.layout, c, key[1],
+                                          self.prepare, lo, pure=False, priority=priority)
+            return [data, 0, total, False, laid]
         import dask
 
-        if arrange:
-            both = self._pool.submit(_read_arranged, block, order, self.prepare, lo,
-                                     self.checksums is not None)
-            return [both, 0, "with-data", False, positions]
+        if laid:
+            both = self._pool.submit(_read_arranged, block, self.layout, c, key[1],
+                                     self.prepare, lo, self.checksums is not None)
+            return [both, 0, "with-data", False, laid]
         if self.checksums is None:
             return [self._pool.submit(lambda: dask.compute(block)[0]), 0, None, False, None]
         both = self._pool.submit(_read_with_checksum, block)
         return [both, 0, "with-data", False, None]
 
-    def _rearranged(self, entry, order, positions):
-        """A chunk entry for another order (``order``: the stored rows in it, None: as
-        stored; ``positions`` its inverse) of the block a held ``entry`` keeps."""
-        held = entry[4]            # where each stored row is in the entry's data
-        if held is None and order is None:
-            return [entry[0], 0, entry[2], entry[3], None]      # the same data
-        take = order if held is None else held if order is None else held[order]
+    def _rearranged(self, entry, c, use):
+        """A chunk entry of block ``c`` for ``use``, put in its order from the data a
+        held ``entry`` keeps (where that data is)."""
+        held = entry[4][0]
         if self.client is not None:
-            data = self.client.submit(_taken, entry[0], take, pure=False, priority=10)
+            data = self.client.submit(_relaid, entry[0], self.layout, c, held, use,
+                                      pure=False, priority=10)
         else:       # after the entry's read: the reader is one thread
-            data = self._pool.submit(_taken_from, entry[0], take, entry[2] == "with-data")
-        return [data, 0, entry[2], entry[3], positions]
+            data = self._pool.submit(_relaid_from, entry[0], self.layout, c, held, use,
+                                     entry[2] == "with-data")
+        return [data, 0, entry[2], entry[3], (use,)]
+
+    def _positions(self, c, laid):
+        """Where each stored row of block ``c`` is in data laid out as ``laid``
+        (None: as stored); drawn on the client only when rows are asked for by their
+        stored positions."""
+        if laid is None:
+            return None
+        key = (c, laid[0])
+        if key not in self._laid:
+            order = self.layout(c, laid[0])
+            if len(self._laid) > 8:
+                self._laid.clear()
+            self._laid[key] = None if order is None else _inverse(np.asarray(order))
+        return self._laid[key]
 
     def _data(self, entry):
         """A chunk entry's data (or future): a reading thread's (data, checksum) is
@@ -530,7 +552,7 @@ class Feed:
         base = int(self.bounds[self._index(key)])
         lo, hi = int(s - base), int(e - base)
         local = None if rows is None else np.asarray(rows) - base
-        positions = entry[4]
+        positions = self._positions(self._index(key), entry[4])
         if positions is None:
             return lo, hi, local
         local = positions[lo:hi] if local is None else positions[local]

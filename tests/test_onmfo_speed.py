@@ -132,9 +132,9 @@ def test_each_row_group_is_read_once_a_pass(data, groups, monkeypatch):
         reads.append(key[0] if isinstance(key, tuple) else key)   # (group, pass)
         return real(self, key)
 
-    def from_held(self, entry, order, positions):
+    def from_held(self, entry, c, use):
         held.append(reads.pop())        # not read: put in order from the block held
-        return rearranged(self, entry, order, positions)
+        return rearranged(self, entry, c, use)
 
     monkeypatch.setattr(Feed, "_read", counted)
     monkeypatch.setattr(Feed, "_rearranged", from_held)
@@ -169,9 +169,9 @@ def test_with_a_cluster_each_group_s_task_is_queued_behind_the_one_before(
         reads.append(key[0] if isinstance(key, tuple) else key)   # (group, pass)
         return read(self, key)
 
-    def from_held(self, entry, order, positions):
+    def from_held(self, entry, c, use):
         reads.pop()                     # not read: put in order from the block held
-        return rearranged(self, entry, order, positions)
+        return rearranged(self, entry, c, use)
 
     monkeypatch.setattr(Feed, "take_run", counted_take)
     monkeypatch.setattr(Feed, "_read", counted_read)
