@@ -278,9 +278,9 @@ def _usable(chunk):
     return chunk
 
 
-def _arranged(block, layout, c, use, prepare, start):
+def _arranged(block, order, use, prepare, start):
     """A block as read, ``prepare`` d (if given; ``start``: its first row) and put in
-    the order ``layout(c, use)`` (None: as stored), both where it was read
+    the order ``order(use)`` (None: as stored), both where it was read
     (:meth:`Feed._read`; the order is drawn there, not sent); a :class:`_Failed` if
     ``prepare`` raised."""
     if prepare is not None:
@@ -288,18 +288,18 @@ def _arranged(block, layout, c, use, prepare, start):
             block = prepare(block, start)
         except Exception as exc:        # raised where the block is used  # noqa: BLE001
             return _Failed(exc)
-    order = layout(c, use)
-    return block if order is None else block[order]
+    rows = order(use)
+    return block if rows is None else block[rows]
 
 
-def _read_arranged(block, layout, c, use, prepare, start, checksum):
+def _read_arranged(block, order, use, prepare, start, checksum):
     """In the reader thread: a Dask block computed and :func:`_arranged`, with the
     :func:`chunk_checksum` of the rows as stored when ``checksum``."""
     import dask
 
     data = dask.compute(block)[0]
     total = chunk_checksum(data) if checksum else None
-    return _arranged(data, layout, c, use, prepare, start), total
+    return _arranged(data, order, use, prepare, start), total
 
 
 def _inverse(order):
@@ -308,25 +308,25 @@ def _inverse(order):
     return positions
 
 
-def _relaid(data, layout, c, held, use):
-    """Block ``c``'s ``data``, kept in the order of ``layout(c, held)``, put in the
-    order of ``layout(c, use)`` (where it is)."""
+def _relaid(data, order, held, use):
+    """A block's ``data``, kept in the order ``order(held)``, put in the order
+    ``order(use)`` (where it is)."""
     if isinstance(data, _Failed):
         return data
-    target, source = layout(c, use), layout(c, held)
+    target, source = order(use), order(held)
     if source is None:
         return data[target] if target is not None else data
     positions = _inverse(np.asarray(source))
     return data[positions if target is None else positions[target]]
 
 
-def _relaid_from(source, layout, c, held, use, with_checksum):
+def _relaid_from(source, order, held, use, with_checksum):
     """In the reader thread: :func:`_relaid` of a block read there before (``source``:
     its future or data; ``with_checksum``: a (data, checksum) pair, kept a pair)."""
     value = source.result() if hasattr(source, "result") else source
     if with_checksum and isinstance(value, tuple):
-        return _relaid(value[0], layout, c, held, use), value[1]
-    return _relaid(value, layout, c, held, use)
+        return _relaid(value[0], order, held, use), value[1]
+    return _relaid(value, order, held, use)
 
 
 def _on_piece(chunk, lo, hi, start, fn, *args, rows=None):
@@ -390,9 +390,10 @@ class Feed:
     hint : str, default="X must not change while it is fitted."
         What the message of a mismatch advises.
     layout : callable or None, default=None
-        Dask X with ``bounds`` (row groups): ``layout(c, use)``, the order (local rows,
+        Dask X with ``bounds`` (row groups): ``layout(c)(use)``, the order (local rows,
         an int array) in which block ``c`` is kept for ``use`` (e.g. a pass: its batches'
-        rows one after the other), or None for the stored order.  The block is put in
+        rows one after the other), or None for the stored order; ``layout(c)`` is sent
+        to the worker that reads the block, which draws the order.  The block is put in
         that order where it is read, by the worker that reads it (while another solves),
         so that each batch is a slice of it; a second use of a block still held is
         rearranged from it, not read again.  Rows are still asked for by their stored
@@ -423,7 +424,7 @@ class Feed:
         # (index, use) with a layout
         self.pending = {}
         # chunk key -> [data or future, pending uses, checksum, checked, laid] (laid:
-        # (use,), the data in layout(c, use)'s order; None: as stored)
+        # (use,), the data in layout(c)(use)'s order; None: as stored)
         self.chunks = {}
         self._laid = {}            # (block, use) -> its stored rows' positions (_positions)
         self.runs = []             # submitted runs of batches not yet taken
@@ -472,13 +473,13 @@ class Feed:
             total = (None if self.checksums is None else
                      self.client.submit(chunk_checksum, data, pure=False, priority=priority))
             if laid:        # where it was read (the stored rows' checksum, above)
-                data = self.client.submit(_arranged, data, self.layout, c, key[1],
+                data = self.client.submit(_arranged, data, self.layout(c), key[1],
                                           self.prepare, lo, pure=False, priority=priority)
             return [data, 0, total, False, laid]
         import dask
 
         if laid:
-            both = self._pool.submit(_read_arranged, block, self.layout, c, key[1],
+            both = self._pool.submit(_read_arranged, block, self.layout(c), key[1],
                                      self.prepare, lo, self.checksums is not None)
             return [both, 0, "with-data", False, laid]
         if self.checksums is None:
@@ -491,10 +492,10 @@ class Feed:
         held ``entry`` keeps (where that data is)."""
         held = entry[4][0]
         if self.client is not None:
-            data = self.client.submit(_relaid, entry[0], self.layout, c, held, use,
+            data = self.client.submit(_relaid, entry[0], self.layout(c), held, use,
                                       pure=False, priority=10)
         else:       # after the entry's read: the reader is one thread
-            data = self._pool.submit(_relaid_from, entry[0], self.layout, c, held, use,
+            data = self._pool.submit(_relaid_from, entry[0], self.layout(c), held, use,
                                      entry[2] == "with-data")
         return [data, 0, entry[2], entry[3], (use,)]
 
@@ -506,7 +507,7 @@ class Feed:
             return None
         key = (c, laid[0])
         if key not in self._laid:
-            order = self.layout(c, laid[0])
+            order = self.layout(c)(laid[0])
             if len(self._laid) > 8:
                 self._laid.clear()
             self._laid[key] = None if order is None else _inverse(np.asarray(order))

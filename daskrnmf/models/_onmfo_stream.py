@@ -12,8 +12,8 @@ import numbers
 
 import numpy as np
 
-from .._stream import (RUN_STATE_BYTES, batch_order, batch_rows, group_rest,
-                       process_threads, read_ahead, upcoming)
+from .._stream import (RUN_STATE_BYTES, _unit_permutation, batch_order, batch_rows,
+                       group_rest, process_threads, read_ahead, upcoming)
 from ._outliers import (checked_block, feature_max, initial_components, piece_feature_max,
                         solve_batches, take_batch)
 
@@ -238,22 +238,36 @@ class _Stream:
 
 class GroupLayout:
     """The default batches' row groups as a pass uses them (a :class:`~daskrnmf._stream.Feed`'s
-    ``layout``): group ``c`` (unit ``c``) in pass ``p`` holds its batches' rows one batch
-    after the other, each batch's rows those of :func:`~daskrnmf._stream.batch_rows`, so
-    that a batch is a slice of the group (no copy of its rows when it is solved: the
-    group is put in order once, by the worker that read it).  None for a group of one
-    batch or without ``shuffle`` (the stored order is the batches' order)."""
+    ``layout``): ``layout(c)`` is group ``c``'s :class:`GroupOrder`, which the worker
+    reading the group calls for a pass (sent with the group's read: its size is the
+    group's batch count, whatever n_samples)."""
 
     def __init__(self, seed, units, batches, shuffle):
         self.seed, self.units, self.batches, self.shuffle = seed, units, batches, shuffle
 
-    def __call__(self, c, p):
+    def __call__(self, c):
         unit = self.units[c]
-        if not self.shuffle or len(unit) < 2:
-            return None
         lo = self.batches[unit[0]][0]
-        return np.concatenate([batch_rows(self.seed, p, self.units, self.batches, b) - lo
-                               for b in unit])
+        slots = [(self.batches[b][0] - lo, self.batches[b][1] - lo) for b in unit]
+        return GroupOrder(self.seed, c, slots, self.shuffle)
+
+
+class GroupOrder:
+    """Group ``c``'s rows in pass ``p``'s order (``order(p)``, local rows): its batches'
+    rows one batch after the other, each batch's those of
+    :func:`~daskrnmf._stream.batch_rows` (its slot of the group's permutation, sorted),
+    so that a batch is a slice of the group (no copy of its rows when it is solved: the
+    group is put in order once, by the worker that read it).  None for a group of one
+    batch or without ``shuffle`` (the stored order is the batches' order)."""
+
+    def __init__(self, seed, c, slots, shuffle):
+        self.seed, self.c, self.slots, self.shuffle = seed, c, slots, shuffle
+
+    def __call__(self, p):
+        if not self.shuffle or len(self.slots) < 2:
+            return None
+        perm = _unit_permutation(self.seed, p, self.c, self.slots[-1][1])
+        return np.concatenate([np.sort(perm[a:z]) for a, z in self.slots])
 
 
 def group_prepare(where, missing):
