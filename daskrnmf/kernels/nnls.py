@@ -78,40 +78,37 @@ def _chol_solve(b, idx, s, L, z):
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _nnls_gram_rows(A, B, out, tol, warm):
+def _nnls_gram_rows(A, B, out, tol, warm, idx, z, L, passive):
     """Lawson-Hanson active set on the normal equations (Bro & de Jong's FNNLS) for every
     row: ``min_{h >= 0} h^T A h / 2 - b^T h`` with ``A = G^T G``, ``b = G^T x``.
 
     ``warm``: each row starts from ``out[i]`` (>= 0) with its positive entries as the
     passive set (first solved on that set, stepping back to feasibility), instead of 0;
-    None (or False) starts every row at 0 (None: see :func:`_nnls_row`)."""
+    None (or False) starts every row at 0 (None: see :func:`_nnls_row`).  Scratch from
+    the caller (:func:`_solve`): ``idx`` (k,) int64, ``z`` (k,), ``L`` (k, k), ``passive``
+    (k,) bool, all False (np.empty's and np.zeros' overloads, about 0.3 s of a first
+    fit's compile, are then not compiled for these kernels)."""
     n, k = B.shape
-    idx = np.empty(k, dtype=np.int64)
-    z = np.empty(k)
-    L = np.empty((k, k))
-    passive = np.zeros(k, dtype=np.bool_)
     amax = 0.0
     for c in range(k):
-        amax = max(amax, abs(A[c, c]))
+        v = abs(A[c, c])
+        amax = v if v > amax else amax          # max() as Numba writes it
     for i in range(n):
         _nnls_row(A, B[i], out[i], tol, warm, amax, idx, z, L, passive, -1)
     return out
 
 
 @njit(cache=True, nogil=True, fastmath=False)
-def _nnls_gram_rows_each(A3, B, out, tol, warm):
+def _nnls_gram_rows_each(A3, B, out, tol, warm, idx, z, L, passive):
     """:func:`_nnls_gram_rows` with a Gram matrix of its own for every row (``A3[i]``, the
-    masked Gram matrices of rows with missing entries)."""
+    masked Gram matrices of rows with missing entries); the same scratch."""
     n, k = B.shape
-    idx = np.empty(k, dtype=np.int64)
-    z = np.empty(k)
-    L = np.empty((k, k))
-    passive = np.zeros(k, dtype=np.bool_)
     for i in range(n):
         A = A3[i]
         amax = 0.0
         for c in range(k):
-            amax = max(amax, abs(A[c, c]))
+            v = abs(A[c, c])
+            amax = v if v > amax else amax
         _nnls_row(A, B[i], out[i], tol, warm, amax, idx, z, L, passive, -1)
     return out
 
@@ -173,7 +170,8 @@ def _nnls_row(A, b, x, tol, warm, amax, idx, z, L, passive, s):
         x[:] = 0.0
     bmax = 0.0
     for c in range(k):
-        bmax = max(bmax, abs(b[c]))
+        bc = abs(b[c])
+        bmax = bc if bc > bmax else bmax        # max() as Numba writes it
     if bmax == 0.0:
         x[:] = 0.0
         for t in range(s):
@@ -186,7 +184,8 @@ def _nnls_row(A, b, x, tol, warm, amax, idx, z, L, passive, s):
         else:
             xmax = 0.0
             for c in range(k):
-                xmax = max(xmax, x[c])
+                xc = x[c]
+                xmax = xc if xc > xmax else xmax
             wbest = tol * (bmax + amax * xmax)
             for c in range(k):
                 if passive[c] or A[c, c] <= 0.0:
@@ -397,7 +396,8 @@ def _solve(kernel, GtG, XG, tol, init):
     # a cold start passes warm=None: Numba then prunes the warm start's code before it
     # types the kernel, and a process whose solves all start cold compiles less
     return kernel(np.ascontiguousarray(GtG, dtype=np.float64), XG, out, tol,
-                  True if warm else None)
+                  True if warm else None, np.empty(k, dtype=np.int64), np.empty(k),
+                  np.empty((k, k)), np.zeros(k, dtype=np.bool_))
 
 
 def nnls_codes_each(GtG, XG, tol=None, init=None):
