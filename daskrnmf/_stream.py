@@ -31,7 +31,7 @@ stored:
   (:func:`batch_rows`): data stored sorted (by class, by time) does not give batches of
   one kind.  The worker that reads a group checks it and puts it in its pass's batch
   order (``Feed(layout=..., prepare=...)``), while another solves: the solve takes each
-  batch as a slice, neither gathering its rows nor checking them (a sixth of its time
+  batch as a slice, neither gathering its rows nor checking them (an eighth of its time
   at 64 features).
 
 A ``batch_size`` set by the user is taken exactly: batches of that many contiguous rows,
