@@ -1,6 +1,7 @@
 """The compiled kernels of ONMFO and RobustNMF: what they compile (issue 38's compile wait)."""
 
 import numpy as np
+import pytest
 
 
 def test_read_only_and_writable_input_compile_one_signature_of_each_kernel():
@@ -47,3 +48,48 @@ def test_the_garbage_collector_waits_while_a_kernel_compiles():
     assert gc.isenabled()
     with event.trigger_event("numba:compile", data={"dispatcher": njit(lambda a: a)}):
         assert gc.isenabled()
+
+
+def test_the_collector_is_given_back_when_another_listener_raises():
+    # Numba stops broadcasting an event at a listener that raises: daskrnmf's listener
+    # puts itself first, so its end still runs after another listener, registered before
+    # daskrnmf was imported, raised in its own (the collector had stayed off for good);
+    # an end whose start it never saw changes nothing
+    import gc
+
+    from numba.core import event
+
+    from daskrnmf import kernels
+    from daskrnmf.kernels import outliers
+
+    class Raising(event.Listener):
+        def __init__(self, where):
+            self.where = where
+
+        def on_start(self, ev):
+            if self.where == "start":
+                raise RuntimeError("start")
+
+        def on_end(self, ev):
+            if self.where == "end":
+                raise RuntimeError("end")
+
+    data = {"dispatcher": outliers._residual_target}
+    listeners = event._registered["numba:compile"]
+    saved = list(listeners)
+    try:
+        for where in ("end", "start"):
+            # a listener registered before daskrnmf's import, then daskrnmf's
+            listeners[:] = [Raising(where)]
+            kernels._pause_gc_while_compiling()
+            with pytest.raises(RuntimeError, match=where):
+                with event.trigger_event("numba:compile", data=data):
+                    pass
+            assert gc.isenabled()
+            listeners.pop()                         # the raising one, now last
+            with event.trigger_event("numba:compile", data=data):     # paused anew
+                assert not gc.isenabled()
+            assert gc.isenabled()
+    finally:
+        listeners[:] = saved
+        gc.enable()

@@ -892,3 +892,18 @@ def test_median_round_certificate_holds_for_any_medians_inside_the_windows(rng):
         np.testing.assert_array_equal(got, want)
     outside = np.maximum(lo[e] - v, 0.0) + np.maximum(v - hi[e], 0.0)
     np.testing.assert_allclose(out["outside"], outside.sum(axis=(0, 2)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("n_values", [9, 9000])     # NumPy's sort / the compiled selection
+def test_a_zero_median_of_collected_values_is_positive_zero(n_values):
+    # tied -0.0 and 0.0 at the median ranks: +0.0 whichever the ranks meet (the sort of a
+    # few values and the selection of many had given either sign)
+    from daskrnmf.kernels import median_rounds as mr
+
+    rng = np.random.default_rng(0)
+    keys = np.repeat(np.arange(3, dtype=np.int32), n_values // 3)
+    vals = rng.choice([-0.0, 0.0], keys.size)
+    vals[: n_values // 3 // 2 - 1] = -1.0       # entry 0's middle ranks among the zeros
+    cnt = np.bincount(keys, minlength=3)
+    got = mr.select_collected(keys, vals, 3, np.arange(3), (cnt - 1) // 2, cnt // 2)
+    assert np.array_equal(got, np.zeros(3)) and not np.signbit(got).any()

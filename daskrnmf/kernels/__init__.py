@@ -103,12 +103,21 @@ def _pause_gc_while_compiling():
             self.depth += 1
 
         def on_end(self, ev):
-            self.depth -= 1
-            if self.depth == 0 and self.paused:
+            if self.depth <= 0:
+                return          # its start was not seen (a listener before it raised)
+            if self.depth == 1 and self.paused:
+                gc.enable()     # first: an interrupt after it leaves nothing disabled
                 self.paused = False
-                gc.enable()
+            self.depth -= 1
 
-    event.register("numba:compile", Listener())
+    listener = Listener()
+    event.register("numba:compile", listener)
+    # first among the listeners: Numba stops a broadcast at a listener that raises, and
+    # ends a compile whose start raised; first, this one's end always runs when its
+    # start did (after another's raising end it would not, leaving the collector off)
+    registered = getattr(event, "_registered", {}).get("numba:compile")
+    if isinstance(registered, list) and registered and registered[-1] is listener:
+        registered.insert(0, registered.pop())
 
 
 _pause_gc_while_compiling()

@@ -440,15 +440,19 @@ def select_collected(keys, vals, n_entries, entries, rank_lo, rank_hi):
     """Median of ranks ``rank_lo[t]`` and ``rank_hi[t]`` (0-based) among the values
     collected for ``entries[t]``: ``(v[lo] + v[hi]) / 2``, as :func:`numpy.median` has it.
 
-    Every requested rank must exist among that entry's collected values.
+    Every requested rank must exist among that entry's collected values.  A zero median
+    is +0.0, whichever of -0.0 and 0.0 its ranks met (NumPy's stable sort, used for a few
+    values, keeps tied zeros in their order, the selection of many does not).
     """
     if len(keys) <= SORT_MAX_VALUES:    # few values: NumPy's sort, no kernel compiled
-        return collected_ranks_sorted(keys, vals, n_entries, entries, rank_lo, rank_hi)
-    out = np.empty(len(entries))
-    if len(entries):
-        _select_collected(keys, vals, n_entries, np.asarray(entries, np.int64),
-                          np.asarray(rank_lo, np.int64), np.asarray(rank_hi, np.int64), out,
-                          np.zeros(n_entries + 1, dtype=np.int64),
-                          np.empty(n_entries, dtype=np.int64), np.empty_like(vals))
+        out = collected_ranks_sorted(keys, vals, n_entries, entries, rank_lo, rank_hi)
+    else:
+        out = np.empty(len(entries))
+        if len(entries):
+            _select_collected(keys, vals, n_entries, np.asarray(entries, np.int64),
+                              np.asarray(rank_lo, np.int64), np.asarray(rank_hi, np.int64),
+                              out, np.zeros(n_entries + 1, dtype=np.int64),
+                              np.empty(n_entries, dtype=np.int64), np.empty_like(vals))
+    out += 0.0          # -0.0 + 0.0 is +0.0
     return out
 
