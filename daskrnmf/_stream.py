@@ -279,8 +279,8 @@ def _usable(chunk):
 
 
 def _arranged(block, order, use, prepare, start):
-    """A block as read, ``prepare`` d (if given; ``start``: its first row) and put in
-    the order ``order(use)`` (None: as stored), both where it was read
+    """A block as read, passed through ``prepare`` (if given; ``start``: its first row)
+    and put in the order ``order(use)`` (None: as stored), both where it was read
     (:meth:`Feed._read`; the order is drawn there, not sent); a :class:`_Failed` if
     ``prepare`` raised."""
     if prepare is not None:
@@ -401,7 +401,7 @@ class Feed:
     prepare : callable or None, default=None
         With ``layout``: ``prepare(block, first_row)``, run on each block as it is read
         (where it is read) before it is put in order; returns the block to keep (e.g.
-        its values checked and converted to the solver's dtype).
+        the block itself, its values checked).
     """
 
     def __init__(self, X, pieces, checksums=None, since="it was read before",
