@@ -603,11 +603,17 @@ class Feed:
                                           pure=False, priority=10)
                        for f, lo, hi, s, local in items]
             # the workers' checksums (computed as the chunks were read) are checked
-            # before the results are used, or a block's failure raised (see take_run)
-            for c, total in zip(unchecked, self.client.gather(
-                    [self.chunks[c][2] for c in unchecked])):
+            # before the results are used: with the results (no round trip of their
+            # own), or, where a prepared block may carry a failure to raise (a
+            # layout), before it (see take_run)
+            totals = [self.chunks[c][2] for c in unchecked]
+            if self.layout is None:
+                parts, totals = self.client.gather([futures, totals])
+            else:
+                totals, parts = self.client.gather(totals), None
+            for c, total in zip(unchecked, totals):
                 self._verify(c, total)
-            return self.client.gather(futures)
+            return self.client.gather(futures) if parts is None else parts
         if self._pool is not None:
             return [_on_piece(f.result() if hasattr(f, "result") else f, lo, hi, s, fn, *args,
                               rows=local)

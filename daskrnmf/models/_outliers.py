@@ -60,8 +60,8 @@ class SolveSpec:
     threads :func:`solve_batch_piece` solves a piece's slices with (1: in this thread;
     more only where the piece's solve runs alone in its process, see
     :func:`solve_batch_piece`); ``checked``: the pieces are parts of a block
-    :func:`checked_block` already checked and converted (ONMFO's row groups, where they
-    were read)."""
+    :func:`checked_block` already checked (ONMFO's row groups, where they were read;
+    each piece still takes its own work dtype)."""
 
     alpha_R: float
     n_iter: int
@@ -70,7 +70,7 @@ class SolveSpec:
     tol: float = 0.0
     missing: bool = False
     threads: int = 1
-    #: the pieces come from a block :func:`checked_block` prepared where it was read
+    #: the pieces come from a block :func:`checked_block` checked where it was read
     checked: bool = False
 
 
