@@ -693,35 +693,36 @@ def test_nnls_with_a_kept_factor_matches_scipy_through_a_chain_of_warm_solves(sp
 
 @pytest.mark.parametrize("spread", [1.0, 1e-3])
 def test_nnls_with_tabled_inverses_matches_scipy_and_its_table_is_every_inverse(spread):
-    """The NNLS of the fused cd solve (k <= TABLE_MAX_K): every solve of a chain of warm
-    starts equals SciPy's NNLS, and the table it reads (filled for every passive set at
-    once, each set bordered from its largest subset) holds the inverse of A on each set,
-    zero elsewhere."""
+    """The NNLS of the fused cd solve (k <= TABLE_MAX_K, written inside
+    :func:`~daskrnmf.kernels.cd_rows._cd_rows`): with an alpha_R no residual reaches (r
+    stays 0, so a row's h is the NNLS of b = W x), every solve of a chain of warm starts
+    equals SciPy's NNLS, and the table it reads (filled for every passive set at once,
+    each set bordered from its largest subset) holds the inverse of A on each set, zero
+    elsewhere."""
     from scipy.optimize import nnls
 
-    from daskrnmf.kernels.nnls import _fill_table, _nnls_row_table, support_table
+    from daskrnmf.kernels.cd_rows import prepare_components, solve_rows_fused
+    from daskrnmf.kernels.nnls import TABLE_MAX_K
 
     rs = np.random.default_rng(1)
-    k = 12
+    k = TABLE_MAX_K
     G = rs.normal(size=(40, k))
     G[:, 1] = G[:, 0] + spread * rs.normal(size=40)
     A = G.T @ G
-    amax = float(np.abs(np.diag(A)).max())
-    tol = 32 * k * np.finfo(np.float64).eps
-    tab = support_table(k)
-    _fill_table(A, tab)
-    z = np.empty(k)
-    x = np.zeros(k)
+    prep = prepare_components(G.T, np.float64)
+    assert prep.table is not None                   # the tabled NNLS, not the factored one
+    tab = prep.table
+    x = np.zeros((1, k))
     base = rs.normal(size=40)
     sizes = []
     for step in range(60):
         y = base + (0.3 if step % 7 else 3.0) * rs.normal(size=40)
-        P = _nnls_row_table(A, G.T @ y, x, tol, amax, tab, z)
+        # warm from the last solve's h: the support grows and shrinks from there
+        x, r, _ = solve_rows_fused(y[None], G.T, 1e30, 100, 0.0, h=x, prepared=prep)
+        assert (r == 0).all()
         ref = nnls(G, y)[0]
-        np.testing.assert_allclose(x, ref, rtol=1e-6, atol=1e-8 * max(1.0, ref.max()))
-        members = [c for c in range(k) if (P >> c) & 1]
-        assert set(members) >= set(np.flatnonzero(x))
-        sizes.append(len(members))
+        np.testing.assert_allclose(x[0], ref, rtol=1e-6, atol=1e-8 * max(1.0, ref.max()))
+        sizes.append(np.count_nonzero(x))
     assert min(sizes) < max(sizes) - 2          # the chain did add and remove columns
     for P in rs.choice(np.arange(1, 1 << k), 300, replace=False):
         members = [c for c in range(k) if (P >> c) & 1]

@@ -238,10 +238,10 @@ TABLE_MAX_K = 12   # k up to which the passive sets' inverses are tabled (2^k en
 
 
 def support_table(k):
-    """The table of :func:`_nnls_row_table` with k components: the inverses of ``A[P,
-    P]`` by passive set P (a bitmask), (2^k, k, k), to fill with :func:`_fill_table`
-    for one A (and again for another: the entries a fill leaves alone stay 0).  ``None``
-    above ``TABLE_MAX_K``."""
+    """The table of the tabled NNLS in :func:`daskrnmf.kernels.cd_rows._cd_rows` with k
+    components: the inverses of ``A[P, P]`` by passive set P (a bitmask), (2^k, k, k),
+    to fill with :func:`_fill_table` for one A (and again for another: the entries a
+    fill leaves alone stay 0).  ``None`` above ``TABLE_MAX_K``."""
     if k > TABLE_MAX_K:
         return None
     return np.zeros((1 << k, k, k))
@@ -285,89 +285,6 @@ def _fill_table(A, tab):
                 tab[P, c, i] = v
                 tab[P, i, c] = v
             tab[P, c, c] = inv
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _nnls_row_table(A, b, x, tol, amax, tab, z):
-    """:func:`_nnls_row`'s active set (warm: from the support of ``x``) with each solve on
-    a passive set P a product with the tabled inverse of ``A[P, P]`` (``tab``, filled
-    by :func:`_fill_table`): no factor updates, no divisions in the steps, and a row's
-    result depends only on A, b and x.  ``z``: scratch (k,).  Returns the passive set (a
-    bitmask)."""
-    k = b.shape[0]
-    P = 0
-    bmax = 0.0
-    for c in range(k):
-        if x[c] > 0.0 and A[c, c] > 0.0:
-            P |= 1 << c
-        else:
-            x[c] = 0.0
-        bc = abs(b[c])
-        bmax = bc if bc > bmax else bmax        # max() as Numba writes it, without
-        #                                         compiling its overload for this kernel
-    if bmax == 0.0:
-        for c in range(k):
-            x[c] = 0.0
-        return 0
-    resume = P != 0
-    for _outer in range(3 * k + 3):
-        best = -1
-        if resume:                      # a warm start: solve on its passive set first
-            resume = False
-        else:
-            xmax = 0.0
-            for c in range(k):
-                xc = x[c]
-                xmax = xc if xc > xmax else xmax
-            wbest = tol * (bmax + amax * xmax)
-            for c in range(k):
-                if (P >> c) & 1 or A[c, c] <= 0.0:
-                    continue
-                w = b[c]
-                for j in range(k):
-                    w -= A[c, j] * x[j]
-                if w > wbest:
-                    best, wbest = c, w
-            if best < 0:
-                break                   # KKT holds: no zero coordinate can descend
-            P |= 1 << best
-        stalled = False
-        for inner in range(3 * k + 3):
-            feasible = True
-            for c in range(k):
-                if (P >> c) & 1:
-                    acc = 0.0
-                    for j in range(k):
-                        acc += tab[P, c, j] * b[j]
-                    z[c] = acc
-                    if acc <= 0.0:
-                        feasible = False
-            if feasible:
-                for c in range(k):
-                    if (P >> c) & 1:
-                        x[c] = z[c]
-                break
-            if inner == 0 and best >= 0 and x[best] == 0.0 and z[best] <= 0.0:
-                stalled = True          # roundoff: the entering column cannot move
-                P &= ~(1 << best)
-                break
-            alpha, tmin = 1.0, -1
-            for c in range(k):
-                if (P >> c) & 1 and z[c] <= 0.0:
-                    ratio = x[c] / (x[c] - z[c])
-                    if ratio < alpha or tmin < 0:
-                        alpha, tmin = ratio, c
-            for c in range(k):
-                if (P >> c) & 1:
-                    x[c] += alpha * (z[c] - x[c])
-            x[tmin] = 0.0               # the blocking coordinate, exactly on its bound
-            for c in range(k):
-                if (P >> c) & 1 and x[c] <= 0.0:
-                    x[c] = 0.0
-                    P &= ~(1 << c)
-        if stalled:
-            break
-    return P
 
 
 def nnls_codes(GtG, XG, tol=None, init=None):
