@@ -308,9 +308,17 @@ def _inverse(order):
     return positions
 
 
-def _relaid(data, order, held, use):
+class _Relay:
+    """A copy of a held block's data for another use, not yet submitted
+    (:meth:`Feed._rearranged`): its source (a future), block, and the two uses."""
+
+    def __init__(self, data, c, held, use):
+        self.data, self.c, self.held, self.use = data, c, held, use
+
+
+def _relaid(data, order, held, use, *after):
     """A block's ``data``, kept in the order ``order(held)``, put in the order
-    ``order(use)`` (where it is)."""
+    ``order(use)`` (where it is); ``after``: futures it was made to wait for (unused)."""
     if isinstance(data, _Failed):
         return data
     target, source = order(use), order(held)
@@ -428,6 +436,9 @@ class Feed:
         self.chunks = {}
         self._laid = {}            # (block, use) -> its stored rows' positions (_positions)
         self.runs = []             # submitted runs of batches not yet taken
+        # held block key -> entries of copies for other uses waiting for its run
+        # (:meth:`_rearranged`)
+        self._deferred = {}
         self._reads = 0            # blocks read so far (their reads' priorities)
         self._pool = None
         if self.is_dask and self.client is None:
@@ -455,7 +466,7 @@ class Feed:
             # a block held for another use: put in this order from there, not read again
             for other, entry in self.chunks.items():
                 if self._index(other) == c and other != key:
-                    return self._rearranged(entry, c, key[1])
+                    return self._rearranged(other, entry, c, key[1])
         if self._own_blocks:        # rows lo:hi as one block, whatever X's chunks
             lo, hi = int(self.bounds[c]), int(self.bounds[c + 1])
             block = self.X[lo:hi].rechunk({0: -1, 1: -1})
@@ -487,17 +498,40 @@ class Feed:
         both = self._pool.submit(_read_with_checksum, block)
         return [both, 0, "with-data", False, None]
 
-    def _rearranged(self, entry, c, use):
+    def _rearranged(self, other, entry, c, use):
         """A chunk entry of block ``c`` for ``use``, put in its order from the data a
-        held ``entry`` keeps (where that data is)."""
+        held ``entry`` (key ``other``) keeps (where that data is).
+
+        With a distributed Client the copy is made after the run that solves the held
+        data, not before it: its worker then makes it while another worker solves the
+        next run (a copy taken as soon as it was wanted, read ahead, had run on that
+        worker just before the solve, and a pass's first solve and the state passed on at
+        a pass's end waited for it, 0.1 s for a row group of 128 MiB).  Until such a run
+        is submitted the copy is deferred (:class:`_Relay`); it is made at once if its
+        data is asked for first (:meth:`_data`)."""
         held = entry[4][0]
         if self.client is not None:
-            data = self.client.submit(_relaid, entry[0], self.layout(c), held, use,
-                                      pure=False, priority=10)
-        else:       # after the entry's read: the reader is one thread
-            data = self._pool.submit(_relaid_from, entry[0], self.layout(c), held, use,
-                                     entry[2] == "with-data")
+            self._data(entry)           # a deferred copy as the source: made now
+            new = [_Relay(entry[0], c, held, use), 0, entry[2], entry[3], (use,)]
+            after = [run.future for run in self.runs if run.block == other]
+            if after:
+                self._submit_relay(new, after[-1])
+            else:
+                self._deferred.setdefault(other, []).append(new)
+            return new
+        # after the entry's read: the reader is one thread
+        data = self._pool.submit(_relaid_from, entry[0], self.layout(c), held, use,
+                                 entry[2] == "with-data")
         return [data, 0, entry[2], entry[3], (use,)]
+
+    def _submit_relay(self, entry, after=None):
+        """Submit the deferred copy of a chunk ``entry`` (a :class:`_Relay`), after the
+        future ``after`` (the run solving its source) if given."""
+        relay = entry[0]
+        extra = () if after is None else (after,)
+        # below the solves and the states passed between runs: the copy waits for them
+        entry[0] = self.client.submit(_relaid, relay.data, self.layout(relay.c), relay.held,
+                                      relay.use, *extra, pure=False, priority=5)
 
     def _positions(self, c, laid):
         """Where each stored row of block ``c`` is in data laid out as ``laid``
@@ -516,6 +550,8 @@ class Feed:
     def _data(self, entry):
         """A chunk entry's data (or future): a reading thread's (data, checksum) is
         unpacked into the entry."""
+        if isinstance(entry[0], _Relay):  # a deferred copy, wanted now
+            self._submit_relay(entry)
         data, total = entry[0], entry[2]
         if total == "with-data":          # a thread's (data, checksum)
             data, total = data.result()
@@ -668,6 +704,11 @@ class Feed:
         if self.client is not None:
             future = self.client.submit(_on_pieces, self._data(entry), items, fn, *args,
                                         pure=False, priority=10)
+            # copies of this block for later uses, deferred until now: after this run
+            for relay in self._deferred.pop(c, []):
+                if isinstance(relay[0], _Relay) and any(
+                        e is relay for e in self.chunks.values()):
+                    self._submit_relay(relay, future)
         run = _SubmittedRun(list(bs), c, items, fn, args, future, use)
         self.runs.append(run)
         return run
@@ -719,6 +760,7 @@ class Feed:
                     if isinstance(arg, Future):
                         arg.cancel()
         self.runs.clear()
+        self._deferred.clear()
         self.pending.clear()
         self.chunks.clear()
         if self._pool is not None:

@@ -132,9 +132,9 @@ def test_each_row_group_is_read_once_a_pass(data, groups, monkeypatch):
         reads.append(key[0] if isinstance(key, tuple) else key)   # (group, pass)
         return real(self, key)
 
-    def from_held(self, entry, c, use):
+    def from_held(self, other, entry, c, use):
         held.append(reads.pop())        # not read: put in order from the block held
-        return rearranged(self, entry, c, use)
+        return rearranged(self, other, entry, c, use)
 
     monkeypatch.setattr(Feed, "_read", counted)
     monkeypatch.setattr(Feed, "_rearranged", from_held)
@@ -169,9 +169,9 @@ def test_with_a_cluster_each_group_s_task_is_queued_behind_the_one_before(
         reads.append(key[0] if isinstance(key, tuple) else key)   # (group, pass)
         return read(self, key)
 
-    def from_held(self, entry, c, use):
+    def from_held(self, other, entry, c, use):
         reads.pop()                     # not read: put in order from the block held
-        return rearranged(self, entry, c, use)
+        return rearranged(self, other, entry, c, use)
 
     monkeypatch.setattr(Feed, "take_run", counted_take)
     monkeypatch.setattr(Feed, "_read", counted_read)
@@ -191,6 +191,38 @@ def test_with_a_cluster_each_group_s_task_is_queued_behind_the_one_before(
     W, history = per_batch(data[0], model, 2)
     np.testing.assert_array_equal(model.components_, W)
     np.testing.assert_array_equal(model.objective_history_, history)
+
+
+def test_with_a_cluster_a_group_held_for_a_later_pass_is_put_in_its_order_after_its_solve(
+        data, client, monkeypatch):
+    """With a distributed Client, a row group held for the next pass is put in that
+    pass's order on its worker after the run that solves it there, not as soon as it is
+    wanted (read ahead): the copy had run just before the fit's first solve and before
+    the state passed on at a pass's end, on the worker that was to solve next."""
+    import dask.array as da
+    from distributed import get_task_stream
+
+    from daskrnmf import _stream
+
+    # two row groups of 150 rows: each is wanted for the second pass while held
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 40 * 150)
+    monkeypatch.setattr(_stream, "BATCH_ROWS", 50)
+    X = da.from_array(data[0], chunks=(50, -1))
+    with get_task_stream(client) as ts:
+        ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=0).fit(X)
+    spans = {"_relaid": [], "_on_pieces": []}
+    for t in ts.data:
+        key = t["key"][0] if isinstance(t["key"], tuple) else t["key"]
+        for name in spans:
+            if str(key).startswith(name):
+                spans[name] += [(s["start"], s["stop"], t["worker"])
+                                for s in t["startstops"] if s["action"] == "compute"]
+    relays, solves = spans["_relaid"], sorted(spans["_on_pieces"])
+    assert len(relays) == 2 and len(solves) == 4
+    for start, _, worker in relays:     # after a solve of the group, where it is held
+        assert any(w == worker and stop <= start for _, stop, w in solves)
+    # the fit's first solve and the second pass's first solve wait for no copy
+    assert min(start for start, _, _ in relays) >= solves[0][1]
 
 
 @pytest.mark.parametrize("stop", ["callback", "converged"])
