@@ -195,13 +195,22 @@ def check_writable(directory, what):
 def digest(value) -> str:
     """SHA-256 (hex) of an array's dtype, shape and values: what model files, checkpoints
     and the chunks a checkpointed fit read are verified against."""
+    return digest_rows([value])
+
+
+def digest_rows(parts) -> str:
+    """:func:`digest` of the concatenation of arrays ``parts`` along their first axis
+    (one dtype, the same other dimensions; at least one), without making it."""
     import hashlib
 
     import numpy as np
 
-    value = np.ascontiguousarray(value)
-    h = hashlib.sha256(str(value.dtype).encode() + str(value.shape).encode())
-    h.update(memoryview(value).cast("B") if value.dtype.kind in "biuf" else value.tobytes())
+    parts = [np.ascontiguousarray(p) for p in parts]
+    shape = (sum(p.shape[0] for p in parts),) + parts[0].shape[1:] if parts[0].ndim else ()
+    h = hashlib.sha256(str(parts[0].dtype).encode() + str(shape).encode())
+    for value in parts:
+        h.update(memoryview(value).cast("B") if value.dtype.kind in "biuf"
+                 else value.tobytes())
     return h.hexdigest()
 
 

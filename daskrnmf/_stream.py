@@ -50,12 +50,13 @@ checksummed once per feed.
 
 import functools
 import math
+import operator
 from dataclasses import dataclass
 
 import numpy as np
 
 from ._blocks import active_client, tree_reduce
-from ._stores import digest
+from ._stores import digest, digest_rows
 from .kernels.blocks import as_float_block
 
 UPDATES_PER_PASS = 8        # default batches: at least this many W updates per pass
@@ -292,6 +293,35 @@ def _arranged(block, order, use, prepare, start):
     return block if rows is None else block[rows]
 
 
+def _arranged_parts(parts, order, use, prepare, start, checksum):
+    """:func:`_arranged` of the block whose rows are the arrays ``parts`` one after the
+    other (a row group's pieces of X's chunks, as read), without concatenating them
+    first: each part is checked (``prepare(part, start, n_rows=...)``, the messages
+    naming the group's rows) and copied once, to its rows' places in the order
+    ``order(use)``.  The concatenation and then the arrangement had copied a group twice
+    on the worker reading it (0.2-0.3 s of CPU for 128 MiB).  Returns the block (or a
+    :class:`_Failed`) and, with ``checksum``, the :func:`chunk_checksum` of the rows as
+    stored (else None)."""
+    parts = [np.asarray(p) for p in parts]
+    n = sum(p.shape[0] for p in parts)
+    total = digest_rows(parts)[:16] if checksum else None
+    if prepare is not None:
+        try:
+            parts = [prepare(p, start, n_rows=n) for p in parts]
+        except Exception as exc:        # raised where the block is used  # noqa: BLE001
+            return _Failed(exc), total
+    rows = order(use)
+    if rows is None:
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts)), total
+    places = _inverse(np.asarray(rows))     # where each stored row goes
+    out = np.empty((n,) + parts[0].shape[1:], dtype=np.result_type(*parts))
+    lo = 0
+    for p in parts:
+        out[places[lo:lo + p.shape[0]]] = p
+        lo += p.shape[0]
+    return out, total
+
+
 def _read_arranged(block, order, use, prepare, start, checksum):
     """In the reader thread: a Dask block computed and :func:`_arranged`, with the
     :func:`chunk_checksum` of the rows as stored when ``checksum``."""
@@ -409,7 +439,10 @@ class Feed:
     prepare : callable or None, default=None
         With ``layout``: ``prepare(block, first_row)``, run on each block as it is read
         (where it is read) before it is put in order; returns the block to keep (e.g.
-        the block itself, its values checked).
+        the block itself, its values checked).  With a distributed Client it is run on
+        each piece of X's chunks that the block is made of, as
+        ``prepare(piece, first_row, n_rows=...)`` (the block's first row and row count:
+        what its messages name), and returns the piece to keep.
     """
 
     def __init__(self, X, pieces, checksums=None, since="it was read before",
@@ -440,6 +473,9 @@ class Feed:
         # (:meth:`_rearranged`)
         self._deferred = {}
         self._reads = 0            # blocks read so far (their reads' priorities)
+        # row groups with a Client (_reader): the workers, the worker of the group
+        # wanted last, and the worker each group was asked to be read on
+        self._workers, self._last_worker, self._held_on = None, None, {}
         self._pool = None
         if self.is_dask and self.client is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -480,12 +516,25 @@ class Feed:
             # needed first is read first (by the idle workers), not beside the next ones
             self._reads += 1
             priority = -1 - self._reads
+            if laid:
+                # X's chunks' pieces read, then checked and put in order in one copy
+                # where the group is put together (_arranged_parts)
+                edges = np.cumsum((0,) + tuple(self.X.chunks[0]))
+                cuts = [lo] + [int(e) for e in edges if lo < e < hi] + [hi]
+                where = {"workers": self._reader(c), "allow_other_workers": True}
+                parts = self.client.compute([self.X[a:b] for a, b in zip(cuts[:-1], cuts[1:])],
+                                            priority=priority, **where)
+                both = self.client.submit(_arranged_parts, parts, self.layout(c), key[1],
+                                          self.prepare, lo, self.checksums is not None,
+                                          pure=False, priority=priority, **where)
+                data = self.client.submit(operator.getitem, both, 0, pure=False,
+                                          priority=priority)
+                total = (None if self.checksums is None else self.client.submit(
+                    operator.getitem, both, 1, pure=False, priority=priority))
+                return [data, 0, total, False, laid]
             data = self.client.compute(block, priority=priority)
             total = (None if self.checksums is None else
                      self.client.submit(chunk_checksum, data, pure=False, priority=priority))
-            if laid:        # where it was read (the stored rows' checksum, above)
-                data = self.client.submit(_arranged, data, self.layout(c), key[1],
-                                          self.prepare, lo, pure=False, priority=priority)
             return [data, 0, total, False, laid]
         import dask
 
@@ -497,6 +546,24 @@ class Feed:
             return [self._pool.submit(lambda: dask.compute(block)[0]), 0, None, False, None]
         both = self._pool.submit(_read_with_checksum, block)
         return [both, 0, "with-data", False, None]
+
+    def _reader(self, c):
+        """The worker asked to read row group ``c`` and put it together (a preference,
+        not a rule): not the worker of the group wanted just before it (read there, or
+        held there for another use), so that consecutive groups of the stream are read
+        on different workers, each where it is then solved, while the worker of the
+        group before solves that one.  Left to the scheduler, a group's pieces were read
+        on every worker and put together on any, two consecutive groups often on one
+        worker: the second waited for the first's solve, and its reads queued behind
+        it.  None (any worker) on a cluster of one worker."""
+        if self._workers is None:
+            self._workers = sorted(self.client.scheduler_info()["workers"])
+        if len(self._workers) < 2:
+            return None
+        last = self._last_worker
+        i = self._workers.index(last) + 1 if last in self._workers else 0
+        self._last_worker = self._held_on[c] = self._workers[i % len(self._workers)]
+        return [self._last_worker]
 
     def _rearranged(self, other, entry, c, use):
         """A chunk entry of block ``c`` for ``use``, put in its order from the data a
@@ -511,6 +578,8 @@ class Feed:
         data is asked for first (:meth:`_data`)."""
         held = entry[4][0]
         if self.client is not None:
+            # the group wanted next is read on another worker than this one's (_reader)
+            self._last_worker = self._held_on.get(c, self._last_worker)
             self._data(entry)           # a deferred copy as the source: made now
             new = [_Relay(entry[0], c, held, use), 0, entry[2], entry[3], (use,)]
             after = [run.future for run in self.runs if run.block == other]

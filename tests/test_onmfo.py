@@ -364,9 +364,9 @@ def _arranged_feed_runs(X, units, batches, pieces, passes):
 
     prepared = []
 
-    def prepare(block, start):
+    def prepare(block, start, **kwargs):
         prepared.append(start)
-        return group_prepare("ONMFO", False)(block, start)
+        return group_prepare("ONMFO", False)(block, start, **kwargs)
 
     feed = Feed(X, pieces, bounds=unit_bounds(batches, units),
                 layout=GroupLayout(3, units, batches, True), prepare=prepare)
@@ -494,6 +494,53 @@ def test_resumed_with_x_changed_the_checksum_is_named_first(tmp_path, monkeypatc
     Y[150, 3] = -1.0
     with pytest.raises(ValueError, match="X changed since the checkpoint"):
         ONMFO(**kw).fit(da.from_array(Y, chunks=(100, -1)), resume=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8])
+def test_the_digest_of_rows_in_parts_is_that_of_their_concatenation(dtype):
+    from daskrnmf._stores import digest, digest_rows
+
+    X = (np.random.default_rng(0).random((37, 4)) * 200).astype(dtype)
+    for cuts in ([37], [10, 37], [1, 2, 20, 37]):
+        parts = np.split(X, cuts[:-1])
+        assert digest_rows(parts) == digest(X)
+    assert digest_rows([X[:, 1]]) == digest(X[:, 1])          # 1-D, a strided view
+    assert digest_rows([X[:5]]) != digest(X[:6])
+
+
+def test_a_row_group_read_in_pieces_on_a_cluster_has_the_group_s_checksum(
+        monkeypatch, local_cluster):
+    # with a distributed Client a row group is put together from its pieces of X's
+    # chunks and put in order in one copy (_arranged_parts); its checksum, recorded in
+    # checkpoints, is still that of the group's rows as stored, as the reader thread
+    # without a Client computes it (a checkpoint of either resumes with the other)
+    from distributed import Client
+
+    from daskrnmf._stream import chunk_checksum
+    from daskrnmf.models._onmfo_stream import GroupLayout, group_prepare
+
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 5 * 60)         # 60 rows a group
+    X = np.random.default_rng(0).random((150, 5)).astype(np.float32)
+    batches, pieces, units = make_batches(np.zeros((150, 5)), None)
+    Xd = da.from_array(X, chunks=(40, -1))         # groups of 50 rows across chunks
+
+    def checksums():
+        feed = Feed(Xd, pieces, checksums={}, bounds=unit_bounds(batches, units),
+                    layout=GroupLayout(3, units, batches, True),
+                    prepare=group_prepare("ONMFO", False))
+        sums = []
+        for unit in units:
+            run = feed.submit_run(unit, lambda items: [float(x.sum()) for x, _ in items],
+                                  use=0, laid_out=True)
+            sums.append(feed.take_run(run))
+        feed.close()
+        return feed.checksums, sums
+
+    alone, sums = checksums()
+    with Client(local_cluster):
+        assert checksums() == (alone, sums)
+    edges = unit_bounds(batches, units)
+    assert alone == {f"{a}:{b}": chunk_checksum(X[a:b]) for a, b in zip(edges, edges[1:])}
 
 
 def test_batches_and_pieces(monkeypatch):

@@ -225,6 +225,32 @@ def test_with_a_cluster_a_group_held_for_a_later_pass_is_put_in_its_order_after_
     assert min(start for start, _, _ in relays) >= solves[0][1]
 
 
+def test_with_a_cluster_consecutive_groups_are_read_and_solved_on_different_workers(
+        data, groups, client):
+    """With a distributed Client each row group is read, put together and solved on one
+    worker, and the next group of the stream on another (a preference the scheduler is
+    given): left to the scheduler, consecutive groups were often put together on one
+    worker, whose solves then ran one after the other while the other worker waited."""
+    import dask.array as da
+    from distributed import get_task_stream
+
+    X = da.from_array(data[0], chunks=(50, -1))
+    with get_task_stream(client) as ts:
+        ONMFO(4, max_iter=1, tol=0, max_inner_iter=30, random_state=0).fit(X)
+    spans = {"_arranged_parts": [], "_on_pieces": []}
+    for t in ts.data:
+        key = t["key"][0] if isinstance(t["key"], tuple) else t["key"]
+        for name in spans:
+            if str(key).startswith(name):
+                spans[name] += [(s["start"], t["worker"]) for s in t["startstops"]
+                                if s["action"] == "compute"]
+    put, solved = (sorted(spans[name]) for name in ("_arranged_parts", "_on_pieces"))
+    assert len(put) == len(solved) == 3           # three groups, each read and solved once
+    workers = [w for _, w in solved]
+    assert workers[0] != workers[1] != workers[2]
+    assert sorted(w for _, w in put) == sorted(workers)
+
+
 @pytest.mark.parametrize("stop", ["callback", "converged"])
 def test_a_fit_stopped_with_runs_queued_leaves_the_clients_futures(client, stop):
     # the row groups' runs are queued on the workers; a fit that stops (its callback, or

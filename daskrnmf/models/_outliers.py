@@ -164,14 +164,16 @@ def as_work_block(block, magnitude=None):
                                 if block.dtype.kind == "f" else np.float64)
 
 
-def checked_block(block, start, where, missing, convert=True):
+def checked_block(block, start, where, missing, convert=True, n_rows=None):
     """A block (or piece) of X checked for the model ``where`` (finite, non-negative;
     NaN allowed with ``missing``; ``start``: its first row, for the messages) and, with
     ``convert``, in the solvers' dtype (:func:`as_work_block`; else as it is: ONMFO's
-    row groups, whose batches each take their own work dtype, :func:`_largest`)."""
+    row groups, whose batches each take their own work dtype, :func:`_largest`).
+    ``n_rows``: the rows the messages name from ``start`` (a piece of a row group
+    checked alone names its group), default the block's."""
     x = np.asarray(block)
-    top = check_values(x, where, non_negative=True,
-                       rows=f", in rows {start}..{start + x.shape[0] - 1}",
+    last = start + (x.shape[0] if n_rows is None else n_rows) - 1
+    top = check_values(x, where, non_negative=True, rows=f", in rows {start}..{last}",
                        allow_nan=missing, hint=MASK_HINT)
     return as_work_block(x, top) if convert else x
 
