@@ -521,7 +521,9 @@ class Feed:
                 # where the group is put together (_arranged_parts)
                 edges = np.cumsum((0,) + tuple(self.X.chunks[0]))
                 cuts = [lo] + [int(e) for e in edges if lo < e < hi] + [hi]
-                where = {"workers": self._reader(c), "allow_other_workers": True}
+                workers = self._reader(c)
+                where = {} if workers is None else {"workers": workers,
+                                                    "allow_other_workers": True}
                 parts = self.client.compute([self.X[a:b] for a, b in zip(cuts[:-1], cuts[1:])],
                                             priority=priority, **where)
                 both = self.client.submit(_arranged_parts, parts, self.layout(c), key[1],

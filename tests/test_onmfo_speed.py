@@ -251,6 +251,21 @@ def test_with_a_cluster_consecutive_groups_are_read_and_solved_on_different_work
     assert sorted(w for _, w in put) == sorted(workers)
 
 
+def test_on_a_cluster_of_one_worker_the_groups_are_read_there(data, groups):
+    # no other worker to prefer for the next group's read: the scheduler's choice (a
+    # preference of none had raised in Client.submit)
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    X = da.from_array(data[0], chunks=(50, -1))
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster):
+        model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=0).fit(X)
+    W, history = per_batch(data[0], model, 2)
+    np.testing.assert_array_equal(model.components_, W)
+    np.testing.assert_array_equal(model.objective_history_, history)
+
+
 @pytest.mark.parametrize("stop", ["callback", "converged"])
 def test_a_fit_stopped_with_runs_queued_leaves_the_clients_futures(client, stop):
     # the row groups' runs are queued on the workers; a fit that stops (its callback, or
