@@ -32,7 +32,10 @@ stored:
   one kind.  The worker that reads a group checks it and puts it in its pass's batch
   order (``Feed(layout=..., prepare=...)``), while another solves: the solve takes each
   batch as a slice, neither gathering its rows nor checking them (an eighth of its time
-  at 64 features).
+  at 64 features).  With a distributed Client consecutive groups are asked to be read on
+  different workers (:meth:`Feed._reader`), each put together from its pieces of X's
+  chunks and put in order in one copy there (:func:`_arranged_parts`), and a group held
+  for the next pass is put in that pass's order after the run that solves it there.
 
 A ``batch_size`` set by the user is taken exactly: batches of that many contiguous rows,
 visited in a seeded random order of their own (a chunk may then be read once per batch
