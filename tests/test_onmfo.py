@@ -496,6 +496,27 @@ def test_resumed_with_x_changed_the_checksum_is_named_first(tmp_path, monkeypatc
         ONMFO(**kw).fit(da.from_array(Y, chunks=(100, -1)), resume=True)
 
 
+def test_a_group_bad_in_two_pieces_is_named_as_without_a_cluster(monkeypatch, local_cluster):
+    # with a Client a row group is checked piece by piece (its pieces of X's chunks):
+    # the message was the first failing piece's (1 NaN, not 2; min -1, not -5; the
+    # negative value, not the NaN), not the group's, as without a Client
+    from distributed import Client
+
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 4 * 200)     # groups of 200 rows
+    X = np.random.default_rng(0).random((400, 4))
+
+    def message(A):
+        with pytest.raises(ValueError) as info:
+            ONMFO(2, max_iter=1, random_state=0).fit(da.from_array(A, chunks=(100, -1)))
+        return str(info.value)
+
+    for bad in ([np.nan, np.nan], [-1.0, -5.0], [-1.0, np.nan]):
+        A = X.copy()
+        A[[210, 350], 0] = bad          # in one group, in two of its pieces
+        alone = message(A)
+        with Client(local_cluster):
+            assert message(A) == alone
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8])
 def test_the_digest_of_rows_in_parts_is_that_of_their_concatenation(dtype):
     from daskrnmf._stores import digest, digest_rows
