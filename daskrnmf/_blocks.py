@@ -348,11 +348,20 @@ def worker_block_budget():
 def _workers(client):
     """The scheduler's description of every worker (``n_workers=-1`` lists them all on
     distributed versions that page the list)."""
+    return list(_worker_info(client).values())
+
+
+def worker_addresses(client):
+    """Every worker's address, sorted."""
+    return sorted(_worker_info(client))
+
+
+def _worker_info(client):
     try:
         info = client.scheduler_info(n_workers=-1)
     except TypeError:                     # distributed < 2025: no paging, all listed
         info = client.scheduler_info()
-    return list(info["workers"].values())
+    return info["workers"]
 
 
 def check_block_fits(block_bytes, where):

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._blocks import active_client, tree_reduce
+from ._blocks import active_client, tree_reduce, worker_addresses
 from ._stores import digest, digest_rows
 from .kernels.blocks import as_float_block
 
@@ -484,9 +484,9 @@ class Feed:
         # (:meth:`_rearranged`)
         self._deferred = {}
         self._reads = 0            # blocks read so far (their reads' priorities)
-        # row groups with a Client (_reader): the workers, the worker of the group
-        # wanted last, and the worker each group was asked to be read on
-        self._workers, self._last_worker, self._held_on = None, None, {}
+        # row groups with a Client (_reader): the worker of the group wanted last, and
+        # the worker each group was asked to be read on
+        self._last_worker, self._held_on = None, {}
         self._pool = None
         if self.is_dask and self.client is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -568,14 +568,17 @@ class Feed:
         group before solves that one.  Left to the scheduler, a group's pieces were read
         on every worker and put together on any, two consecutive groups often on one
         worker: the second waited for the first's solve, and its reads queued behind
-        it.  None (any worker) on a cluster of one worker."""
-        if self._workers is None:
-            self._workers = sorted(self.client.scheduler_info()["workers"])
-        if len(self._workers) < 2:
+        it.  None (any worker) while the cluster has one worker.  The workers are asked
+        for at every group read (a group's read is seconds of work): workers that join
+        (an adaptive cluster, a job queue still starting) take their turns, workers that
+        left do not."""
+        workers = worker_addresses(self.client)
+        if len(workers) < 2:
             return None
         last = self._last_worker
-        i = self._workers.index(last) + 1 if last in self._workers else 0
-        self._last_worker = self._held_on[c] = self._workers[i % len(self._workers)]
+        # the worker after the last one in address order (it left: the first after it)
+        i = next((i for i, w in enumerate(workers) if last is not None and w > last), 0)
+        self._last_worker = self._held_on[c] = workers[i]
         return [self._last_worker]
 
     def _rearranged(self, other, entry, c, use):

@@ -251,6 +251,31 @@ def test_with_a_cluster_consecutive_groups_are_read_and_solved_on_different_work
     assert sorted(w for _, w in put) == sorted(workers)
 
 
+def test_the_next_group_is_asked_of_another_worker_as_workers_come_and_go():
+    # the preferred reader of each row group (Feed._reader) follows the workers the
+    # scheduler has at that read: one that joins takes its turn, one that left does not
+    import dask.array as da
+
+    class Scheduler:
+        workers = ["tcp://a:1", "tcp://b:1"]
+
+        def scheduler_info(self, n_workers=-1):
+            return {"workers": {w: {} for w in self.workers}}
+
+    X = da.zeros((40, 2), chunks=(10, -1))
+    feed = Feed(X, [[(0, 10)]], bounds=[0, 10, 20, 30, 40])
+    feed.client = Scheduler()
+    asked = [feed._reader(c) for c in range(3)]
+    Scheduler.workers = ["tcp://a:1", "tcp://b:1", "tcp://c:1"]           # c joins
+    asked += [feed._reader(c) for c in range(3, 6)]
+    Scheduler.workers = ["tcp://a:1", "tcp://c:1"]                         # b leaves
+    asked += [feed._reader(6)]
+    Scheduler.workers = ["tcp://c:1"]                                      # one left
+    asked += [feed._reader(7)]
+    assert asked == [["tcp://a:1"], ["tcp://b:1"], ["tcp://a:1"], ["tcp://b:1"],
+                     ["tcp://c:1"], ["tcp://a:1"], ["tcp://c:1"], None]
+
+
 def test_on_a_cluster_of_one_worker_the_groups_are_read_there(data, groups):
     # no other worker to prefer for the next group's read: the scheduler's choice (a
     # preference of none had raised in Client.submit)
