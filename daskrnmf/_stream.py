@@ -312,6 +312,7 @@ def _arranged_parts(parts, order, use, prepare, start, checksum):
         try:
             parts = [prepare(p, start, n_rows=n) for p in parts]
         except Exception as exc:        # raised where the block is used  # noqa: BLE001
+            error = exc
             if len(parts) > 1:
                 # the group's message, not its first failing piece's: its counts, its
                 # minimum and which check fails are the whole group's, as without a
@@ -319,8 +320,8 @@ def _arranged_parts(parts, order, use, prepare, start, checksum):
                 try:
                     prepare(np.concatenate(parts), start)
                 except Exception as whole:  # noqa: BLE001
-                    exc = whole
-            return _Failed(exc), total
+                    error = whole
+            return _Failed(error), total
     rows = order(use)
     if rows is None:
         return (parts[0] if len(parts) == 1 else np.concatenate(parts)), total
