@@ -192,10 +192,11 @@ def test_fit_against_a_real_scheduler_and_workers_from_a_scheduler_file(workdir,
                                "--port", "0", "--dashboard-address", ":0"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
     try:
-        for _ in range(2):
+        for _ in range(2):      # without nannies: one process a worker, not two
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
-                 str(sfile), "--nthreads", "1", "--memory-limit", "1GiB", "--no-dashboard"],
+                 str(sfile), "--nthreads", "1", "--memory-limit", "1GiB", "--no-dashboard",
+                 "--no-nanny"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
         with connect(scheduler_file=str(sfile)) as client:
             client.wait_for_workers(2, timeout=60)
