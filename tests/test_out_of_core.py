@@ -105,16 +105,56 @@ def capped_cluster(big_store):
             # the cap leaves a worker less room than its share of X
             assert 0.95 * WORKER_LIMIT - baseline < share, baseline / 2**20
             client.run(_start_sampler)
+            _USED.discard(client)
             yield client
+
+
+# the capped clients whose workers have run a test's work since they (re)started
+_USED = set()
+
+
+@pytest.fixture(autouse=True)
+def _mark_used(request):
+    yield
+    if "capped_cluster" in request.fixturenames:
+        _USED.add(request.getfixturevalue("capped_cluster"))
 
 
 def _fresh_workers(client):
     """Restart the capped workers (the memory earlier tests left in them, freed or not,
     is gone), load the kernels again and start a new peak sampler: a test's peak is its
-    own."""
+    own.  Workers that no test has used since they started (the fixture's own, for the
+    module's first test) are fresh already: a restart costs seconds (two processes
+    starting, importing, loading the kernels)."""
+    if client not in _USED:
+        return
     client.restart()
     client.run(_compile_kernels)
     client.run(_start_sampler)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_ornmf_with_worker_memory_below_data_size(capped_cluster, big_store):
+    # first in the module: on the fixture's fresh workers, no restart (_fresh_workers)
+    # H (n x k) stays on the workers with X's blocks; only W, the k x d / k x k
+    # statistics and the halo rows travel
+    client = capped_cluster
+    _fresh_workers(client)
+    pids = client.run(os.getpid)
+    with dask.config.set({"array.chunk-size": "5MiB"}):
+        m = ORNMF(5, alpha=0.3, max_iter=2, tol=0.0, random_state=0)
+        H = m.fit_transform(big_store + "/X")
+        assert isinstance(H, da.Array) and H.shape == (N_SAMPLES, 5)
+        # k-means on H (n_clusters) is RFNMF(loss="l2"), tested out of core below
+        jumps = m.jumps_
+        assert jumps.shape == (N_SAMPLES - 1,)
+        top = float(jumps.max().compute() if isinstance(jumps, da.Array) else jumps.max())
+    _check_workers(client, pids)
+    h = m.objective_history_
+    assert h.size == 2 and np.all(np.diff(h) <= 1e-10 * h[:-1])
+    assert m.boundaries_.ndim == 1 and m.boundaries_.size >= 1 and top > 0
+    # input checks; NNDSVDa: Gram matrix, norms, initial H; one pass per iteration; final
+    assert m.n_passes_ == 1 + 3 + m.n_iter_ + 1
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -158,29 +198,6 @@ def test_rfnmtf_with_worker_memory_below_data_size(capped_cluster, big_store):
     assert m.column_labels_.shape == (64,) and m.block_medians_.shape == (5, 4)
     # feature stats + row sample, at most 1 + 3 passes per iteration, final row step
     assert m.n_passes_ <= 2 + 4 * m.n_iter_ + 1
-
-
-@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-def test_ornmf_with_worker_memory_below_data_size(capped_cluster, big_store):
-    # H (n x k) stays on the workers with X's blocks; only W, the k x d / k x k
-    # statistics and the halo rows travel
-    client = capped_cluster
-    _fresh_workers(client)
-    pids = client.run(os.getpid)
-    with dask.config.set({"array.chunk-size": "5MiB"}):
-        m = ORNMF(5, alpha=0.3, max_iter=2, tol=0.0, random_state=0)
-        H = m.fit_transform(big_store + "/X")
-        assert isinstance(H, da.Array) and H.shape == (N_SAMPLES, 5)
-        # k-means on H (n_clusters) is RFNMF(loss="l2"), tested out of core above
-        jumps = m.jumps_
-        assert jumps.shape == (N_SAMPLES - 1,)
-        top = float(jumps.max().compute() if isinstance(jumps, da.Array) else jumps.max())
-    _check_workers(client, pids)
-    h = m.objective_history_
-    assert h.size == 2 and np.all(np.diff(h) <= 1e-10 * h[:-1])
-    assert m.boundaries_.ndim == 1 and m.boundaries_.size >= 1 and top > 0
-    # input checks; NNDSVDa: Gram matrix, norms, initial H; one pass per iteration; final
-    assert m.n_passes_ == 1 + 3 + m.n_iter_ + 1
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
