@@ -172,16 +172,33 @@ def test_bad_input_is_one_line_and_exit_1(workdir, bad_stores, capsys, argv, mes
     assert not (workdir / "x.zarr").exists()
 
 
+def _run_together(*argvs, timeout=300):
+    """Run the commands ``argvs`` side by side (each a Python starting and importing: the
+    second core works while the first does) and return their ``(returncode, stderr)``."""
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for argv in argvs]
+    try:
+        out = []
+        for p in procs:
+            err = p.communicate(timeout=timeout)[1]
+            out.append((p.returncode, err))
+        return out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def test_python_dash_m_reports_usage_errors_with_exit_2_and_no_traceback(workdir, bad_stores):
-    proc = subprocess.run([sys.executable, "-m", "daskrnmf", "fit", "RFNMF"], capture_output=True,
-                          text=True)
-    assert proc.returncode == 2 and "required" in proc.stderr and "Traceback" not in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "daskrnmf", "fit", "NMF", bad_stores["negative"],
-                           "--output", str(workdir / "y.zarr"), "--n-components", "2",
-                           "--scheduler-address", ADDRESS[workdir]],
-                          capture_output=True, text=True)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().startswith("daskrnmf: error: Negative values")
+    (code, err), (code2, err2) = _run_together(
+        [sys.executable, "-m", "daskrnmf", "fit", "RFNMF"],
+        [sys.executable, "-m", "daskrnmf", "fit", "NMF", bad_stores["negative"],
+         "--output", str(workdir / "y.zarr"), "--n-components", "2",
+         "--scheduler-address", ADDRESS[workdir]])
+    assert code == 2 and "required" in err and "Traceback" not in err
+    assert code2 == 1 and "Traceback" not in err2
+    assert err2.strip().startswith("daskrnmf: error: Negative values")
 
 
 def test_fit_against_a_real_scheduler_and_workers_from_a_scheduler_file(workdir, tmp_path):
@@ -192,23 +209,26 @@ def test_fit_against_a_real_scheduler_and_workers_from_a_scheduler_file(workdir,
                                "--port", "0", "--dashboard-address", ":0"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
     try:
-        for _ in range(2):
+        for _ in range(2):      # without nannies: one process a worker, not two
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
-                 str(sfile), "--nthreads", "1", "--memory-limit", "1GiB", "--no-dashboard"],
+                 str(sfile), "--nthreads", "1", "--memory-limit", "1GiB", "--no-dashboard",
+                 "--no-nanny"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
         with connect(scheduler_file=str(sfile)) as client:
             client.wait_for_workers(2, timeout=60)
         out = tmp_path / "out.zarr"
-        proc = subprocess.run(
+        procs.append(subprocess.Popen(
             [sys.executable, "-m", "daskrnmf", "fit", "RFNMF", str(workdir / "b.zarr" / "X"),
              "--output", str(out), "--scheduler-file", str(sfile), "--n-clusters", "3",
              "--n-init", "2", "--random-state", "0", "--loss", "l1"],
-            capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        labels = zarr.open_group(str(out), mode="r")["labels"][:]
-        # the cluster does not change the result: the same fit in this process
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        # the cluster does not change the result: the same fit in this process (while the
+        # command starts)
         here = RFNMF(3, n_init=2, random_state=0, loss="l1").fit(str(workdir / "b.zarr" / "X"))
+        err = procs[-1].communicate(timeout=300)[1]
+        assert procs[-1].returncode == 0, err
+        labels = zarr.open_group(str(out), mode="r")["labels"][:]
         np.testing.assert_array_equal(labels, np.asarray(here.labels_))
     finally:
         for p in procs[::-1]:
@@ -317,22 +337,18 @@ def test_tls_cluster_serves_a_client_with_credentials_and_refuses_one_without(tm
 
 
 def test_progress_logs_one_line_per_iteration_in_a_batch_log(workdir):
-    proc = subprocess.run(
-        [sys.executable, "-m", "daskrnmf", "fit", "NMF", str(workdir / "b.zarr" / "X"),
-         "--output", str(workdir / "p.zarr"), "--n-components", "2", "--max-iter", "3",
-         "--progress", "--scheduler-address", ADDRESS[workdir]],
-        capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    lines = [l for l in proc.stderr.splitlines() if "daskrnmf INFO NMF: iteration" in l]
-    assert len(lines) == 3 and "objective" in lines[-1] and "\r" not in proc.stderr
-    quiet = subprocess.run(
-        [sys.executable, "-m", "daskrnmf", "fit", "NMF", str(workdir / "b.zarr" / "X"),
-         "--output", str(workdir / "q.zarr"), "--n-components", "2", "--max-iter", "3",
-         "--scheduler-address", ADDRESS[workdir]], capture_output=True, text=True, timeout=300)
-    assert quiet.returncode == 0 and "NMF: iteration" not in quiet.stderr
+    fit = [sys.executable, "-m", "daskrnmf", "fit", "NMF", str(workdir / "b.zarr" / "X"),
+           "--n-components", "2", "--max-iter", "3", "--scheduler-address", ADDRESS[workdir]]
+    (code, err), (quiet_code, quiet) = _run_together(
+        fit + ["--output", str(workdir / "p.zarr"), "--progress"],
+        fit + ["--output", str(workdir / "q.zarr")])
+    assert code == 0, err
+    lines = [l for l in err.splitlines() if "daskrnmf INFO NMF: iteration" in l]
+    assert len(lines) == 3 and "objective" in lines[-1] and "\r" not in err
+    assert quiet_code == 0 and "NMF: iteration" not in quiet
     # warnings are one line each, as errors are
-    assert "daskrnmf: warning: NMF did not converge within max_iter=3" in quiet.stderr
-    assert "data_to_wrap" not in quiet.stderr
+    assert "daskrnmf: warning: NMF did not converge within max_iter=3" in quiet
+    assert "data_to_wrap" not in quiet
 
 
 @pytest.mark.parametrize("generator, sizes, arrays", [

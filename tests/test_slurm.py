@@ -150,11 +150,11 @@ def test_the_shipped_job_script_gives_the_local_result_and_a_clean_log(slurm):
     out = where / "rfnmf.zarr"
     job = _sbatch(env, where, "RFNMF", str(where / "in.zarr" / "X"), str(out),
                   "--n-clusters", "3", "--random-state", "0", "--max-iter", "20")
+    local = RFNMF(3, random_state=0, max_iter=20).fit(X)        # while the job runs
     assert _wait(env, job) == ("COMPLETED", 0), (where / f"job-{job}.log").read_text()
     log = (where / f"job-{job}.log").read_text()
     _clean(log)
     assert "RFNMF fitted in" in log and "iteration 1," in log
-    local = RFNMF(3, random_state=0, max_iter=20).fit(X)
     stored = zarr.open_group(str(out), mode="r")
     np.testing.assert_array_equal(stored["labels"][:], local.labels_)
     np.testing.assert_allclose(stored["cluster_centers"][:], local.cluster_centers_,
@@ -172,14 +172,20 @@ def test_a_jobqueue_config_submits_worker_jobs_that_are_gone_afterwards(slurm):
         "local_directory": str(where / "jq-scratch"),
         "log_directory": str(where / "jq-logs")}))
     out = where / "jq.zarr"
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "daskrnmf", "fit", "RFNMF", str(where / "in.zarr" / "X"),
          "--output", str(out), "--cluster", str(config), "--n-clusters", "3",
          "--random-state", "0", "--max-iter", "20"],
-        env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr and " - INFO - " not in proc.stderr
-    local = RFNMF(3, random_state=0, max_iter=20).fit(X)
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        local = RFNMF(3, random_state=0, max_iter=20).fit(X)    # while the command runs
+        stderr = proc.communicate(timeout=180)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr and " - INFO - " not in stderr
     np.testing.assert_array_equal(zarr.open_group(str(out), mode="r")["labels"][:],
                                   local.labels_)
     logs = os.listdir(where / "jq-logs")
@@ -230,6 +236,12 @@ def test_jobs_stopped_at_their_walltime_are_finished_by_the_next_identically(slu
                     log.read_text() if log.exists() else f"job {job} ended without a log"
         assert time.monotonic() < end, f"{sorted(waiting)}: not a few steps in in 120 s"
         time.sleep(0.1)
+    # the uninterrupted fits, in this process while the jobs stop and the next ones start
+    local = {model: {"ONMFO": ONMFO, "NMF": NMF}[model](**params)
+             for model, (_, params, _) in WALLTIME.items()}
+    local["ONMFO"].fit(X)
+    with pytest.warns(Warning, match="did not converge"):
+        H = local["NMF"].fit_transform(X)
     nexts = {}
     for model, (job, log, out, ckpt) in chains.items():
         assert _wait(env, job) == ("FAILED", 143), log.read_text()
@@ -252,24 +264,19 @@ def test_jobs_stopped_at_their_walltime_are_finished_by_the_next_identically(slu
         assert "continuing the checkpoint" in second
         _clean(second)
         stored = zarr.open_group(str(out), mode="r")
-        local = {"ONMFO": ONMFO, "NMF": NMF}[model](**params)
         if model == "NMF":
             # the next job went on from the last iteration saved, not from the first
             done = [int(n) for n in re.findall(r"NMF: iteration (\d+),", log.read_text())]
             again = [int(n) for n in re.findall(r"NMF: iteration (\d+),", second)]
             assert 1 < again[0] <= done[-1] + 1 and again[-1] == params["max_iter"], second
-            with pytest.warns(Warning, match="did not converge"):
-                H = local.fit_transform(X)
             np.testing.assert_allclose(stored["H"][:], H, rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(stored["objective_history"][:],
-                                       local.objective_history_, rtol=1e-10)
+                                       local[model].objective_history_, rtol=1e-10)
             scalars = stored.attrs["scalars"]
-            assert (scalars["n_iter_"], scalars["n_passes_"]) == (local.n_iter_,
-                                                                  local.n_passes_)
-        else:
-            local.fit(X)
-        np.testing.assert_allclose(stored["components"][:], local.components_, rtol=1e-10,
-                                   atol=1e-12)
+            assert (scalars["n_iter_"], scalars["n_passes_"]) == (local[model].n_iter_,
+                                                                  local[model].n_passes_)
+        np.testing.assert_allclose(stored["components"][:], local[model].components_,
+                                   rtol=1e-10, atol=1e-12)
         assert not _leftovers(where, job) and not _leftovers(where, nxt)
 
 

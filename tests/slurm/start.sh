@@ -46,6 +46,8 @@ SelectTypeParameters=CR_Core_Memory
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none
+# a batch job is scheduled as it is submitted (the default lets its start wait up to 3 s)
+SchedulerParameters=batch_sched_delay=0
 ReturnToService=2
 KillWait=10
 NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$(nproc --all) RealMemory=$MEM State=UNKNOWN
