@@ -298,3 +298,39 @@ def test_tls_flags_reach_the_connection(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="go with a scheduler address"):
         with connect(tls=files):
             pass
+
+
+def test_a_coroutine_left_unawaited_by_a_signal_does_not_follow_the_last_line(monkeypatch,
+                                                                            capsys):
+    # SIGTERM in the middle of a store call (zarr's asynchronous API): the coroutine it
+    # had made was never awaited, and its RuntimeWarning was printed after "terminated
+    # (SIGTERM)" when the interrupt's frames were freed; the job log's last line must be
+    # the termination's, with no warning about the interrupted work
+    import warnings
+
+    from daskrnmf import cli
+    from daskrnmf.cli import _run
+
+    async def open_group():
+        return None
+
+    def interrupted(args, parser):
+        _pending = open_group()                 # made, never awaited
+        _run_signals[0].received = signal.SIGTERM
+        raise KeyboardInterrupt                 # its frame holds the coroutine
+
+    _run_signals = []
+    real = _run.Signals
+
+    class Recorded(real):
+        def __enter__(self):
+            _run_signals.append(self)
+            return super().__enter__()
+
+    monkeypatch.setattr(cli, "Signals", Recorded)
+    monkeypatch.setattr("daskrnmf.cli._data.cmd_info", interrupted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert cli.main(["info", "anything.zarr"]) == 143
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["daskrnmf: terminated (SIGTERM); partial output and scratch removed"]

@@ -97,8 +97,9 @@ def main(argv=None):
             return command(args, parser)
         except SystemExit as exc:        # parser.error inside a command
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             signum = signals.received or signal.SIGINT
+            _drop_interrupted(exc)
             print(f"daskrnmf: {'terminated' if signum == signal.SIGTERM else 'interrupted'} "
                   f"({signal.Signals(signum).name}); partial output and scratch removed",
                   file=sys.stderr)
@@ -116,6 +117,23 @@ def main(argv=None):
             return EXIT_FAILURE
         finally:
             warnings.showwarning = shown
+
+
+def _drop_interrupted(exc):
+    """Free what the interrupted work left (the frames of ``exc``'s traceback and their
+    garbage), so that it goes before the command's last line, and silence what an
+    interruption leaves by its nature: a coroutine of an asynchronous library (zarr's
+    store calls) made and never awaited because the signal came in between.  Its
+    RuntimeWarning had been printed after "terminated (SIGTERM)" (the job log's last
+    line), when the exception was cleared at the end of the handler."""
+    import gc
+    import traceback
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="coroutine .* was never awaited",
+                                category=RuntimeWarning)
+        traceback.clear_frames(exc.__traceback__)
+        gc.collect()
 
 
 def __getattr__(name):
