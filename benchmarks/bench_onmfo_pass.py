@@ -19,7 +19,8 @@ on each other through W, so they run one at a time: the fit's time is their sum 
 what keeps the next one from starting.  Columns: the solve tasks' sum; the time before
 the first solve starts (reading the first row group, W's start); the gaps between one
 solve's end and the next one's start, split into what the worker of the next solve was
-doing then (reading or concatenating chunks, receiving data) and idle time (waiting for
+doing then (reading chunks, putting a group together and in order, receiving data) and
+idle time (waiting for
 the client, the scheduler or another worker); the time after the last solve.  Also the
 client's time waiting in ``Feed.solve`` / ``Feed.take_run`` (``solve_run`` in older
 checkouts), and the reads' and transfers' total worker time.  Numbers, not assertions;
@@ -41,7 +42,11 @@ from bench_onmfo_planted import CHUNK, K, write
 
 LIMIT = int(1.5 * 2**30)
 
-READS = ("getitem", "rechunk", "from-zarr", "original", "finalize", "chunk_checksum")
+# a row group's reading, putting together and ordering (the zarr reads' own tasks are
+# "daskrnmf-zarr-getitem-..."; "_arranged" also names "_arranged_parts", "_relaid" the copy
+# of a group held for the next pass)
+READS = ("getitem", "daskrnmf-zarr", "rechunk", "from-zarr", "original", "finalize",
+         "chunk_checksum", "_arranged", "_relaid")
 
 
 class Timer:
