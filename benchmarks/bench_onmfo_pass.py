@@ -20,8 +20,8 @@ what keeps the next one from starting.  Columns: the solve tasks' sum; the time 
 the first solve starts (reading the first row group, W's start); the gaps between one
 solve's end and the next one's start, split into what the worker of the next solve was
 doing then (reading chunks, putting a group together and in order, receiving data) and
-idle time (waiting for
-the client, the scheduler or another worker); the time after the last solve.  Also the
+idle time (waiting for the client, the scheduler or another worker); the time after the
+last solve.  Also the
 client's time waiting in ``Feed.solve`` / ``Feed.take_run`` (``solve_run`` in older
 checkouts), and the reads' and transfers' total worker time.  Numbers, not assertions;
 a loaded machine makes them noisy.
