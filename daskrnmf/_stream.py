@@ -788,8 +788,14 @@ class Feed:
             items.append((lo, hi, s, local))
         future = None
         if self.client is not None:
+            # where its group was asked to be read (_reader), a preference: the
+            # scheduler had moved a solve to the worker that had just solved the group
+            # before (idle, where the group's worker was reading the next one), and the
+            # group with it (128 MiB, 0.1 s)
+            held = self._held_on.get(self._index(c))
+            where = {} if held is None else {"workers": [held], "allow_other_workers": True}
             future = self.client.submit(_on_pieces, self._data(entry), items, fn, *args,
-                                        pure=False, priority=10)
+                                        pure=False, priority=10, **where)
             # copies of this block for later uses, deferred until now: after this run
             for relay in self._deferred.pop(c, []):
                 if isinstance(relay[0], _Relay) and any(
