@@ -536,8 +536,17 @@ class Feed:
                 workers = self._reader(c)
                 where = {} if workers is None else {"workers": workers,
                                                     "allow_other_workers": True}
-                parts = self.client.compute([self.X[a:b] for a, b in zip(cuts[:-1], cuts[1:])],
-                                            priority=priority, **where)
+                pieces = [self.X[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+                if self._reads == 1 and workers is not None:
+                    # the fit's first group, nothing else read or solved yet: its pieces
+                    # read by every worker in turn (then moved to the group's worker)
+                    every = worker_addresses(self.client)
+                    parts = [self.client.compute(piece, priority=priority,
+                                                 workers=[every[i % len(every)]],
+                                                 allow_other_workers=True)
+                             for i, piece in enumerate(pieces)]
+                else:
+                    parts = self.client.compute(pieces, priority=priority, **where)
                 both = self.client.submit(_arranged_parts, parts, self.layout(c), key[1],
                                           self.prepare, lo, self.checksums is not None,
                                           pure=False, priority=priority, **where)
