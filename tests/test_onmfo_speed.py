@@ -193,6 +193,18 @@ def test_with_a_cluster_each_group_s_task_is_queued_behind_the_one_before(
     np.testing.assert_array_equal(model.objective_history_, history)
 
 
+def _computed(ts, name):
+    """(start, stop, worker) of every run of the tasks whose key starts with ``name`` in a
+    task stream ``ts`` (distributed's ``get_task_stream``)."""
+    out = []
+    for t in ts.data:
+        key = t["key"][0] if isinstance(t["key"], tuple) else t["key"]
+        if str(key).startswith(name):
+            out += [(s["start"], s["stop"], t["worker"]) for s in t["startstops"]
+                    if s["action"] == "compute"]
+    return out
+
+
 def test_with_a_cluster_a_group_held_for_a_later_pass_is_put_in_its_order_after_its_solve(
         data, client, monkeypatch):
     """With a distributed Client, a row group held for the next pass is put in that
@@ -210,14 +222,7 @@ def test_with_a_cluster_a_group_held_for_a_later_pass_is_put_in_its_order_after_
     X = da.from_array(data[0], chunks=(50, -1))
     with get_task_stream(client) as ts:
         ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=0).fit(X)
-    spans = {"_relaid": [], "_on_pieces": []}
-    for t in ts.data:
-        key = t["key"][0] if isinstance(t["key"], tuple) else t["key"]
-        for name in spans:
-            if str(key).startswith(name):
-                spans[name] += [(s["start"], s["stop"], t["worker"])
-                                for s in t["startstops"] if s["action"] == "compute"]
-    relays, solves = spans["_relaid"], sorted(spans["_on_pieces"])
+    relays, solves = _computed(ts, "_relaid"), sorted(_computed(ts, "_on_pieces"))
     assert len(relays) == 2 and len(solves) == 4
     for start, _, worker in relays:     # after a solve of the group, where it is held
         assert any(w == worker and stop <= start for _, stop, w in solves)
@@ -237,14 +242,8 @@ def test_with_a_cluster_consecutive_groups_are_read_and_solved_on_different_work
     X = da.from_array(data[0], chunks=(50, -1))
     with get_task_stream(client) as ts:
         ONMFO(4, max_iter=1, tol=0, max_inner_iter=30, random_state=0).fit(X)
-    spans = {"_arranged_parts": [], "_on_pieces": []}
-    for t in ts.data:
-        key = t["key"][0] if isinstance(t["key"], tuple) else t["key"]
-        for name in spans:
-            if str(key).startswith(name):
-                spans[name] += [(s["start"], t["worker"]) for s in t["startstops"]
-                                if s["action"] == "compute"]
-    put, solved = (sorted(spans[name]) for name in ("_arranged_parts", "_on_pieces"))
+    put, solved = (sorted((start, w) for start, _, w in _computed(ts, name))
+                   for name in ("_arranged_parts", "_on_pieces"))
     assert len(put) == len(solved) == 3           # three groups, each read and solved once
     workers = [w for _, w in solved]
     assert workers[0] != workers[1] != workers[2]
