@@ -282,29 +282,17 @@ def _usable(chunk):
     return chunk
 
 
-def _arranged(block, order, use, prepare, start):
-    """A block as read, passed through ``prepare`` (if given; ``start``: its first row)
-    and put in the order ``order(use)`` (None: as stored), both where it was read
-    (:meth:`Feed._read`; the order is drawn there, not sent); a :class:`_Failed` if
-    ``prepare`` raised."""
-    if prepare is not None:
-        try:
-            block = prepare(block, start)
-        except Exception as exc:        # raised where the block is used  # noqa: BLE001
-            return _Failed(exc)
-    rows = order(use)
-    return block if rows is None else block[rows]
-
-
 def _arranged_parts(parts, order, use, prepare, start, checksum):
-    """:func:`_arranged` of the block whose rows are the arrays ``parts`` one after the
-    other (a row group's pieces of X's chunks, as read), without concatenating them
-    first: each part is checked (``prepare(part, start, n_rows=...)``, the messages
-    naming the group's rows) and copied once, to its rows' places in the order
-    ``order(use)``.  The concatenation and then the arrangement had copied a group twice
-    on the worker reading it (0.2-0.3 s of CPU for 128 MiB).  Returns the block (or a
-    :class:`_Failed`) and, with ``checksum``, the :func:`chunk_checksum` of the rows as
-    stored (else None)."""
+    """The block whose rows are the arrays ``parts`` one after the other (a row group's
+    pieces of X's chunks as read, or the block read whole), passed through ``prepare``
+    (if given: each part, ``prepare(part, start, n_rows=...)``, its messages naming the
+    block's rows from ``start``) and put in the order ``order(use)`` (None: as stored),
+    where it was read (:meth:`Feed._read`; the order is drawn there, not sent): each
+    part copied once, to its rows' places, without concatenating the parts first (the
+    concatenation and then the arrangement had copied a group twice on the worker
+    reading it, 0.2-0.3 s of CPU for 128 MiB).  Returns the block (or a :class:`_Failed`
+    if ``prepare`` raised) and, with ``checksum``, the :func:`chunk_checksum` of the rows
+    as stored (else None)."""
     parts = [np.asarray(p) for p in parts]
     n = sum(p.shape[0] for p in parts)
     total = digest_rows(parts)[:16] if checksum else None
@@ -335,13 +323,11 @@ def _arranged_parts(parts, order, use, prepare, start, checksum):
 
 
 def _read_arranged(block, order, use, prepare, start, checksum):
-    """In the reader thread: a Dask block computed and :func:`_arranged`, with the
+    """In the reader thread: a Dask block computed and :func:`_arranged_parts`, with the
     :func:`chunk_checksum` of the rows as stored when ``checksum``."""
     import dask
 
-    data = dask.compute(block)[0]
-    total = chunk_checksum(data) if checksum else None
-    return _arranged(data, order, use, prepare, start), total
+    return _arranged_parts([dask.compute(block)[0]], order, use, prepare, start, checksum)
 
 
 def _inverse(order):
@@ -449,12 +435,12 @@ class Feed:
         rearranged from it, not read again.  Rows are still asked for by their stored
         positions (``rows`` of :meth:`solve`, :meth:`submit_run`): the feed finds them.
     prepare : callable or None, default=None
-        With ``layout``: ``prepare(block, first_row)``, run on each block as it is read
-        (where it is read) before it is put in order; returns the block to keep (e.g.
-        the block itself, its values checked).  With a distributed Client it is run on
-        each piece of X's chunks that the block is made of, as
-        ``prepare(piece, first_row, n_rows=...)`` (the block's first row and row count:
-        what its messages name), and returns the piece to keep.
+        With ``layout``: ``prepare(block, first_row, n_rows=...)``, run on each block as
+        it is read (where it is read) before it is put in order; returns the block to
+        keep (e.g. the block itself, its values checked).  With a distributed Client it
+        is run on each piece of X's chunks that the block is made of (``first_row`` and
+        ``n_rows`` still the block's: what its messages name), and returns the piece to
+        keep.
     """
 
     def __init__(self, X, pieces, checksums=None, since="it was read before",

@@ -426,7 +426,7 @@ def test_a_group_held_for_the_next_pass_is_rearranged_not_read_again(monkeypatch
     reads = []
     feed = Feed(da.from_array(X, chunks=(50, -1)), pieces, bounds=unit_bounds(batches, units),
                 layout=GroupLayout(5, units, batches, True),
-                prepare=lambda block, start: reads.append(start) or block)
+                prepare=lambda block, start, **kw: reads.append(start) or block)
     unit = units[1]
     for p in (0, 1):                # wanted for both passes before either is solved
         for b in unit:
