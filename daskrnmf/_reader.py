@@ -451,15 +451,36 @@ def as_dask(z, rows):
     return row_source_as_dask(ZarrRows(z), rows, read_rows, NAME_PREFIX)
 
 
+#: Most bytes of a pickled row source held in each block's task (:func:`row_source_as_dask`)
+INLINE_SOURCE_BYTES = 2**16
+
+
+def _inline(src):
+    """Whether ``src`` goes into each block's task: a source that pickles small (a
+    store's location and metadata; not an in-memory store's values)."""
+    import pickle
+
+    try:
+        return len(pickle.dumps(src, protocol=5)) <= INLINE_SOURCE_BYTES
+    except Exception:   # not picklable: one task holds it (a process without workers)  # noqa: BLE001
+        return False
+
+
 def row_source_as_dask(src, rows, getter, prefix):
     """A row source (``shape``, ``dtype`` and a ``getter(src, index)``) as a Dask array of
     ``rows``-row blocks, each read by a task of its own: the graph holds ``src``, never
-    its values; ``prefix`` names the blocks so that :func:`release_after` knows them."""
+    its values; ``prefix`` names the blocks so that :func:`release_after` knows them.
+
+    A source that pickles small is held in each block's task (``inline_array``), not in
+    one task of its own that every read depends on: a graph of some blocks (a row group
+    of ONMFO's default batches, a pass's blocks) computed that task again wherever the
+    scheduler put it, a worker busy with a solve as often as not, and its reads on the
+    other worker waited for that solve (0.3-0.4 s, several times a pass)."""
     import dask.array as da
     from dask.base import tokenize
 
     return da.from_array(src, chunks=(rows, src.shape[1]), name=prefix + tokenize(src, rows),
-                         getitem=getter, asarray=False, fancy=False,
+                         getitem=getter, asarray=False, fancy=False, inline_array=_inline(src),
                          meta=np.empty((0, 0), dtype=src.dtype))
 
 

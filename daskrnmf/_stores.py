@@ -121,10 +121,13 @@ def input_stores(X) -> list[tuple[str, str]]:
     elif hasattr(X, "__dask_graph__"):
         arrays = []
         for value in X.__dask_graph__().values():
-            value = getattr(value, "value", value)        # a task-spec DataNode
-            value = getattr(value, "array", value)        # daskrnmf._reader.ZarrRows
-            if isinstance(value, zarr.Array):
-                arrays.append(value)
+            # a task-spec DataNode (a source in a task of its own), or a read's Task whose
+            # arguments hold the source (dask.array.from_array(..., inline_array=True))
+            for value in (value, *getattr(value, "args", ())):
+                value = getattr(value, "value", value)
+                value = getattr(value, "array", value)    # daskrnmf._reader.ZarrRows
+                if isinstance(value, zarr.Array) and not any(value is a for a in arrays):
+                    arrays.append(value)
     else:
         return []
     out = []
