@@ -120,10 +120,11 @@ class _Stream:
             raise ValueError(f"its alpha_R_ {a!r} is not the parameter alpha_R="
                              f"{self.model.alpha_R!r}.")
 
-    def submit_run(self, p, j, state):
+    def submit_run(self, p, j, state, reset=None):
         """Submit the task of default batches from position ``j`` of pass ``p`` to the
         end of their row group (at most as many as bound the states it returns), from
-        ``state`` (a future: the state after the run before); returns its handle."""
+        ``state`` (a dict, or the future of the run before's results: the state after
+        them, ``reset`` as :func:`state_after`'s); returns its handle."""
         m = self.model
         k, d = m.n_components, self.feed.X.shape[1]     # the states a task returns: bounded
         size = 8 * (3 * k * d + k * k + (d * k * k if m._allow_nan else 0))
@@ -137,7 +138,8 @@ class _Stream:
             batch_rows(self.seed, p, self.units, self.batches, c) if m.shuffle else None
             for c in group]
         return self.feed.submit_run(group, solve_batches_sent, state, spec,
-                                    m._update_spec(), rows=rows, use=p, laid_out=laid_out)
+                                    m._update_spec(), reset, rows=rows, use=p,
+                                    laid_out=laid_out)
 
     def step(self, run, active):
         """One batch: its codes and outliers solved where it is read, its statistics
@@ -193,16 +195,18 @@ class _Stream:
                     # this one then comes while the next is solved; its group is one of
                     # those read ahead).  Not while W may still start from a later
                     # batch: a run of all-missing batches ends early (solve_batches)
+                    # It is given this one's future and takes its start from its
+                    # results itself (:func:`solve_batches_sent`): a task of its own
+                    # for the state (where this one ran) waited there behind the read
+                    # that worker started next, 0.03-0.06 s a group
                     nxt = j + len(task.batches)
                     if nxt < nb:
-                        self.queued = ((p, nxt), self.submit_run(
-                            p, nxt, feed.then(task, state_after)))
+                        self.queued = ((p, nxt), self.submit_run(p, nxt, task.future))
                     elif p + 1 < m.max_iter:
                         # the next pass's first run, from the state that pass starts
                         # with (the driver may stop at this pass's end: it is cancelled)
-                        start = functools.partial(state_after, reset=m.reset_statistics)
                         self.queued = ((p + 1, 0), self.submit_run(
-                            p + 1, 0, feed.then(task, start)))
+                            p + 1, 0, task.future, reset=m.reset_statistics))
                 done = feed.take_run(task)
                 self.solved.clear()
                 self.solved.update(((p, j + i), r) for i, r in enumerate(done))
@@ -298,15 +302,18 @@ def pass_error(half):
     return float(np.sqrt(var / m) / mean) if mean > 0 else float("nan")
 
 
-def solve_batches_sent(pieces, state, spec, upd):
+def solve_batches_sent(pieces, state, spec, upd, reset=None):
     """:func:`~daskrnmf.models._outliers.solve_batches` from a ``state`` sent to this
-    worker (by the client, or by the worker of the run before), its arrays copied first:
+    worker by the client, or from the results of the run before (a list: its
+    :func:`state_after`, ``reset`` as there) sent by its worker, the arrays copied first:
     an array unpickled from a message may lie at any byte offset (a float64 W at an
     offset of 4 bytes was seen), where the compiled solves round otherwise; copies are
     allocated as any array is, so the same batches give the same bits wherever the run
     before was solved.  Each batch is solved with the threads this process may use
     (:func:`daskrnmf._stream.process_threads`: a worker's own thread count, the task
     running alone there; the same bits whatever their number)."""
+    if isinstance(state, list):
+        state = state_after(state, reset)
     state = {key: np.array(value) if isinstance(value, np.ndarray) else value
              for key, value in state.items()}
     spec = dataclasses.replace(spec, threads=process_threads())
