@@ -23,8 +23,8 @@ stored:
   one after the other in one task where it was read (:meth:`Feed.submit_run`), the model's
   state updated between them there, so a pass makes one round trip a group, not a batch.
   With a distributed Client the model queues the next group's task behind the one being
-  solved (:meth:`Feed.submit_run` from :meth:`Feed.then`, the state after it, a future):
-  the workers go from one group to the next without waiting for the client, which takes
+  solved (:meth:`Feed.submit_run` given the run before's future, from whose results it
+  starts): the workers go from one group to the next without waiting for the client, which takes
   each result (:meth:`Feed.take_run`) while the next group is solved.  The reads are
   prioritised in the order they are wanted, below the solves.  A batch takes the rows of its
   slot in a seeded random permutation of its group's rows drawn anew at every pass
@@ -344,6 +344,16 @@ class _Relay:
         self.data, self.c, self.held, self.use = data, c, held, use
 
 
+class _Unread:
+    """A row group's read not yet submitted (:meth:`Feed._read`): it waits for the run of
+    the group its worker solves before it to be taken (:meth:`Feed.take_run`), or for
+    its data to be asked for (:meth:`Feed._data`)."""
+
+    def __init__(self, c, use, workers, priority, first):
+        self.c, self.use, self.workers, self.priority = c, use, workers, priority
+        self.first = first          # the feed's first read
+
+
 def _relaid(data, order, held, use, *after):
     """A block's ``data``, kept in the order ``order(held)``, put in the order
     ``order(use)`` (where it is); ``after``: futures it was made to wait for (unused)."""
@@ -470,6 +480,9 @@ class Feed:
         # held block key -> entries of copies for other uses waiting for its run
         # (:meth:`_rearranged`)
         self._deferred = {}
+        # chunk key -> entries of row groups whose reads wait for its run to be taken
+        # (_read)
+        self._unread = {}
         self._reads = 0            # blocks read so far (their reads' priorities)
         # row groups with a Client (_reader): the worker of the group wanted last, and
         # the worker each group was asked to be read on
@@ -515,32 +528,24 @@ class Feed:
             self._reads += 1
             priority = -1 - self._reads
             if laid:
-                # X's chunks' pieces read, then checked and put in order in one copy
-                # where the group is put together (_arranged_parts)
-                edges = np.cumsum((0,) + tuple(self.X.chunks[0]))
-                cuts = [lo] + [int(e) for e in edges if lo < e < hi] + [hi]
                 workers = self._reader(c)
-                where = {} if workers is None else {"workers": workers,
-                                                    "allow_other_workers": True}
-                pieces = [self.X[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
-                if self._reads == 1 and workers is not None:
-                    # the fit's first group, nothing else read or solved yet: its pieces
-                    # read by every worker in turn (then moved to the group's worker)
-                    every = worker_addresses(self.client)
-                    parts = [self.client.compute(piece, priority=priority,
-                                                 workers=[every[i % len(every)]],
-                                                 allow_other_workers=True)
-                             for i, piece in enumerate(pieces)]
+                unread = _Unread(c, key[1], workers, priority, self._reads == 1)
+                entry = [unread, 0, None, False, laid]
+                # the group wanted first of those still to be solved on its worker
+                before = next((k for k in self.chunks if workers is not None
+                               and self._held_on.get(self._index(k)) == workers[0]), None)
+                if before is not None:
+                    # its worker has a group to solve first: the read is submitted when
+                    # that group's run is taken (the worker is then free).  Queued there
+                    # behind the run, an idle worker took some of its pieces (work
+                    # stealing; the preference is loose) and read them for it, or held
+                    # one behind its own solve that the group then waited for (0.1-0.3 s
+                    # a pass); and a fit's first solve waited for its worker's reads of
+                    # the group after (0.1-0.2 s)
+                    self._unread.setdefault(before, []).append(entry)
                 else:
-                    parts = self.client.compute(pieces, priority=priority, **where)
-                both = self.client.submit(_arranged_parts, parts, self.layout(c), key[1],
-                                          self.prepare, lo, self.checksums is not None,
-                                          pure=False, priority=priority, **where)
-                data = self.client.submit(operator.getitem, both, 0, pure=False,
-                                          priority=priority)
-                total = (None if self.checksums is None else self.client.submit(
-                    operator.getitem, both, 1, pure=False, priority=priority))
-                return [data, 0, total, False, laid]
+                    self._submit_read(entry)
+                return entry
             data = self.client.compute(block, priority=priority)
             total = (None if self.checksums is None else
                      self.client.submit(chunk_checksum, data, pure=False, priority=priority))
@@ -576,6 +581,35 @@ class Feed:
         i = next((i for i, w in enumerate(workers) if last is not None and w > last), 0)
         self._last_worker = self._held_on[c] = workers[i]
         return [self._last_worker]
+
+    def _submit_read(self, entry):
+        """Submit the read of a row group's :class:`_Unread` ``entry``: X's chunks' pieces
+        read, then checked and put in order in one copy where the group is put together
+        (:func:`_arranged_parts`), on its worker (a preference)."""
+        unread = entry[0]
+        c, workers, priority = unread.c, unread.workers, unread.priority
+        lo, hi = int(self.bounds[c]), int(self.bounds[c + 1])
+        edges = np.cumsum((0,) + tuple(self.X.chunks[0]))
+        cuts = [lo] + [int(e) for e in edges if lo < e < hi] + [hi]
+        where = {} if workers is None else {"workers": workers, "allow_other_workers": True}
+        pieces = [self.X[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+        if unread.first and workers is not None:
+            # the fit's first group, nothing else read or solved yet: its pieces read by
+            # every worker in turn (then moved to the group's worker)
+            every = worker_addresses(self.client)
+            parts = [self.client.compute(piece, priority=priority,
+                                         workers=[every[i % len(every)]],
+                                         allow_other_workers=True)
+                     for i, piece in enumerate(pieces)]
+        else:
+            parts = self.client.compute(pieces, priority=priority, **where)
+        both = self.client.submit(_arranged_parts, parts, self.layout(c), unread.use,
+                                  self.prepare, lo, self.checksums is not None,
+                                  pure=False, priority=priority, **where)
+        entry[0] = self.client.submit(operator.getitem, both, 0, pure=False,
+                                      priority=priority)
+        entry[2] = (None if self.checksums is None else self.client.submit(
+            operator.getitem, both, 1, pure=False, priority=priority))
 
     def _rearranged(self, other, entry, c, use):
         """A chunk entry of block ``c`` for ``use``, put in its order from the data a
@@ -633,6 +667,8 @@ class Feed:
         unpacked into the entry."""
         if isinstance(entry[0], _Relay):  # a deferred copy, wanted now
             self._submit_relay(entry)
+        elif isinstance(entry[0], _Unread):   # a read waiting for a run, wanted now
+            self._submit_read(entry)
         data, total = entry[0], entry[2]
         if total == "with-data":          # a thread's (data, checksum)
             data, total = data.result()
@@ -759,11 +795,11 @@ class Feed:
         ``laid_out``: instead, each batch is the rows the ``layout`` put at its range
         (the batches' own rows, told by the layout, not computed again here).
         Submitted, not waited for: returns its handle for :meth:`take_run` (its result;
-        the batches are then consumed) and :meth:`then`.  With a distributed Client the
-        task is queued on the worker that holds the batches' block, and ``args`` may hold
-        futures (e.g. :meth:`then` of the run before: the runs are then solved one after
-        the other on the workers, with no round trip to the client between them);
-        otherwise it runs in :meth:`take_run`."""
+        the batches are then consumed; ``.future``, with a Client).  With a distributed
+        Client the task is queued on the worker that holds the batches' block, and
+        ``args`` may hold futures (e.g. the run before's, from whose results it starts:
+        the runs are then solved one after the other on the workers, with no round trip
+        to the client between them); otherwise it runs in :meth:`take_run`."""
         for b in bs:
             self.want(b, use)
         cs = {c for b in bs for c in self.pending[use, b]}
@@ -800,12 +836,6 @@ class Feed:
         self.runs.append(run)
         return run
 
-    def then(self, run, fn):
-        """A future of ``fn(result)`` of the submitted ``run``, computed where the run
-        is (distributed Client only): e.g. the state after its last batch, the next
-        run's start."""
-        return self.client.submit(fn, run.future, pure=False, priority=10)
-
     def take_run(self, run):
         """The result of the submitted ``run`` (waiting for it); its batches are consumed
         and its block's checksum checked."""
@@ -825,6 +855,9 @@ class Feed:
             out = _on_pieces(data.result() if hasattr(data, "result") else data, run.items,
                              run.fn, *run.args)
         self.runs.remove(run)
+        for entry in self._unread.pop(run.block, []):   # its worker is free: read now
+            if isinstance(entry[0], _Unread):
+                self._submit_read(entry)
         for b in run.batches:
             self._release((run.use, b))
         return out
@@ -833,21 +866,17 @@ class Feed:
         """Cancel the runs submitted and never taken, release the chunks read ahead and
         stop the reader thread.
 
-        The runs go first, with the futures their arguments hold (:meth:`then` of the run
-        before); the chunks are then released (their futures dropped), not cancelled: a
+        The runs go first (a queued run's argument, the run before's future, is
+        released with it); the chunks are then released (their futures dropped), not cancelled: a
         chunk a queued run still depends on, cancelled while no client wants that run,
         fails an assertion in the scheduler that cancels every future of the user's
         Client (distributed 2026.7)."""
         if self.client is not None:
-            from distributed import Future
-
             for run in self.runs:       # submitted, never taken (the fit stopped)
                 run.future.cancel()
-                for arg in run.args:
-                    if isinstance(arg, Future):
-                        arg.cancel()
         self.runs.clear()
         self._deferred.clear()
+        self._unread.clear()
         self.pending.clear()
         self.chunks.clear()
         if self._pool is not None:
