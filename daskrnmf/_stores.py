@@ -120,10 +120,10 @@ def input_stores(X) -> list[tuple[str, str]]:
         arrays = [X]
     elif hasattr(X, "__dask_graph__"):
         arrays = []
-        for value in X.__dask_graph__().values():
+        for task in X.__dask_graph__().values():
             # a task-spec DataNode (a source in a task of its own), or a read's Task whose
             # arguments hold the source (dask.array.from_array(..., inline_array=True))
-            for value in (value, *getattr(value, "args", ())):
+            for value in (task, *getattr(task, "args", ())):
                 value = getattr(value, "value", value)
                 value = getattr(value, "array", value)    # daskrnmf._reader.ZarrRows
                 if isinstance(value, zarr.Array) and not any(value is a for a in arrays):
