@@ -154,6 +154,33 @@ def test_open_dask_array_is_what_the_estimators_read(tmp_path):
     np.testing.assert_array_equal(X.compute(scheduler="sync"), z[:])
 
 
+def _source_tasks(X):
+    return [k for k in dict(X.__dask_graph__())
+            if str(k[0] if isinstance(k, tuple) else k).startswith("original-")]
+
+
+def test_a_store_s_location_is_in_each_read_task_an_in_memory_store_in_one(tmp_path,
+                                                                           monkeypatch):
+    # a graph of some of X's blocks (a row group, a pass) has no task of the source's
+    # own to compute again wherever the scheduler puts it (a worker busy solving, which
+    # the reads on the other worker then waited for); a source that does not pickle
+    # small (an in-memory store's values) stays in one task
+    from daskrnmf._stores import input_stores
+
+    z = _store(tmp_path, OWN["v3-zstd"], drop=())
+    X = as_dask(z, 250)
+    assert not _source_tasks(X[300:800])
+    np.testing.assert_array_equal(X[300:800].compute(scheduler="sync"), z[300:800])
+    assert input_stores(X) == [(os.path.realpath(str(tmp_path / "x.zarr")), "input")]
+    m = zarr.create_array(zarr.storage.MemoryStore(), shape=X.shape, chunks=(100, 7),
+                          dtype="f8")
+    m[:] = np.asarray(z[:])
+    monkeypatch.setattr(_reader, "INLINE_SOURCE_BYTES", 1000)     # X's values pickle above
+    M = as_dask(m, 250)
+    assert len(_source_tasks(M[300:800])) == 1
+    np.testing.assert_array_equal(M[300:800].compute(scheduler="sync"), z[300:800])
+
+
 def test_buffers_are_released_after_a_fit_even_when_the_cluster_is_gone(tmp_path, monkeypatch):
     from daskrnmf import _blocks
 

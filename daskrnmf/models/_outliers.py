@@ -370,27 +370,35 @@ def take_batch(state, st, upd):
 
 
 def _columns(dicts):
-    """The values of dicts with the same keys, key by key: an array stacked from arrays
-    of one shape and dtype, else a list."""
+    """The values of dicts with the same keys, key by key: arrays of one shape and dtype
+    (some of them None, e.g. ``Bm`` before a batch with missing values) as one stacked
+    array and which dicts have one, other values as a list."""
     out = {}
     for key in dicts[0]:
         values = [d[key] for d in dicts]
-        first = values[0]
+        arrays = [v for v in values if v is not None]
+        first = arrays[0] if arrays else None
         if isinstance(first, np.ndarray) and all(
                 isinstance(v, np.ndarray) and v.shape == first.shape
-                and v.dtype == first.dtype for v in values):
-            out[key] = np.stack(values)
+                and v.dtype == first.dtype for v in arrays):
+            out[key] = (np.array([v is not None for v in values]), np.stack(arrays))
         else:
             out[key] = values
     return out
 
 
 def _rows(columns, n):
-    """The dicts :func:`_columns` was given (a stacked array's rows, writeable copies of
-    the message's buffers)."""
-    columns = {key: np.array(v) if isinstance(v, np.ndarray) else v
-               for key, v in columns.items()}
-    return [{key: v[i] for key, v in columns.items()} for i in range(n)]
+    """The dicts :func:`_columns` was given (a stacked array's rows: writeable copies of
+    the message's buffers, each dict's its own)."""
+    values = {}
+    for key, column in columns.items():
+        if isinstance(column, tuple):
+            present, stack = column
+            rows = iter(np.array(stack))
+            values[key] = [next(rows) if has else None for has in present]
+        else:
+            values[key] = column
+    return [{key: v[i] for key, v in values.items()} for i in range(n)]
 
 
 def _unpack_results(figures, states, n):
