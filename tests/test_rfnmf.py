@@ -416,7 +416,18 @@ def test_masked_distances_match_numpy():
         np.testing.assert_allclose(distances(X, C[0], metric), want[:, 0], rtol=1e-12)
 
 
-def test_medians_from_previous_ones_equal_fresh_selection():
+@pytest.fixture(params=["compiled", "numpy"])
+def median_path(request, monkeypatch):
+    """Group medians by the compiled selection, or by NumPy (small inputs,
+    :data:`~daskrnmf.kernels.median_select.SMALL_VALUES`)."""
+    from daskrnmf.kernels import median_select
+
+    if request.param == "compiled":
+        monkeypatch.setattr(median_select, "SMALL_VALUES", -1)
+    return request.param
+
+
+def test_medians_from_previous_ones_equal_fresh_selection(median_path):
     """cluster_medians keeps the medians of unchanged clusters and counts / selects the
     others around the previous medians: the same values as a fresh selection and as
     numpy.median, on tied, heavy-tailed and missing data, with guesses exact, near, far
@@ -469,7 +480,7 @@ def test_medians_from_previous_ones_equal_fresh_selection():
                 fresh32)
 
 
-def test_group_medians_skip_missing_values():
+def test_group_medians_skip_missing_values(median_path):
     from daskrnmf.kernels.median_select import group_medians
 
     rng = np.random.default_rng(5)

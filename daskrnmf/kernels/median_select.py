@@ -30,9 +30,17 @@ def _group_order(labels, n_groups, order, ends, fill):
         fill[labels[i]] += 1
 
 
+#: Group medians of at most this many values (and the group order of at most this many
+#: rows) are NumPy's: a first fit on small data compiles no selection kernel (RFNMF L1's
+#: first fit with an empty cache spent 1.2 of its 2.0 s of compile on them, on 300 x 12
+#: data whose medians NumPy takes in well under a millisecond an iteration)
+SMALL_VALUES = 2**16
+
+
 def group_order(labels, n_groups):
     """The rows sorted by group, stably (``np.argsort(labels, kind="stable")``) and the
-    cumulative group sizes, by one counting sort.
+    cumulative group sizes, by one counting sort (NumPy's stable sort for at most
+    :data:`SMALL_VALUES` rows: the same order).
 
     Parameters
     ----------
@@ -45,6 +53,9 @@ def group_order(labels, n_groups):
     ends : ndarray of int64 (n_groups,)
     """
     labels = np.ascontiguousarray(labels, dtype=np.int64)
+    if labels.shape[0] <= SMALL_VALUES:
+        return (np.argsort(labels, kind="stable").astype(np.int64, copy=False),
+                np.cumsum(np.bincount(labels, minlength=n_groups)[:n_groups]).astype(np.int64))
     order = np.empty(labels.shape[0], dtype=np.int64)
     ends = np.zeros(n_groups, dtype=np.int64)
     _group_order(labels, n_groups, order, ends, np.empty(n_groups, dtype=np.int64))
@@ -76,7 +87,11 @@ def group_medians(Xt, order, ends, out, pivots=None, X=None):
     is selected, among the values on its side.  The result does not depend on the
     guess.  Measured on digits-size data with the exact medians as guesses: 0.09 ms a
     call, 1.35 ms without a guess and 0.37 ms with the three-way split it replaced.
+    At most :data:`SMALL_VALUES` values: NumPy's medians (:func:`_group_medians_numpy`,
+    the same numbers), nothing compiled.
     """
+    if Xt.size <= SMALL_VALUES:
+        return _group_medians_numpy(Xt, order, ends, out)
     if pivots is None:
         pivots = np.full(out.shape, np.nan)
     if X is None:       # the guesses are counted by rows of X
@@ -88,6 +103,28 @@ def group_medians(Xt, order, ends, out, pivots=None, X=None):
     _group_medians(Xt, np.asarray(order, dtype=np.int64), ends, out,
                    np.ascontiguousarray(pivots, dtype=np.float64), X, np.empty(m_max),
                    np.empty(m_max), np.empty((3, d), dtype=np.int64), np.empty(d), np.empty(d))
+    return out
+
+
+def _group_medians_numpy(Xt, order, ends, out):
+    """:func:`group_medians` by :func:`numpy.median` (:func:`numpy.nanmedian` for a
+    group with NaN values; a feature a group does not observe keeps ``out``)."""
+    import warnings
+
+    a = 0
+    for g, e in enumerate(np.asarray(ends, dtype=np.int64)):
+        if e > a:
+            values = Xt[:, order[a:e]]
+            missing = np.isnan(values)
+            if not missing.any():
+                out[g] = np.median(values, axis=1)
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)   # all-NaN features
+                    medians = np.nanmedian(values, axis=1)
+                seen = ~missing.all(axis=1)
+                out[g, seen] = medians[seen]
+        a = e
     return out
 
 
