@@ -455,15 +455,32 @@ def as_dask(z, rows):
 INLINE_SOURCE_BYTES = 2**16
 
 
+class _PickleSize:
+    """A file that counts the bytes pickled into it and stops the pickling (raises)
+    once they are more than :data:`INLINE_SOURCE_BYTES`: nothing is kept."""
+
+    def __init__(self):
+        self.n = 0
+
+    def write(self, b):
+        self.n += memoryview(b).nbytes
+        if self.n > INLINE_SOURCE_BYTES:
+            raise OverflowError("too big to inline")
+        return len(b)
+
+
 def _inline(src):
     """Whether ``src`` goes into each block's task: a source that pickles small (a
-    store's location and metadata; not an in-memory store's values)."""
+    store's location and metadata; not an in-memory store's values).  Its pickle is
+    counted, not kept, and stopped at :data:`INLINE_SOURCE_BYTES`: an in-memory store
+    was pickled whole, a copy of its values on the client, only to be found too big."""
     import pickle
 
     try:
-        return len(pickle.dumps(src, protocol=5)) <= INLINE_SOURCE_BYTES
-    except Exception:   # not picklable: one task holds it (a process without workers)  # noqa: BLE001
+        pickle.Pickler(_PickleSize(), protocol=5).dump(src)
+    except Exception:   # too big, or not picklable: one task holds it  # noqa: BLE001
         return False
+    return True
 
 
 def row_source_as_dask(src, rows, getter, prefix):

@@ -384,3 +384,23 @@ def test_a_fit_stopped_with_runs_queued_leaves_the_clients_futures(client, stop)
     time.sleep(0.5)                     # (the scheduler's cancel is asynchronous)
     assert client.submit(np.sum, mine).result(timeout=30) == 45
     assert ONMFO(3, max_iter=1, tol=0, random_state=0).fit(X).n_passes_ == 1
+
+
+def test_a_run_s_states_come_back_each_its_own_array_not_a_view_of_the_stack():
+    # the last batch's W of a run becomes the fitted components_: a row of the stacked
+    # W of the run held every batch's W with it (RUN_STATE_BYTES / 3 for k x d)
+    from distributed.protocol import dumps, loads, to_serialize
+
+    from daskrnmf.models._outliers import RunResults
+
+    rng = np.random.default_rng(0)
+    out = RunResults(({"loss": 0.0, "n": 1, "rounds": 1, "observed": 6},
+                      {"W": rng.random((2, 3)), "A": rng.random((2, 3)), "B": rng.random((2, 2)),
+                       "C": rng.random((2, 3)), "Bm": None, "n_stat": i, "n_observed": i})
+                     for i in range(8))
+    back = loads(dumps({"data": to_serialize(out)}))["data"]
+    for (_, s0), (_, s1) in zip(out, back):
+        for key in "WABC":
+            np.testing.assert_array_equal(s1[key], s0[key])
+            assert s1[key].base is None or s1[key].base.nbytes == s1[key].nbytes
+            assert s1[key].flags.writeable and s1[key].flags.owndata

@@ -285,3 +285,24 @@ def test_float16_and_big_endian_zarr_input_fit_as_numpy_input_does(tmp_path, dty
     want = NMF(**kw).fit(data.astype(dtype))        # NumPy: scikit-learn's float64
     assert got.components_.dtype == want.components_.dtype == np.float64
     np.testing.assert_allclose(got.components_, want.components_, rtol=1e-10)
+
+
+def test_an_in_memory_store_is_not_pickled_whole_to_learn_it_is_too_big():
+    # whether a source goes into each read task is told by its pickle's size, counted
+    # and stopped at INLINE_SOURCE_BYTES: an in-memory store's values were pickled whole
+    # on the client (a copy of X) to find them too big
+    import tracemalloc
+
+    m = zarr.create_array(zarr.storage.MemoryStore(), shape=(2000, 500), chunks=(500, 500),
+                          dtype="f8", compressors=None)
+    m[:] = np.random.default_rng(0).random(m.shape)        # 8 MB, uncompressed
+    src = ZarrRows(m)
+    tracemalloc.start()
+    try:
+        assert not _reader._inline(src)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+    small = zarr.create_array(zarr.storage.MemoryStore(), shape=(20, 5), dtype="f8")
+    assert _reader._inline(ZarrRows(small))

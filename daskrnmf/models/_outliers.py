@@ -389,12 +389,13 @@ def _columns(dicts):
 
 def _rows(columns, n):
     """The dicts :func:`_columns` was given (a stacked array's rows: writeable copies of
-    the message's buffers, each dict's its own)."""
+    the message's buffers, each an array of its own, not a view of the stack: the
+    fitted ``components_``, the last batch's W, held every batch's W of its run)."""
     values = {}
     for key, column in columns.items():
         if isinstance(column, tuple):
             present, stack = column
-            rows = iter(np.array(stack))
+            rows = (np.array(row) for row in stack)
             values[key] = [next(rows) if has else None for has in present]
         else:
             values[key] = column
