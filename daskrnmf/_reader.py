@@ -40,6 +40,7 @@ where the client re-raises it as it is.
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import threading
 from dataclasses import dataclass
@@ -474,8 +475,6 @@ def _inline(src):
     store's location and metadata; not an in-memory store's values).  Its pickle is
     counted, not kept, and stopped at :data:`INLINE_SOURCE_BYTES`: an in-memory store
     was pickled whole, a copy of its values on the client, only to be found too big."""
-    import pickle
-
     try:
         pickle.Pickler(_PickleSize(), protocol=5).dump(src)
     except Exception:   # too big, or not picklable: one task holds it  # noqa: BLE001
@@ -497,8 +496,8 @@ def row_source_as_dask(src, rows, getter, prefix):
     from dask.base import tokenize
 
     return da.from_array(src, chunks=(rows, src.shape[1]), name=prefix + tokenize(src, rows),
-                         getitem=getter, asarray=False, fancy=False, inline_array=_inline(src),
-                         meta=np.empty((0, 0), dtype=src.dtype))
+                         getitem=getter, asarray=False, fancy=False,
+                         inline_array=_inline(src), meta=np.empty((0, 0), dtype=src.dtype))
 
 
 def release_after(X):

@@ -24,8 +24,8 @@ stored:
   state updated between them there, so a pass makes one round trip a group, not a batch.
   With a distributed Client the model queues the next group's task behind the one being
   solved (:meth:`Feed.submit_run` given the run before's future, from whose results it
-  starts): the workers go from one group to the next without waiting for the client, which takes
-  each result (:meth:`Feed.take_run`) while the next group is solved.  The reads are
+  starts): the workers go from one group to the next without waiting for the client,
+  which takes each result (:meth:`Feed.take_run`) while the next group is solved.  The reads are
   prioritised in the order they are wanted, below the solves.  A batch takes the rows of its
   slot in a seeded random permutation of its group's rows drawn anew at every pass
   (:func:`batch_rows`): data stored sorted (by class, by time) does not give batches of
@@ -34,7 +34,8 @@ stored:
   batch as a slice, neither gathering its rows nor checking them (an eighth of its time
   at 64 features).  With a distributed Client consecutive groups are asked to be read on
   different workers (:meth:`Feed._reader`), each put together from its pieces of X's
-  chunks and put in order in one copy there (:func:`_arranged_parts`), and a group held
+  chunks and put in order in one copy there (:func:`_arranged_parts`), its read submitted
+  once that worker has no other group to solve first (:class:`_Unread`), and a group held
   for the next pass is put in that pass's order after the run that solves it there.
 
 A ``batch_size`` set by the user is taken exactly: batches of that many contiguous rows,
@@ -867,8 +868,8 @@ class Feed:
         stop the reader thread.
 
         The runs go first (a queued run's argument, the run before's future, is
-        released with it); the chunks are then released (their futures dropped), not cancelled: a
-        chunk a queued run still depends on, cancelled while no client wants that run,
+        released with it); the chunks are then released (their futures dropped), not
+        cancelled: a chunk a queued run still depends on, cancelled while no client wants that run,
         fails an assertion in the scheduler that cancels every future of the user's
         Client (distributed 2026.7)."""
         if self.client is not None:

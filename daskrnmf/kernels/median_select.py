@@ -11,6 +11,8 @@ mergeable rounds of :mod:`daskrnmf.kernels.median_rounds`, end in.  The median o
 values is :func:`numpy.median`'s.
 """
 
+import warnings
+
 import numpy as np
 from numba import njit
 
@@ -54,8 +56,9 @@ def group_order(labels, n_groups):
     """
     labels = np.ascontiguousarray(labels, dtype=np.int64)
     if labels.shape[0] <= SMALL_VALUES:
+        sizes = np.bincount(labels, minlength=n_groups)[:n_groups]
         return (np.argsort(labels, kind="stable").astype(np.int64, copy=False),
-                np.cumsum(np.bincount(labels, minlength=n_groups)[:n_groups]).astype(np.int64))
+                np.cumsum(sizes).astype(np.int64))
     order = np.empty(labels.shape[0], dtype=np.int64)
     ends = np.zeros(n_groups, dtype=np.int64)
     _group_order(labels, n_groups, order, ends, np.empty(n_groups, dtype=np.int64))
@@ -109,8 +112,6 @@ def group_medians(Xt, order, ends, out, pivots=None, X=None):
 def _group_medians_numpy(Xt, order, ends, out):
     """:func:`group_medians` by :func:`numpy.median` (:func:`numpy.nanmedian` for a
     group with NaN values; a feature a group does not observe keeps ``out``)."""
-    import warnings
-
     a = 0
     for g, e in enumerate(np.asarray(ends, dtype=np.int64)):
         if e > a:

@@ -411,7 +411,8 @@ class RunResults(list):
     (W, A, B, C of every batch, each one array): sent to the next run's worker and to
     the client, a list of dicts of small arrays was about 640 frames at 128 batches
     (6 ms to serialize on a busy worker, 16-40 ms a transfer), stacked it is a dozen.
-    The values come back equal, each state's arrays its own (rows of the stacks)."""
+    The values come back equal, each state's arrays its own (copies of the stacks'
+    rows)."""
 
     def __reduce__(self):
         if not self:
