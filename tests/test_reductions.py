@@ -351,3 +351,56 @@ def test_label_counts_equal_their_numpy_twin(labels, chunks):
 
     got = label_counts(da.from_array(labels, chunks=chunks))
     assert got == dict(Counter(labels.tolist()))
+
+
+def _sums_chunk(block, start, state=None):
+    """Column sums and the block's first row index; with ``state`` (the previous pass's
+    per-block state) that state added, and the new state kept."""
+    out = {"sum": np.asarray(block, dtype=np.float64).sum(0), "starts": [start]}
+    if state is None:
+        return out
+    return out, state + out["sum"]
+
+
+def _sums_combine(parts):
+    return {"sum": np.sum([p["sum"] for p in parts], axis=0),
+            "starts": [s for p in parts for s in p["starts"]]}
+
+
+def test_pass_reads_each_block_in_the_block_task(client, tmp_path, rng):
+    """A Zarr source's read runs inside the block's task: no read task of its own (which
+    the scheduler placed on one worker and the block's task on the other, moving the
+    block), the same numbers as NumPy, a chained state included; an array whose blocks
+    depend on another task (a source in a task of its own) keeps its graph."""
+    import zarr
+    from distributed import get_task_stream
+
+    from daskrnmf._reader import NAME_PREFIX, as_dask
+
+    X = rng.normal(size=(700, 5)).astype(np.float32)
+    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=X.shape, chunks=(64, 5),
+                        dtype=X.dtype)
+    z[:] = X
+    blocks = RowBlocks(as_dask(zarr.open_array(str(tmp_path / "x.zarr"), mode="r"), 100))
+    assert all(r is not None for r in blocks._reads)
+    twin = RowBlocks(X, block_rows=100)
+    with get_task_stream(client) as ts:
+        out = blocks.map_reduce(_sums_chunk, _sums_combine)
+        st = blocks.per_block(np.zeros, [5] * blocks.n_blocks)
+        _, st = blocks.map_reduce(_sums_chunk, _sums_combine, state=st, keep_state=True)
+        res, st = blocks.map_reduce(_sums_chunk, _sums_combine, state=st, keep_state=True)
+        final = blocks.gather(st)
+    names = {str(t["key"][0] if isinstance(t["key"], tuple) else t["key"]) for t in ts.data}
+    assert not [n for n in names if n.startswith(NAME_PREFIX)], names
+    assert any(n.startswith("_sums_chunk") for n in names)
+    ref = twin.map_reduce(_sums_chunk, _sums_combine)
+    np.testing.assert_array_equal(out["sum"], ref["sum"])
+    assert out["starts"] == ref["starts"] == list(range(0, 700, 100))
+    np.testing.assert_array_equal(res["sum"], ref["sum"])
+    np.testing.assert_array_equal(final, np.concatenate(
+        [2 * X[s:s + 100].astype(np.float64).sum(0) for s in range(0, 700, 100)]))
+    # blocks that need another task (the array in a task of its own): kept as they are
+    held = RowBlocks(da.from_array(X, chunks=(100, 5), inline_array=False))
+    assert all(r is None for r in held._reads)
+    np.testing.assert_array_equal(held.map_reduce(_sums_chunk, _sums_combine)["sum"],
+                                  ref["sum"])
