@@ -580,7 +580,10 @@ def _reads_inline(outs, calls, blocks, reads):
             continue
         dsk[call.key] = dsk[call.key].substitute({block.key: read})
         inlined.add(block.key)
-    for key in inlined:
+    # a read no other task needs leaves the graph (one another task needs, a state made
+    # from X's blocks, stays and runs as before)
+    needed = set().union(*(t.dependencies for t in dsk.values() if hasattr(t, "dependencies")))
+    for key in inlined - needed:
         dsk.pop(key, None)
     return [Delayed(o.key, dsk) for o in outs]
 

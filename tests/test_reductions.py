@@ -362,6 +362,10 @@ def _sums_chunk(block, start, state=None):
     return out, state + out["sum"]
 
 
+def _row_sums_state(block):
+    return np.asarray(block, dtype=np.float64).sum(0)
+
+
 def _sums_combine(parts):
     return {"sum": np.sum([p["sum"] for p in parts], axis=0),
             "starts": [s for p in parts for s in p["starts"]]}
@@ -398,6 +402,12 @@ def test_pass_reads_each_block_in_the_block_task(client, tmp_path, rng):
     assert out["starts"] == ref["starts"] == list(range(0, 700, 100))
     np.testing.assert_array_equal(res["sum"], ref["sum"])
     np.testing.assert_array_equal(final, np.concatenate(
+        [2 * X[s:s + 100].astype(np.float64).sum(0) for s in range(0, 700, 100)]))
+    # a state made from X's blocks still reads them in tasks of its own
+    made = blocks.per_block(_row_sums_state, blocks._blocks)
+    res, st = blocks.map_reduce(_sums_chunk, _sums_combine, state=made, keep_state=True)
+    np.testing.assert_array_equal(res["sum"], ref["sum"])
+    np.testing.assert_array_equal(blocks.gather(st), np.concatenate(
         [2 * X[s:s + 100].astype(np.float64).sum(0) for s in range(0, 700, 100)]))
     # blocks that need another task (the array in a task of its own): kept as they are
     held = RowBlocks(da.from_array(X, chunks=(100, 5), inline_array=False))
