@@ -21,7 +21,9 @@ the first solve starts (reading the first row group, W's start); the gaps betwee
 solve's end and the next one's start, split into what the worker of the next solve was
 doing then (reading chunks, putting a group together and in order, receiving data) and
 idle time (waiting for the client, the scheduler or another worker); the time after the
-last solve.  Also the
+last solve; and each pass's own samples/s over the read pass's (the first pass from the
+fit's start, each later one from the moment the client took the pass before's last
+batch).  Also the
 client's time waiting in ``Feed.solve`` / ``Feed.take_run`` (``solve_run`` in older
 checkouts), and the reads' and transfers' total worker time.  Numbers, not assertions;
 a loaded machine makes them noisy.
@@ -133,9 +135,16 @@ def one(store, client, timer, passes):
     best = None
     for _ in range(2):
         timer.reset()
+        ends = {}       # pass -> the fit's elapsed seconds when its last batch was taken
+
+        def record(info, ends=ends):
+            if info.get("event") == "iteration" and "pass" in info:
+                ends[int(info["pass"])] = float(info["elapsed"])
+
         with get_task_stream(client) as ts:
             t0 = time.time()
-            model = ONMFO(K, max_iter=passes, tol=0, random_state=0).fit(store)
+            model = ONMFO(K, max_iter=passes, tol=0, random_state=0,
+                          callback=record).fit(store)
             t1 = time.time()
         events = []
         for t in ts.data:
@@ -148,8 +157,20 @@ def one(store, client, timer, passes):
             best = {**f, "timer": dict(timer.sec), "calls": dict(timer.calls),
                     "n_steps": int(model.n_steps_), "passes": passes,
                     "objective": [float(h) for h in model.objective_history_],
-                    "W": model.components_.tolist(), "read": read}
+                    "W": model.components_.tolist(), "read": read,
+                    "pass_seconds": [b - a for a, b in
+                                     itertools.pairwise([0.0] + [ends[p] for p in sorted(ends)])]}
     return best
+
+
+def each(f):
+    """Each pass's samples/s over the read pass's, with its seconds: from the fit's start
+    (the first pass pays for reading the first row group) to the moment the client took
+    the pass's last batch, then from one pass's last batch to the next one's."""
+    sec = f.get("pass_seconds")
+    if not sec:
+        return "-"
+    return ", ".join(f"{f['read'] / t:.3f} ({t:.2f} s)" for t in sec)
 
 
 def main():
@@ -204,15 +225,16 @@ def main():
          "before the first solve (s) | gaps: reading on the next solve's worker (s) | "
          "gaps: receiving data (s) | gaps: idle (s) | after the last solve (s) | "
          "client waiting (s) | reads, all workers (s) | transfers, all workers (s) | "
-         "objective per pass |")
-    emit("|---:|---|" + "---:|" * 13)
+         "each pass vs read (its seconds) | objective per pass |")
+    emit("|---:|---|" + "---:|" * 14)
     for (d, label), f in sorted({**old, **results}.items(), key=lambda kv: kv[0][0]):
         per_pass = f["wall"] / max(f.get("passes", 1), 1)
         emit(f"| {d} | {label} | {f['read']:.2f} | {f['wall']:.2f} | "
              f"{f['read'] / per_pass:.3f} | {f['solve']:.2f} | {f['first']:.2f} | "
              f"{f['gap_read']:.2f} | {f['gap_transfer']:.2f} | {f['gap_idle']:.2f} | "
              f"{f['last']:.2f} | {f['timer'].get('waiting', 0.0):.2f} | {f['reads']:.2f} | "
-             f"{f['transfers']:.2f} | {', '.join(f'{h:.6g}' for h in f['objective'])} |")
+             f"{f['transfers']:.2f} | {each(f)} | "
+             f"{', '.join(f'{h:.6g}' for h in f['objective'])} |")
     if args.out:
         emit.write(args.out)
     if args.json:
