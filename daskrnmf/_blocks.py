@@ -585,7 +585,11 @@ def _reads_inline(outs, calls, blocks, reads):
     needed = set().union(*(t.dependencies for t in dsk.values() if hasattr(t, "dependencies")))
     for key in inlined - needed:
         dsk.pop(key, None)
-    return [Delayed(o.key, dsk) for o in outs]
+    # one layer every out shares: merging the outs' graphs (dask.persist, a spill's writes)
+    # then takes the layer once, not a copy of the pass's graph for each block's state
+    name = f"reads-inline-{uuid.uuid4().hex}"
+    graph = HighLevelGraph({name: dsk}, {name: set()})
+    return [Delayed(o.key, graph, layer=name) for o in outs]
 
 
 def _pure_delayed(fn):

@@ -414,3 +414,33 @@ def test_pass_reads_each_block_in_the_block_task(client, tmp_path, rng):
     assert all(r is None for r in held._reads)
     np.testing.assert_array_equal(held.map_reduce(_sums_chunk, _sums_combine)["sum"],
                                   ref["sum"])
+
+
+def test_a_pass_states_share_one_graph():
+    """The per-block states of a pass whose reads run inside the block tasks share one
+    graph layer: merging their graphs (``dask.persist``, a spill's writes) takes it once,
+    not a copy of the pass's graph for each block (quadratic in the number of blocks: a
+    chained pass over 4 000 blocks took 22 s on the local scheduler, against 7 s before
+    the reads were inlined and 3 s with one shared layer, on a loaded machine)."""
+    from dask import delayed
+    from dask._expr import HLGExpr
+    from dask.highlevelgraph import HighLevelGraph
+
+    from daskrnmf._blocks import _reads_inline
+
+    blocks = RowBlocks(da.random.random((60, 2), chunks=(2, 2)))
+    assert all(r is not None for r in blocks._reads)
+    st = blocks.per_block(np.zeros, [2] * blocks.n_blocks)
+    calls, outs = [], []
+    for b, block in enumerate(blocks._blocks):
+        call = delayed(_sums_chunk, pure=True, nout=2)(block, blocks.starts[b], st[b])
+        calls.append(call)
+        outs.append(call[1])
+    outs = _reads_inline(outs, calls, blocks._blocks, blocks._reads)
+    # the graphs dask.persist / dask.compute merge (one per Delayed)
+    merged = HighLevelGraph.merge(*(HLGExpr.from_collection(o).hlg for o in outs))
+    assert sum(len(layer) for layer in merged.layers.values()) < 10 * blocks.n_blocks
+    with dask.config.set(scheduler="sync"):
+        got = dask.compute(*outs)
+    np.testing.assert_array_equal(np.concatenate(got), np.concatenate(
+        [blocks._blocks[b].compute().sum(0) for b in range(blocks.n_blocks)]))
