@@ -541,6 +541,8 @@ def _root_reads(blocks):
     """For each of a Dask array's blocks (``X.to_delayed()``, one optimised graph), the
     task that makes it when that task depends on no other (a Zarr or file source read in
     its own task, a random block), else None."""
+    from collections import Counter
+
     from dask._task_spec import Alias, Task
 
     if not blocks:
@@ -554,7 +556,10 @@ def _root_reads(blocks):
                 break
             node = graph.get(node.target)
         reads.append(node if isinstance(node, Task) and not node.dependencies else None)
-    return reads
+    # a read two blocks share (X = da.concatenate([A, A])) stays a task of its own, read
+    # once a pass, not once in each block's task
+    uses = Counter(r.key for r in reads if r is not None)
+    return [r if r is not None and uses[r.key] == 1 else None for r in reads]
 
 
 def _reads_inline(outs, calls, blocks, reads):

@@ -447,3 +447,19 @@ def test_a_pass_states_share_one_graph():
         got = dask.compute(*outs)
     np.testing.assert_array_equal(np.concatenate(got), np.concatenate(
         [blocks._blocks[b].compute().sum(0) for b in range(blocks.n_blocks)]))
+
+
+def test_a_read_two_blocks_share_runs_once_a_pass():
+    """Blocks that are the same block of another array (``da.concatenate([A, A])``)
+    share its read: it stays a task of its own, read once a pass (inlined, it ran once
+    in each block's task: twice the reads)."""
+    A = da.random.RandomState(0).random_sample((6, 2), chunks=(2, 2))
+    blocks = RowBlocks(da.concatenate([A, A, A[:4]]))
+    assert all(r is None for r in blocks._reads)
+    alone = RowBlocks(da.concatenate([A, A[:4] + 1]))
+    assert [r is not None for r in alone._reads] == [True] * 3 + [False] * 2
+    with dask.config.set(scheduler="sync"):
+        got = blocks.map_reduce(_sums_chunk, _sums_combine)
+    a = A.compute()
+    twin = RowBlocks(np.concatenate([a, a, a[:4]]), block_rows=2)
+    np.testing.assert_array_equal(got["sum"], twin.map_reduce(_sums_chunk, _sums_combine)["sum"])
