@@ -575,21 +575,20 @@ def _reads_inline(outs, calls, blocks, reads):
     block only while it runs, and the scheduler balances whole blocks."""
     if not any(r is not None for r in reads):
         return outs
+    from collections import Counter
+
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
 
     dsk = dict(HighLevelGraph.merge(*(o.__dask_graph__() for o in outs)))
-    inlined = set()
+    # a block another task of the pass needs too (a state made from X's blocks) keeps its
+    # read in a task of its own, as before: inlined as well, it would be read twice
+    users = Counter(d for t in dsk.values() for d in getattr(t, "dependencies", ()))
     for call, block, read in zip(calls, blocks, reads):
-        if read is None:
+        if read is None or users[block.key] > 1:
             continue
         dsk[call.key] = dsk[call.key].substitute({block.key: read})
-        inlined.add(block.key)
-    # a read no other task needs leaves the graph (one another task needs, a state made
-    # from X's blocks, stays and runs as before)
-    needed = set().union(*(t.dependencies for t in dsk.values() if hasattr(t, "dependencies")))
-    for key in inlined - needed:
-        dsk.pop(key, None)
+        dsk.pop(block.key, None)
     # one layer every out shares: merging the outs' graphs (dask.persist, a spill's writes)
     # then takes the layer once, not a copy of the pass's graph for each block's state
     name = f"reads-inline-{uuid.uuid4().hex}"

@@ -463,3 +463,48 @@ def test_a_read_two_blocks_share_runs_once_a_pass():
     a = A.compute()
     twin = RowBlocks(np.concatenate([a, a, a[:4]]), block_rows=2)
     np.testing.assert_array_equal(got["sum"], twin.map_reduce(_sums_chunk, _sums_combine)["sum"])
+
+
+
+_READS = []
+
+
+class _Rows:
+    """A row source (not an array: read by its getter, as a Zarr or file source is)."""
+
+    def __init__(self, values):
+        self.values, self.shape, self.dtype, self.ndim = values, values.shape, values.dtype, 2
+
+    def __getitem__(self, index):
+        return self.values[index]
+
+
+def _counted_rows(src, index, *args, **kwargs):
+    """A row source's getter that counts its calls (in _READS)."""
+    _READS.append(index)
+    return np.asarray(src[index])
+
+
+def test_a_block_another_task_needs_is_read_once_a_pass(rng):
+    """A pass whose per-block state is made from X's blocks (another task of the pass
+    needs each block): the block's read stays a task of its own that both use, once a
+    pass (inlined as well, each block was read twice: in the state's task and again in
+    the block's task)."""
+    from daskrnmf._reader import row_source_as_dask
+
+    X = rng.normal(size=(300, 3))
+    blocks = RowBlocks(row_source_as_dask(_Rows(X), 100, _counted_rows, "counted-rows"))
+    assert all(r is not None for r in blocks._reads)
+    made = blocks.per_block(_row_sums_state, blocks._blocks)
+    del _READS[:]
+    with dask.config.set(scheduler="sync"):
+        res, st = blocks.map_reduce(_sums_chunk, _sums_combine, state=made, keep_state=True)
+        assert len(_READS) == blocks.n_blocks
+        del _READS[:]
+        assert blocks.map_reduce(_sums_chunk, _sums_combine)["sum"].shape == (3,)
+        assert len(_READS) == blocks.n_blocks       # a plain pass: each read once, inlined
+        final = blocks.gather(st)
+    twin = RowBlocks(X, block_rows=100)
+    np.testing.assert_array_equal(res["sum"], twin.map_reduce(_sums_chunk, _sums_combine)["sum"])
+    np.testing.assert_array_equal(final, np.concatenate(
+        [2 * X[s:s + 100].sum(0) for s in range(0, 300, 100)]))
