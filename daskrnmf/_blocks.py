@@ -36,6 +36,7 @@ import time
 import uuid
 import warnings
 import weakref
+from collections import Counter
 
 import dask
 import numpy as np
@@ -541,8 +542,6 @@ def _root_reads(blocks):
     """For each of a Dask array's blocks (``X.to_delayed()``, one optimised graph), the
     task that makes it when that task depends on no other (a Zarr or file source read in
     its own task, a random block), else None."""
-    from collections import Counter
-
     from dask._task_spec import Alias, Task
 
     if not blocks:
@@ -575,8 +574,6 @@ def _reads_inline(outs, calls, blocks, reads):
     block only while it runs, and the scheduler balances whole blocks."""
     if not any(r is not None for r in reads):
         return outs
-    from collections import Counter
-
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
 
