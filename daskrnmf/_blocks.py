@@ -36,6 +36,7 @@ import time
 import uuid
 import warnings
 import weakref
+from collections import Counter
 
 import dask
 import numpy as np
@@ -554,7 +555,10 @@ def _root_reads(blocks):
                 break
             node = graph.get(node.target)
         reads.append(node if isinstance(node, Task) and not node.dependencies else None)
-    return reads
+    # a read two blocks share (X = da.concatenate([A, A])) stays a task of its own, read
+    # once a pass, not once in each block's task
+    uses = Counter(r.key for r in reads if r is not None)
+    return [r if r is not None and uses[r.key] == 1 else None for r in reads]
 
 
 def _reads_inline(outs, calls, blocks, reads):
@@ -574,18 +578,19 @@ def _reads_inline(outs, calls, blocks, reads):
     from dask.highlevelgraph import HighLevelGraph
 
     dsk = dict(HighLevelGraph.merge(*(o.__dask_graph__() for o in outs)))
-    inlined = set()
+    # a block another task of the pass needs too (a state made from X's blocks) keeps its
+    # read in a task of its own, as before: inlined as well, it would be read twice
+    users = Counter(d for t in dsk.values() for d in getattr(t, "dependencies", ()))
     for call, block, read in zip(calls, blocks, reads):
-        if read is None:
+        if read is None or users[block.key] > 1:
             continue
         dsk[call.key] = dsk[call.key].substitute({block.key: read})
-        inlined.add(block.key)
-    # a read no other task needs leaves the graph (one another task needs, a state made
-    # from X's blocks, stays and runs as before)
-    needed = set().union(*(t.dependencies for t in dsk.values() if hasattr(t, "dependencies")))
-    for key in inlined - needed:
-        dsk.pop(key, None)
-    return [Delayed(o.key, dsk) for o in outs]
+        dsk.pop(block.key, None)
+    # one layer every out shares: merging the outs' graphs (dask.persist, a spill's writes)
+    # then takes the layer once, not a copy of the pass's graph for each block's state
+    name = f"reads-inline-{uuid.uuid4().hex}"
+    graph = HighLevelGraph({name: dsk}, {name: set()})
+    return [Delayed(o.key, graph, layer=name) for o in outs]
 
 
 def _pure_delayed(fn):

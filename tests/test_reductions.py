@@ -414,3 +414,97 @@ def test_pass_reads_each_block_in_the_block_task(client, tmp_path, rng):
     assert all(r is None for r in held._reads)
     np.testing.assert_array_equal(held.map_reduce(_sums_chunk, _sums_combine)["sum"],
                                   ref["sum"])
+
+
+def test_a_pass_states_share_one_graph():
+    """The per-block states of a pass whose reads run inside the block tasks share one
+    graph layer: merging their graphs (``dask.persist``, a spill's writes) takes it once,
+    not a copy of the pass's graph for each block, quadratic in the number of blocks.
+    Measured on a loaded machine: a chained pass over 4 000 blocks on the sync scheduler
+    20 s and 2.5 GB on the client (7 s and 0.23 GB before the reads were inlined, 3 s
+    and 0.23 GB with one shared layer); over 20 000 blocks the client was killed for
+    memory; on a distributed cluster with the state in memory (no scratch directory),
+    2 000 blocks took 1.35 GB on the client (0.25 GB before and with one layer)."""
+    from dask import delayed
+    from dask._expr import HLGExpr
+    from dask.highlevelgraph import HighLevelGraph
+
+    from daskrnmf._blocks import _reads_inline
+
+    blocks = RowBlocks(da.random.random((60, 2), chunks=(2, 2)))
+    assert all(r is not None for r in blocks._reads)
+    st = blocks.per_block(np.zeros, [2] * blocks.n_blocks)
+    calls, outs = [], []
+    for b, block in enumerate(blocks._blocks):
+        call = delayed(_sums_chunk, pure=True, nout=2)(block, blocks.starts[b], st[b])
+        calls.append(call)
+        outs.append(call[1])
+    outs = _reads_inline(outs, calls, blocks._blocks, blocks._reads)
+    # the graphs dask.persist / dask.compute merge (one per Delayed)
+    merged = HighLevelGraph.merge(*(HLGExpr.from_collection(o).hlg for o in outs))
+    assert sum(len(layer) for layer in merged.layers.values()) < 10 * blocks.n_blocks
+    with dask.config.set(scheduler="sync"):
+        got = dask.compute(*outs)
+    np.testing.assert_array_equal(np.concatenate(got), np.concatenate(
+        [blocks._blocks[b].compute().sum(0) for b in range(blocks.n_blocks)]))
+
+
+def test_a_read_two_blocks_share_runs_once_a_pass():
+    """Blocks that are the same block of another array (``da.concatenate([A, A])``)
+    share its read: it stays a task of its own, read once a pass (inlined, it ran once
+    in each block's task: twice the reads)."""
+    A = da.random.RandomState(0).random_sample((6, 2), chunks=(2, 2))
+    blocks = RowBlocks(da.concatenate([A, A, A[:4]]))
+    assert all(r is None for r in blocks._reads)
+    alone = RowBlocks(da.concatenate([A, A[:4] + 1]))
+    assert [r is not None for r in alone._reads] == [True] * 3 + [False] * 2
+    with dask.config.set(scheduler="sync"):
+        got = blocks.map_reduce(_sums_chunk, _sums_combine)
+    a = A.compute()
+    twin = RowBlocks(np.concatenate([a, a, a[:4]]), block_rows=2)
+    np.testing.assert_array_equal(got["sum"], twin.map_reduce(_sums_chunk, _sums_combine)["sum"])
+
+
+
+_READS = []
+
+
+class _Rows:
+    """A row source (not an array: read by its getter, as a Zarr or file source is)."""
+
+    def __init__(self, values):
+        self.values, self.shape, self.dtype, self.ndim = values, values.shape, values.dtype, 2
+
+    def __getitem__(self, index):
+        return self.values[index]
+
+
+def _counted_rows(src, index, *args, **kwargs):
+    """A row source's getter that counts its calls (in _READS)."""
+    _READS.append(index)
+    return np.asarray(src[index])
+
+
+def test_a_block_another_task_needs_is_read_once_a_pass(rng):
+    """A pass whose per-block state is made from X's blocks (another task of the pass
+    needs each block): the block's read stays a task of its own that both use, once a
+    pass (inlined as well, each block was read twice: in the state's task and again in
+    the block's task)."""
+    from daskrnmf._reader import row_source_as_dask
+
+    X = rng.normal(size=(300, 3))
+    blocks = RowBlocks(row_source_as_dask(_Rows(X), 100, _counted_rows, "counted-rows"))
+    assert all(r is not None for r in blocks._reads)
+    made = blocks.per_block(_row_sums_state, blocks._blocks)
+    del _READS[:]
+    with dask.config.set(scheduler="sync"):
+        res, st = blocks.map_reduce(_sums_chunk, _sums_combine, state=made, keep_state=True)
+        assert len(_READS) == blocks.n_blocks
+        del _READS[:]
+        assert blocks.map_reduce(_sums_chunk, _sums_combine)["sum"].shape == (3,)
+        assert len(_READS) == blocks.n_blocks       # a plain pass: each read once, inlined
+        final = blocks.gather(st)
+    twin = RowBlocks(X, block_rows=100)
+    np.testing.assert_array_equal(res["sum"], twin.map_reduce(_sums_chunk, _sums_combine)["sum"])
+    np.testing.assert_array_equal(final, np.concatenate(
+        [2 * X[s:s + 100].sum(0) for s in range(0, 300, 100)]))
