@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._blocks import active_client
-from .kernels.blocks import available_cpus
+from .kernels.blocks import available_cpus, release_thread_scratch
 
 # Bytes of a block of Zarr input: several blocks per worker thread on data of a few
 # hundred MB, so that a pass is balanced over the workers (1M x 64 float32 on 2 workers:
@@ -158,9 +158,11 @@ _SCRATCH = {}
 
 def release():
     """Drop this process's read buffers (the pool's free ones and every thread's scratch
-    buffers); called on the workers at the end of a fit."""
+    buffers, the solves' among them: :func:`daskrnmf.kernels.blocks.thread_scratch`);
+    called on the workers at the end of a fit."""
     _POOL.clear()
     _SCRATCH.clear()
+    release_thread_scratch()
 
 
 def _scratch(name, nbytes):

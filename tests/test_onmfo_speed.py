@@ -404,3 +404,42 @@ def test_a_run_s_states_come_back_each_its_own_array_not_a_view_of_the_stack():
             np.testing.assert_array_equal(s1[key], s0[key])
             assert s1[key].base is None or s1[key].base.nbytes == s1[key].nbytes
             assert s1[key].flags.writeable and s1[key].flags.owndata
+
+
+def test_a_thread_s_solve_buffers_and_table_are_reused_and_refilled_for_each_w():
+    """One thread's batches solve into the same buffers and the same NNLS table, refilled
+    for each W (ONMFO's thousands of batches a pass had each new pages on a worker), with
+    the codes of fresh ones whatever W came before (a W of another support in between);
+    other threads have their own; the end of a fit drops them."""
+    import threading
+
+    from daskrnmf import _reader
+    from daskrnmf.kernels import blocks
+    from daskrnmf.models._outliers import SolveSpec, _solve_buffers, solve_rows
+
+    rng = np.random.default_rng(0)
+    x = rng.random((300, 12)).astype(np.float32)
+    x[rng.random(x.shape) < 0.05] += 4
+    Ws = [rng.random((5, 12)), rng.random((5, 12)) * np.array([[1], [0], [1], [0], [1]]) + 1e-3,
+          rng.random((5, 12)) + 2 * np.eye(5, 12)]    # tabled, factored, tabled
+    spec = SolveSpec(alpha_R=0.3, n_iter=20, where="ONMFO", tol=1e-6)
+    _reader.release()
+    bufs = [_solve_buffers(x, W, spec) for W in Ws]
+    assert all(np.shares_memory(b["out"][1], bufs[0]["out"][1]) for b in bufs)
+    tables = [b["prepared"].table for b in bufs]
+    # the second W is near-singular (two rows alike): its NNLS is factored, no table
+    assert tables[1] is None and tables[0] is tables[2] is not None
+    for W in Ws + Ws[::-1]:
+        reused = solve_rows(x, W, spec, **_solve_buffers(x, W, spec))
+        blocks.release_thread_scratch()
+        fresh = solve_rows(x, W, spec, **_solve_buffers(x, W, spec))
+        for a, b in zip(reused, fresh):
+            np.testing.assert_array_equal(a, b)
+    other = []
+    t = threading.Thread(target=lambda: other.append(_solve_buffers(x, Ws[0], spec)))
+    t.start()
+    t.join()
+    assert not np.shares_memory(other[0]["out"][1], _solve_buffers(x, Ws[0], spec)["out"][1])
+    held = _solve_buffers(x, Ws[0], spec)["out"][1]
+    _reader.release()
+    assert not np.shares_memory(held, _solve_buffers(x, Ws[0], spec)["out"][1])

@@ -1,6 +1,7 @@
 """Helpers every per-block kernel and combine function uses (NumPy only, no dask)."""
 
 import os
+import threading
 
 import numpy as np
 
@@ -51,6 +52,42 @@ def one_type_per_argument(dispatcher):
 
 
 _ROW_POOL = None
+
+#: per thread and name, arrays a kernel's caller reuses from one call to the next
+#: (:func:`thread_scratch`): (thread, name) -> (shape key, arrays)
+_THREAD_SCRATCH = {}
+#: most bytes kept for a thread and name; larger arrays are made at each call
+THREAD_SCRATCH_BYTES = 2 ** 25
+
+
+def thread_scratch(name, shape_key, make):
+    """The arrays ``make()`` returns (a tuple of arrays, or None entries), made once for
+    this thread and ``name`` and handed out again while ``shape_key`` is the same.
+
+    For buffers a caller fills and reads within one call (nothing it returns refers to
+    them) and then needs again, of the same shapes, at the next: ONMFO's solve of a
+    batch (:func:`daskrnmf.models._outliers._solve_buffers`).  Arrays of a few hundred
+    KiB made anew at every call are new pages every time on a Dask worker, whose
+    ``MALLOC_TRIM_THRESHOLD_`` (distributed sets it) gives them back to the system at
+    each ``free``: the page faults cost a batch's solve 7-10 %.  Each thread has its
+    own (threads never share them); :func:`release_thread_scratch` drops them all
+    (:func:`daskrnmf._reader.release`, at the end of a fit).  Arrays of more than
+    :data:`THREAD_SCRATCH_BYTES` in all are not kept."""
+    key = (threading.get_ident(), name)
+    held = _THREAD_SCRATCH.get(key)
+    if held is not None and held[0] == shape_key:
+        return held[1]
+    value = make()
+    if sum(a.nbytes for a in value if a is not None) <= THREAD_SCRATCH_BYTES:
+        _THREAD_SCRATCH[key] = (shape_key, value)
+    else:
+        _THREAD_SCRATCH.pop(key, None)
+    return value
+
+
+def release_thread_scratch():
+    """Drop every thread's :func:`thread_scratch` arrays."""
+    _THREAD_SCRATCH.clear()
 
 
 def available_cpus():

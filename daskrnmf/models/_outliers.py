@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import MASK_HINT
-from ..kernels.blocks import check_values, work_dtype
-from ..kernels.missing import feature_grams, gram_rows, observed, row_grams
+from ..kernels.blocks import check_values, thread_scratch, work_dtype
 from ..kernels.cd_rows import prepare_components
+from ..kernels.missing import feature_grams, gram_rows, observed, row_grams
+from ..kernels.nnls import support_table
 from ..kernels.outliers import (block_statistics, hals_codes, hals_codes_each, huber_rows,
                                 initial_codes, residual_target, solve_codes, solve_codes_cd,
                                 update_components, update_components_cd)
@@ -112,14 +113,26 @@ def _solve_buffers(x, W, spec, prepared=None):
     solve (:func:`daskrnmf.kernels.cd_rows.prepare_components`: G, its inverse and the
     NNLS table of W's passive-set inverses, computed once for all the slices; read only,
     so threads share it: ``prepared``, one computed before); none where that solver
-    does not run (``spec``: missing values, or ``"mu"``)."""
+    does not run (``spec``: missing values, or ``"mu"``).
+
+    The outputs and the table's memory are this thread's, kept from one call to the
+    next (:func:`daskrnmf.kernels.blocks.thread_scratch`): a batch's results are its
+    statistics, computed before the next batch's solve, and :func:`codes_block` copies
+    its codes out.  ONMFO solves thousands of batches a pass, each of these arrays new
+    pages on a worker (0.7-0.76 against 0.66-0.69 us a row at 64 features); the table
+    (2^k, k, k) is filled again for each W (entries outside a passive set stay 0)."""
     if spec.solver != "cd" or spec.missing:
         return {}
-    k = W.shape[0]
+    k, d = W.shape[0], x.shape[1]
     rows = min(SOLVE_ROWS, x.shape[0])
-    return {"out": (np.empty((rows, k)), np.empty((rows, x.shape[1]), dtype=x.dtype),
-                    np.empty(rows, dtype=np.int64), np.empty(rows)),
-            "prepared": prepare_components(W, x.dtype) if prepared is None else prepared}
+    h, r, rounds, loss, table = thread_scratch(
+        "solve", (k, d, x.dtype.str),
+        lambda: (np.empty((SOLVE_ROWS, k)), np.empty((SOLVE_ROWS, d), dtype=x.dtype),
+                 np.empty(SOLVE_ROWS, dtype=np.int64), np.empty(SOLVE_ROWS),
+                 support_table(k)))
+    return {"out": (h[:rows], r[:rows], rounds[:rows], loss[:rows]),
+            "prepared": (prepare_components(W, x.dtype, table) if prepared is None
+                         else prepared)}
 
 
 _POOL = None                    # (ThreadPoolExecutor, its threads): solve_batch_piece's
