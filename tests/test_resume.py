@@ -199,10 +199,21 @@ def test_per_block_state_written_block_by_block(name, tmp_path):
         assert parts == [f"b{b:06d}" for b in range(X.numblocks[0])]
 
 
-def test_resume_under_a_distributed_cluster(client, tmp_path):
+@pytest.mark.parametrize("source", ["from_array", "zarr"])
+def test_resume_under_a_distributed_cluster(client, tmp_path, source):
     """On a cluster the per-block state is spilled to scratch files between passes, and
-    read back from the checkpoint by the workers."""
+    read back from the checkpoint by the workers; X in memory (its blocks need the
+    array's own task) or read from Zarr by daskrnmf's reader (each block's read inside
+    the block's task of a pass)."""
     X = da.from_array(_data("NMF"), chunks=(50, 8))
+    if source == "zarr":
+        import zarr
+
+        from daskrnmf._reader import as_dask
+
+        X.to_zarr(str(tmp_path / "x.zarr"))
+        X = as_dask(zarr.open_array(str(tmp_path / "x.zarr"), mode="r"), 50)
+        assert X.numblocks[0] > 1
     reference = _model("NMF").fit(X)
     path = str(tmp_path / "ckpt")
     _kill(_model("NMF", checkpoint=path), X, 3, "between")
