@@ -541,8 +541,12 @@ def _identity(x):
 def _root_reads(blocks):
     """For each of a Dask array's blocks (``X.to_delayed()``, one optimised graph), the
     task that makes it when that task depends on no other (a Zarr or file source read in
-    its own task, a random block), else None."""
-    from dask._task_spec import Alias, Task
+    its own task, a random block), else None.  None for every block with a Dask older than
+    its task specification (``dask._task_spec``, 2025): the graph is then kept as it is."""
+    try:
+        from dask._task_spec import Alias, Task
+    except ImportError:             # dask < 2025: tasks are tuples, nothing is inlined
+        return [None] * len(blocks)
 
     if not blocks:
         return []

@@ -508,3 +508,17 @@ def test_a_block_another_task_needs_is_read_once_a_pass(rng):
     np.testing.assert_array_equal(res["sum"], twin.map_reduce(_sums_chunk, _sums_combine)["sum"])
     np.testing.assert_array_equal(final, np.concatenate(
         [2 * X[s:s + 100].sum(0) for s in range(0, 300, 100)]))
+
+
+def test_a_dask_without_its_task_specification_keeps_the_graph(monkeypatch):
+    """pyproject allows dask from 2024.8, before ``dask._task_spec``: no block's read is
+    inlined then (the pass runs on the graph as it is)."""
+    import sys
+    import types
+
+    from daskrnmf._blocks import _root_reads
+
+    blocks = RowBlocks(da.random.default_rng(0).random((300, 4), chunks=(100, 4)))
+    assert all(r is not None for r in blocks._reads)
+    monkeypatch.setitem(sys.modules, "dask._task_spec", types.ModuleType("dask._task_spec"))
+    assert _root_reads(blocks._blocks) == [None] * 3
