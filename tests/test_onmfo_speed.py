@@ -443,3 +443,7 @@ def test_a_thread_s_solve_buffers_and_table_are_reused_and_refilled_for_each_w()
     held = _solve_buffers(x, Ws[0], spec)["out"][1]
     _reader.release()
     assert not np.shares_memory(held, _solve_buffers(x, Ws[0], spec)["out"][1])
+    # wide rows: a few rows take buffers of those rows, not of 2,048
+    wide = np.ones((3, 5000), dtype=np.float32)
+    r = _solve_buffers(wide, rng.random((2, 5000)), spec)["out"][1]
+    assert r.shape == (3, 5000) and (r.base is None or r.base.shape[0] == 3)

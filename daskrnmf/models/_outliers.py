@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import MASK_HINT
-from ..kernels.blocks import check_values, thread_scratch, work_dtype
+from ..kernels.blocks import (THREAD_SCRATCH_BYTES, check_values, thread_scratch,
+                              work_dtype)
 from ..kernels.cd_rows import prepare_components
 from ..kernels.missing import feature_grams, gram_rows, observed, row_grams
 from ..kernels.nnls import support_table
@@ -125,11 +126,14 @@ def _solve_buffers(x, W, spec, prepared=None):
         return {}
     k, d = W.shape[0], x.shape[1]
     rows = min(SOLVE_ROWS, x.shape[0])
+    # SOLVE_ROWS rows where they are kept (any block's slices fit), else the rows asked
+    # for (wide data: a block of a few rows does not take 2,048 rows of memory)
+    wide = SOLVE_ROWS * d * x.dtype.itemsize > THREAD_SCRATCH_BYTES // 2
+    cap = rows if wide else SOLVE_ROWS
     h, r, rounds, loss, table = thread_scratch(
-        "solve", (k, d, x.dtype.str),
-        lambda: (np.empty((SOLVE_ROWS, k)), np.empty((SOLVE_ROWS, d), dtype=x.dtype),
-                 np.empty(SOLVE_ROWS, dtype=np.int64), np.empty(SOLVE_ROWS),
-                 support_table(k)))
+        "solve", (k, d, x.dtype.str, cap),
+        lambda: (np.empty((cap, k)), np.empty((cap, d), dtype=x.dtype),
+                 np.empty(cap, dtype=np.int64), np.empty(cap), support_table(k)))
     return {"out": (h[:rows], r[:rows], rounds[:rows], loss[:rows]),
             "prepared": (prepare_components(W, x.dtype, table) if prepared is None
                          else prepared)}
