@@ -41,6 +41,8 @@ from collections import Counter
 import dask
 import numpy as np
 from dask import delayed
+from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
 
 from ._stores import make_scratch
 
@@ -578,9 +580,6 @@ def _reads_inline(outs, calls, blocks, reads):
     block only while it runs, and the scheduler balances whole blocks."""
     if not any(r is not None for r in reads):
         return outs
-    from dask.delayed import Delayed
-    from dask.highlevelgraph import HighLevelGraph
-
     dsk = dict(HighLevelGraph.merge(*(o.__dask_graph__() for o in outs)))
     # a block another task of the pass needs too (a state made from X's blocks) keeps its
     # read in a task of its own, as before: inlined as well, it would be read twice
