@@ -250,6 +250,78 @@ def test_with_a_cluster_consecutive_groups_are_read_and_solved_on_different_work
     assert sorted(w for _, w in put) == sorted(workers)
 
 
+def test_with_a_cluster_each_worker_loads_the_solve_when_idle_and_the_fit_is_unchanged(
+        data, groups, client, monkeypatch):
+    """With a distributed Client every worker runs one :func:`warm_solve` (submitted
+    below every read and solve, so it runs when that worker has nothing else to do); a
+    fresh worker's first solve had loaded the compiled kernels itself, on the path of
+    every batch after it.  The fit is the same, bit for bit, as one without it."""
+    import dask.array as da
+    from distributed import get_task_stream
+
+    from daskrnmf._blocks import worker_addresses
+    from daskrnmf.models import _onmfo_stream
+
+    X = da.from_array(data[0], chunks=(50, -1))
+    with get_task_stream(client) as ts:
+        warmed = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=0).fit(X)
+    runs = _computed(ts, "warm_solve")
+    assert sorted(w for _, _, w in runs) == worker_addresses(client)
+    monkeypatch.setattr(_onmfo_stream._Stream, "warm", lambda self: setattr(self, "warming", []))
+    cold = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=0).fit(X)
+    np.testing.assert_array_equal(warmed.components_, cold.components_)
+    np.testing.assert_array_equal(warmed.objective_history_, cold.objective_history_)
+
+
+_SIGNATURES = """
+import sys
+import numpy as np
+from numba.core.registry import CPUDispatcher
+{body}
+out = set()
+for name, mod in list(sys.modules.items()):
+    if name.startswith("daskrnmf"):
+        for attr, obj in vars(mod).items():
+            if isinstance(obj, CPUDispatcher):
+                out |= {{(name, attr, str(s)) for s in obj.signatures}}
+print(repr(sorted(out)))
+"""
+
+
+def test_warm_solve_loads_only_kernels_the_fit_s_solve_uses():
+    """:func:`warm_solve` (a fresh process) takes the kernels, and the signatures, that a
+    fit of the same settings takes: a kernel it alone used would be loaded, or compiled
+    on an empty cache, for nothing.  The fits run first, so the kernels are cached when
+    the warm-up asks for them."""
+    import ast
+    import subprocess
+    import sys
+
+    cases = [("float32", "raise"), ("float64", "mask")]
+    fit = "\n".join(
+        "import dask.array as da\nfrom daskrnmf import ONMFO\n"
+        f"X = np.random.default_rng(0).random((3000, 12)).astype('{dt}')\n"
+        + ("X[::7, 3] = np.nan\n" if missing == "mask" else "")
+        + f"ONMFO(4, max_iter=1, tol=0, random_state=0, missing='{missing}')"
+          ".fit(da.from_array(X, chunks=(1000, 12)))"
+        for dt, missing in cases)
+    warm = "from daskrnmf import ONMFO\nfrom daskrnmf.models._onmfo_stream import _Stream, warm_solve\n" + "\n".join(
+        f"m = ONMFO(4, missing='{missing}')\n"
+        "spec = _Stream.warm_spec(m, checked=True)\n"
+        f"warm_solve(spec, m._update_spec(), 4, 12, np.dtype('{dt}'))"
+        for dt, missing in cases)
+    found = []
+    for body in (fit, warm):
+        run = subprocess.run([sys.executable, "-c", _SIGNATURES.format(body=body)],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        found.append(set(ast.literal_eval(run.stdout.strip().splitlines()[-1])))
+    fitted, warmed = found
+    assert warmed <= fitted, warmed - fitted
+    assert {(mod, name) for mod, name, _ in warmed} >= {
+        ("daskrnmf.kernels.cd_rows", "_cd_rows"), ("daskrnmf.kernels.nnls", "_nnls_gram_rows_each")}
+
+
 def test_with_a_cluster_a_group_is_read_once_its_worker_has_solved_the_group_before(
         data, groups, client, monkeypatch):
     """With a distributed Client a row group's read is submitted only when the run of the

@@ -14,8 +14,12 @@ import numpy as np
 
 from .._stream import (RUN_STATE_BYTES, _unit_permutation, batch_order, batch_rows,
                        group_rest, process_threads, read_ahead, upcoming)
-from ._outliers import (checked_block, feature_max, initial_components, piece_feature_max,
-                        solve_batches, take_batch)
+from .._blocks import worker_addresses
+from ._outliers import (SolveSpec, checked_block, feature_max, initial_components,
+                        piece_feature_max, solve_batches, take_batch)
+
+#: a task's priority below every read's and solve's (:meth:`_Stream.warm`)
+IDLE_PRIORITY = -2 ** 30
 
 
 class _Stream:
@@ -40,6 +44,7 @@ class _Stream:
         # default batches, queued on the workers behind the one being solved
         self.queued = None
         self.ahead_from = None      # the (pass, position) read ahead from last
+        self.warming = None         # the workers' loading of the solve (:meth:`warm`)
 
     @property
     def alpha_R_(self):
@@ -120,6 +125,39 @@ class _Stream:
             raise ValueError(f"its alpha_R_ {a!r} is not the parameter alpha_R="
                              f"{self.model.alpha_R!r}.")
 
+    def warm(self):
+        """With a distributed Client, each worker loads the compiled solve and W's update
+        (:func:`warm_solve`) when it has nothing else to run: a fresh worker's first
+        solve had loaded them itself, 0.2-0.3 s on the path of every batch after it,
+        while it waited for the rows of its first group or the state of the run before.
+        Submitted after the first reads, below every read and solve."""
+        self.warming = []
+        client = self.feed.client
+        if client is None:
+            return
+        m, X = self.model, self.feed.X
+        spec = self.warm_spec(m, checked=self.feed.prepare is not None)
+        self.warming = [client.submit(warm_solve, spec, m._update_spec(), m.n_components,
+                                      X.shape[1], X.dtype, workers=[w],
+                                      allow_other_workers=False, pure=False,
+                                      priority=IDLE_PRIORITY)
+                        for w in worker_addresses(client)]
+
+    @staticmethod
+    def warm_spec(model, checked):
+        """``model``'s batches' :class:`~daskrnmf.models._outliers.SolveSpec` as far as the
+        kernels they load go (``alpha_R``, not known before the first batch, is 1: its
+        value loads nothing else); ``checked``: the row groups' blocks."""
+        return SolveSpec(alpha_R=1.0, n_iter=int(model.max_inner_iter), where=model._name,
+                         solver=model.solver, tol=float(model.inner_tol),
+                         missing=model._allow_nan, checked=checked)
+
+    def close(self):
+        """Cancel the loading of the solve on workers that have not run it yet."""
+        for future in self.warming or ():
+            future.cancel()
+        self.warming = None
+
     def submit_run(self, p, j, state, reset=None):
         """Submit the task of default batches from position ``j`` of pass ``p`` to the
         end of their row group (at most as many as bound the states it returns), from
@@ -168,6 +206,8 @@ class _Stream:
                              1 + m.prefetch * self.span)
             for q, c in read_ahead(ahead, self.unit_of, m.prefetch):
                 feed.want(c, q)
+            if self.warming is None:
+                self.warm()
         b = int(self.order(p)[j])
         if run.n_observed == 0:
             # the stream's start, or every batch so far was all missing (W started from
@@ -318,6 +358,20 @@ def solve_batches_sent(pieces, state, spec, upd, reset=None):
              for key, value in state.items()}
     spec = dataclasses.replace(spec, threads=process_threads())
     return solve_batches(pieces, state, spec, upd)
+
+
+def warm_solve(spec, upd, k, d, dtype):
+    """A batch of two rows solved and W updated as :func:`solve_batches_sent` solves
+    them, in ``dtype``: loads this process's compiled kernels of both (the first call's
+    load, 0.2-0.3 s on a fresh worker); the result is dropped."""
+    W = initial_components(0, k, d, 1.0)
+    zeros = np.zeros((k, d))
+    state = {"W": W, "A": zeros, "B": np.zeros((k, k)), "C": zeros.copy(), "Bm": None,
+             "n_stat": 0, "n_observed": 1}
+    x = np.ones((2, d), dtype=dtype)
+    if spec.missing and x.dtype.kind == "f":
+        x[0, 0] = np.nan        # missing="mask": the solve of batches with missing values
+    solve_batches_sent([(x, 0)], state, spec, upd)
 
 
 def state_after(done, reset=None):
