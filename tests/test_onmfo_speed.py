@@ -305,9 +305,10 @@ def test_warm_solve_loads_only_kernels_the_fit_s_solve_uses():
         + f"ONMFO(4, max_iter=1, tol=0, random_state=0, missing='{missing}')"
           ".fit(da.from_array(X, chunks=(1000, 12)))"
         for dt, missing in cases)
-    warm = "from daskrnmf import ONMFO\nfrom daskrnmf.models._onmfo_stream import _Stream, warm_solve\n" + "\n".join(
+    warm = ("import dataclasses\nfrom daskrnmf import ONMFO\n"
+            "from daskrnmf.models._onmfo_stream import warm_solve\n") + "\n".join(
         f"m = ONMFO(4, missing='{missing}')\n"
-        "spec = _Stream.warm_spec(m, checked=True)\n"
+        "spec = dataclasses.replace(m._spec(alpha_R=1.0), checked=True)\n"
         f"warm_solve(spec, m._update_spec(), 4, 12, np.dtype('{dt}'))"
         for dt, missing in cases)
     found = []

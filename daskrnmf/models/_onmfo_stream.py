@@ -15,7 +15,7 @@ import numpy as np
 from .._stream import (RUN_STATE_BYTES, _unit_permutation, batch_order, batch_rows,
                        group_rest, process_threads, read_ahead, upcoming)
 from .._blocks import worker_addresses
-from ._outliers import (SolveSpec, checked_block, feature_max, initial_components,
+from ._outliers import (checked_block, feature_max, initial_components,
                         piece_feature_max, solve_batches, take_batch)
 
 #: a task's priority below every read's and solve's (:meth:`_Stream.warm`)
@@ -136,21 +136,13 @@ class _Stream:
         if client is None:
             return
         m, X = self.model, self.feed.X
-        spec = self.warm_spec(m, checked=self.feed.prepare is not None)
+        # alpha_R, not known before the first batch, is 1: its value loads nothing else
+        spec = dataclasses.replace(m._spec(alpha_R=1.0), checked=self.feed.prepare is not None)
         self.warming = [client.submit(warm_solve, spec, m._update_spec(), m.n_components,
                                       X.shape[1], X.dtype, workers=[w],
                                       allow_other_workers=False, pure=False,
                                       priority=IDLE_PRIORITY)
                         for w in worker_addresses(client)]
-
-    @staticmethod
-    def warm_spec(model, checked):
-        """``model``'s batches' :class:`~daskrnmf.models._outliers.SolveSpec` as far as the
-        kernels they load go (``alpha_R``, not known before the first batch, is 1: its
-        value loads nothing else); ``checked``: the row groups' blocks."""
-        return SolveSpec(alpha_R=1.0, n_iter=int(model.max_inner_iter), where=model._name,
-                         solver=model.solver, tol=float(model.inner_tol),
-                         missing=model._allow_nan, checked=checked)
 
     def close(self):
         """Cancel the loading of the solve on workers that have not run it yet."""

@@ -129,9 +129,10 @@ class _OutlierFactorization(FactorizationMixin, BaseModel):
             return auto_alpha(feature_max())
         return float(self.alpha_R)
 
-    def _spec(self):
-        # the fitted alpha_R_ (a model saved before it existed: the parameter)
-        alpha = getattr(self, "alpha_R_", None)
+    def _spec(self, alpha_R=None):
+        # the fitted alpha_R_ (a model saved before it existed: the parameter); given
+        # ``alpha_R``, that (a spec before the fit has one: ONMFO's warm-up)
+        alpha = getattr(self, "alpha_R_", None) if alpha_R is None else alpha_R
         alpha = float(self.alpha_R) if alpha is None else float(alpha)
         return SolveSpec(alpha_R=alpha, n_iter=int(self.max_inner_iter),
                          where=self._name, solver=self.solver, tol=float(self.inner_tol),
