@@ -55,6 +55,7 @@ checksummed once per feed.
 import functools
 import math
 import operator
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -386,10 +387,72 @@ def _on_piece(chunk, lo, hi, start, fn, *args, rows=None):
 def _on_pieces(chunk, items, fn, *args):
     """``fn`` on the pieces ``items`` (lo, hi, first row, local rows or None) of a chunk
     read once, as an iterator of (piece, first row): each piece is taken from the chunk
-    when ``fn`` comes to it (run where the chunk lives)."""
+    when ``fn`` comes to it (run where the chunk lives).  On a distributed worker, a
+    task cancelled while it runs (the fit stopped: the next pass's run queued behind the
+    last one) stops before its next piece, raising distributed's ``Reschedule``: the
+    worker then drops it silently, or computes it again whole should the scheduler
+    want it after all, never a run cut short."""
     chunk = _usable(chunk)
-    pieces = ((chunk[lo:hi] if rows is None else chunk[rows], s) for lo, hi, s, rows in items)
-    return fn(pieces, *args)
+
+    def pieces():
+        for lo, hi, s, rows in items:
+            if _cancelled_here():
+                from distributed import Reschedule
+
+                raise Reschedule()
+            yield (chunk[lo:hi] if rows is None else chunk[rows]), s
+
+    return fn(pieces(), *args)
+
+
+def _cancelled_here():
+    """Whether the task this thread runs was cancelled on its distributed worker (no
+    client wants it any more); False outside a worker's task.  A read of the worker's
+    own state, no round trip."""
+    try:
+        from distributed import get_worker
+        from distributed.worker import thread_state
+
+        ts = get_worker().state.tasks.get(thread_state.key)
+    except (ImportError, ValueError, AttributeError):
+        return False
+    return ts is None or ts.state == "cancelled"
+
+
+#: most seconds a fit's end waits for its cancelled tasks to stop on the workers
+SETTLE_SECONDS = 10.0
+
+
+def _settle(client, keys, timeout=SETTLE_SECONDS):
+    """Wait (at most ``timeout`` seconds) until no worker runs a task of ``keys`` (a
+    stopped fit's, cancelled or released) or any task cancelled while it ran (a read
+    inside a released graph): :meth:`Feed.close`."""
+    keys = sorted(keys, key=str)
+    if not keys:
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            running = client.run(_running, keys)
+        except Exception:           # a cluster going away: nothing left to wait for  # noqa: BLE001
+            return
+        if not any(running.values()) or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
+
+
+#: a task's states on a worker from which it may still run or be fetched there
+_MAY_RUN = ("waiting", "ready", "constrained", "executing", "fetch", "flight", "resumed")
+
+
+def _running(keys, dask_worker=None):
+    """On a worker (``Client.run``): how many tasks of ``keys`` it may still run or
+    fetch (a release not yet arrived there: a task whose data just came would start),
+    and how many of its running tasks were cancelled while they ran."""
+    state = dask_worker.state
+    pending = sum(1 for key in keys
+                  if getattr(state.tasks.get(key), "state", None) in _MAY_RUN)
+    return pending + sum(1 for ts in state.executing if ts.state == "cancelled")
 
 
 @dataclass
@@ -863,22 +926,35 @@ class Feed:
             self._release((run.use, b))
         return out
 
-    def close(self):
-        """Cancel the runs submitted and never taken, release the chunks read ahead and
-        stop the reader thread.
+    def close(self, cancel=()):
+        """Cancel the runs submitted and never taken (and the futures ``cancel``), release
+        the chunks read ahead, wait until the workers run none of them, and stop the
+        reader thread.
 
         The runs go first (a queued run's argument, the run before's future, is
         released with it); the chunks are then released (their futures dropped), not
         cancelled: a chunk a queued run still depends on, cancelled while no client wants that run,
         fails an assertion in the scheduler that cancels every future of the user's
-        Client (distributed 2026.7)."""
+        Client (distributed 2026.7).  A task already running when it is cancelled goes on
+        running on its worker (a run stops at its next batch, :func:`_on_pieces`): the
+        fit returns once none does (:func:`_settle`), so that a cluster closed right
+        after it interrupts nothing (distributed then logged a WARNING, "Async
+        instruction ... ended with CancelledError", at the end of a user's script)."""
+        # the client's unfinished futures (a copy taken at once: its loop changes them)
+        held = ({key for key, st in list(self.client.futures.items()) if st.status == "pending"}
+                if self.client is not None else set())
         if self.client is not None:
             for run in self.runs:       # submitted, never taken (the fit stopped)
                 run.future.cancel()
+            for future in cancel:
+                future.cancel()
         self.runs.clear()
         self._deferred.clear()
         self._unread.clear()
         self.pending.clear()
         self.chunks.clear()
+        if self.client is not None:
+            # the fit's futures the client no longer holds: cancelled or released here
+            _settle(self.client, held - set(self.client.futures))
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)

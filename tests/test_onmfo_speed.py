@@ -520,3 +520,57 @@ def test_a_thread_s_solve_buffers_and_table_are_reused_and_refilled_for_each_w()
     wide = np.ones((3, 5000), dtype=np.float32)
     r = _solve_buffers(wide, rng.random((2, 5000)), spec)["out"][1]
     assert r.shape == (3, 5000) and (r.base is None or r.base.shape[0] == 3)
+
+
+def test_a_run_cancelled_while_it_runs_stops_before_its_next_batch(monkeypatch):
+    """A run's task cancelled on its worker (the fit stopped while the next pass's run,
+    queued behind the last one, had started) stops before its next batch with
+    distributed's ``Reschedule`` (dropped silently, or computed again whole if still
+    wanted), not after solving its whole row group."""
+    from distributed import Reschedule
+
+    from daskrnmf import _stream
+
+    seen = []
+    monkeypatch.setattr(_stream, "_cancelled_here", lambda: len(seen) >= 2)
+
+    def fn(pieces):
+        for piece, start in pieces:
+            seen.append(start)
+        return seen
+
+    items = [(0, 2, 0, None), (2, 4, 2, None), (4, 6, 4, None)]
+    with pytest.raises(Reschedule):
+        _stream._on_pieces(np.arange(12.0).reshape(6, 2), items, fn)
+    assert seen == [0, 2]
+    monkeypatch.setattr(_stream, "_cancelled_here", lambda: False)
+    seen.clear()
+    assert _stream._on_pieces(np.arange(12.0).reshape(6, 2), items, fn) == [0, 2, 4]
+
+
+def test_outside_a_worker_no_task_is_cancelled():
+    from daskrnmf._stream import _cancelled_here
+
+    assert _cancelled_here() is False
+
+
+def test_a_fit_returns_when_no_task_of_it_runs_on_the_workers(data, caplog):
+    """A user's script that closes its cluster right after ``fit`` logs nothing: the
+    fit's tasks still running when it stopped (the next pass's first run, a group's copy
+    for that pass) are waited for, and distributed's WARNING "Async instruction ...
+    ended with CancelledError", logged when a worker closes under a running task, is
+    not shown (it was at the end of every such script)."""
+    import logging
+
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    rng = np.random.default_rng(0)
+    X = rng.random((60_000, 16)).astype(np.float32)
+    with caplog.at_level(logging.WARNING, logger="distributed"):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            ONMFO(5, random_state=0).fit(da.from_array(X, chunks=(6_000, 16)))
+            running = client.run(lambda dask_worker: len(dask_worker.state.executing))
+    assert not any(running.values()), running
+    assert not [r for r in caplog.records if "CancelledError" in r.getMessage()]

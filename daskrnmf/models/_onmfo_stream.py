@@ -145,10 +145,10 @@ class _Stream:
                         for w in worker_addresses(client)]
 
     def close(self):
-        """Cancel the loading of the solve on workers that have not run it yet."""
-        for future in self.warming or ():
-            future.cancel()
-        self.warming = None
+        """Close the feed (:meth:`~daskrnmf._stream.Feed.close`), cancelling with its runs
+        the loading of the solve on workers that have not run it (:meth:`warm`)."""
+        warming, self.warming = self.warming or [], None
+        self.feed.close(cancel=warming)
 
     def submit_run(self, p, j, state, reset=None):
         """Submit the task of default batches from position ``j`` of pass ``p`` to the

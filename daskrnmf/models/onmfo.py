@@ -347,8 +347,7 @@ class ONMFO(_OutlierFactorization):
                 checkpoint_when=lambda run, it, last: (run.pos == 0 or
                                                        it % self.checkpoint_every == 0))
         finally:
-            stream.close()
-            feed.close()
+            stream.close()          # (the feed's too)
         self._W, self._A, self._B, self._C, self._Bm = run.W, run.A, run.B, run.C, run.Bm
         self._n_observed, self._n_stat = run.n_observed, run.n_stat
         self._stream_seed = seed
