@@ -554,7 +554,7 @@ def test_outside_a_worker_no_task_is_cancelled():
     assert _cancelled_here() is False
 
 
-def test_a_fit_returns_when_no_task_of_it_runs_on_the_workers(data, caplog):
+def test_a_fit_returns_when_no_task_of_it_runs_on_the_workers(caplog):
     """A user's script that closes its cluster right after ``fit`` logs nothing: the
     fit's tasks still running when it stopped (the next pass's first run, a group's copy
     for that pass) are waited for, and distributed's WARNING "Async instruction ...
