@@ -973,6 +973,54 @@ def test_fused_cd_rows_match_the_vectorised_solve(dtype, k):
         np.testing.assert_array_equal(loss_o, loss[lo:hi])
 
 
+@pytest.mark.parametrize("k", [1, 4, 5, 9])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_cd_rows_residual_four_codes_at_a_time_on_every_support_size(k, dtype):
+    """The fused solve's residual takes h's non-zero codes four at a time, the support
+    padded with zero codes: rows of every support size (none, one, exactly four, more
+    than four, all k), a row of zeros right
+    after a row whose codes are all non-zero (no code of that row may reach it), k
+    below, at and between multiples of four and d = 7: each row's r, objective and h
+    those of its NumPy twin (r = max(0, x - h W - alpha_R), (3) at (h, r), the vectorised
+    solve's objective), and the row alone in its block the same bit for bit."""
+    from daskrnmf.kernels.cd_rows import solve_rows_fused
+    from daskrnmf.kernels.outliers import huber_rows
+
+    rng = np.random.default_rng(21)
+    d = 7
+    W = rng.gamma(1.0, 1.0, size=(k, d)) + 0.1
+    rows = []
+    for size in (k, 0, 1, min(4, k), min(5, k), k, 0, max(k - 1, 0)):
+        codes = np.zeros(k)
+        codes[rng.permutation(k)[:size]] = rng.gamma(2.0, 1.0, size=size) + 0.5
+        rows.append(codes @ W)
+    x = np.array(rows)
+    x[2, 3] += 25.0                              # gross entries: r non-zero there
+    x[5, 0] += 25.0
+    x = x.astype(dtype)
+    h, r, rounds, loss = solve_rows_fused(x, W, 1.0, 200, 1e-12, return_loss=True)
+    x64 = x.astype(np.float64)
+    Wd = W.astype(dtype)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(r, np.maximum(x - (h.astype(dtype) @ Wd) - 1.0, 0.0),
+                               atol=tol * x.max())
+    np.testing.assert_allclose(loss, _objective_3(x64, h, W, r.astype(np.float64), 1.0),
+                               rtol=tol, atol=tol * x.max())
+    for i in (1, 6):                             # the rows of zeros
+        assert (h[i] == 0).all() and (r[i] == 0).all() and loss[i] == 0.0
+    assert r[2, 3] > 0 and r[5, 0] > 0
+    h_v, _, _ = solve_codes_cd(x, W, 1.0, 200, 1e-12, mask=np.ones(x.shape, bool))
+    f_v = huber_rows(x64 - h_v @ W, 1.0)
+    np.testing.assert_allclose(huber_rows(x64 - h @ W, 1.0), f_v, rtol=1e-5,
+                               atol=1e-6 * x.max())
+    for i in range(x.shape[0]):
+        h_i, r_i, n_i, loss_i = solve_rows_fused(x[i:i + 1], W, 1.0, 200, 1e-12,
+                                                 return_loss=True)
+        np.testing.assert_array_equal(h_i[0], h[i])
+        np.testing.assert_array_equal(r_i[0], r[i])
+        assert n_i[0] == rounds[i] and loss_i[0] == loss[i]
+
+
 @pytest.mark.parametrize("dtype,case", [(np.float64, "tabled"), (np.float32, "tabled"),
                                         (np.float64, "k14"), (np.float64, "collinear")])
 def test_fused_cd_rows_in_slices_with_prepared_components_match_the_vectorised_solve(

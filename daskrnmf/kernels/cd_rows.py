@@ -41,12 +41,21 @@ def _cd_rows(x, W, G, Ginv, h0, h, consts, max_iter, tol, nnls_tol, r_out, round
     branch whose ``is not None`` test a None argument decides before it types the
     kernel, so a process compiles only the NNLS it calls (each about a second of
     compile); a branch on a flag would compile both.  Scratch from the caller (np.empty's
-    and np.zeros' overloads are then not compiled for this kernel): ``hw`` (k,) in the
-    work dtype, ``bz`` (4, k) float64, ``idx`` (k,) int64, ``passive`` (k,) bool, all
-    False, ``sup`` (k,) int64 (h's support).  The row's residual x - h W and then its r
-    live in ``r_out[i]`` itself (r overwrites the residual entry by entry, and the next
-    round's residual r once b has read it): no row allocated, so np.empty_like's overload
-    (0.09 s of compile) is not compiled either.
+    and np.zeros' overloads are then not compiled for this kernel): ``bz`` (4, k)
+    float64, ``idx`` (k,) int64, ``passive`` (k,) bool, all False, ``sup`` (k + 3,)
+    int64 (h's support) and ``hw`` (k + 3,) in the work dtype (its codes).  The
+    row's residual x - h W and then its r live in ``r_out[i]`` itself (r overwrites the
+    residual entry by entry, and the next round's residual r once b has read it): no row
+    allocated, so np.empty_like's overload (0.09 s of compile) is not compiled either.
+
+    The residual takes four of h's non-zero codes a pass over the row (``r -= h_a W_a +
+    h_b W_b + h_c W_c + h_d W_d``, the support padded with zero codes to a multiple of
+    four), where one pass a code stored and loaded the row again each time, a chain
+    through memory (perf: 16 % of the kernel in that loop).  ``W x`` and ``W r`` four
+    rows of W a pass as well gained another 6-10 % at 64 features and nothing at 256, for
+    a quarter of a second more compile (``benchmarks/results/onmfo_solve.md``): not
+    taken; the first four codes taken from x itself instead of a copy of x, 0.07 s more
+    compile for nothing faster: not taken either.
 
     A row whose r is 0 in two rounds in a row stops without a third NNLS: its b is b0
     again, whose NNLS it already has; the round is counted as the loop would have run it
@@ -87,18 +96,22 @@ def _cd_rows(x, W, G, Ginv, h0, h, consts, max_iter, tol, nnls_tol, r_out, round
         s = -1
         nz_prev = zero + 1
         for it in range(max_iter + 1):
-            for j in range(d):
-                r_out[i, j] = x[i, j]
             n = 0
-            for c in range(k):          # h's support listed without a branch: a test of
-                hw[c] = hi[c]           # each h_c mispredicts on codes half zero, more
-                sup[n] = c              # than the skipped products save
-                n += hw[c] != zero
-            for t in range(n):
-                c = sup[t]
-                hc = hw[c]
+            for c in range(k):          # h's support and its codes in the work dtype,
+                sup[n] = c              # listed without a branch: a test of each h_c
+                hw[n] = hi[c]           # mispredicts on codes half zero, more than the
+                n += hw[n] != zero      # skipped products save
+            for t in range(n, n + 3):   # zero codes up to a multiple of four
+                sup[t] = 0
+                hw[t] = zero
+            for j in range(d):          # the residual x - h W, four codes a pass over
+                r_out[i, j] = x[i, j]   # the row
+            for t in range(0, n, 4):
+                c0, c1, c2, c3 = sup[t], sup[t + 1], sup[t + 2], sup[t + 3]
+                a0, a1, a2, a3 = hw[t], hw[t + 1], hw[t + 2], hw[t + 3]
                 for j in range(d):
-                    r_out[i, j] -= hc * W[c, j]
+                    r_out[i, j] -= ((a0 * W[c0, j] + a1 * W[c1, j])
+                                    + (a2 * W[c2, j] + a3 * W[c3, j]))
             f = 0.0
             nz = zero                   # r's sum: 0 exactly when r is
             for j in range(d):          # (3) summed in float64, and r
@@ -301,9 +314,9 @@ def solve_rows_fused(x, W, lam, max_iter, tol, h=None, *, dtype=None, return_los
         _cd_rows(read_only(x), prepared.W, prepared.G, prepared.Ginv, h if warm else None,
                  h, np.array([lam, 0.5, 0.0], dtype=dt), int(max_iter), float(tol),
                  32 * max(k, 1) * np.finfo(np.float64).eps, r, rounds, loss, tab, F,
-                 np.empty(k, dtype=dt), np.empty((4, k)),
+                 np.empty(k + 3, dtype=dt), np.empty((4, k)),
                  np.empty(k, dtype=np.int64), np.zeros(k, dtype=np.bool_),
-                 np.empty(k, dtype=np.int64))
+                 np.empty(k + 3, dtype=np.int64))
     if return_loss:
         return h, r, rounds, loss
     return h, r, rounds
