@@ -105,7 +105,10 @@ def main():
     emit(f"Objective per sample of the defaults' pass: {fast.objective_history_[-1]:.4g}; "
          f"{fast.n_steps_} W updates.")
     emit()
-    emit("Previous table (2026-11-25, AMD EPYC family 25 model 1, 2 cores; default batches "
+    emit("Previous tables: 2026-11-25 21:45 UTC (this machine; the first version of the "
+         "row-group tasks, improved since in the rounds of benchmarks/results/"
+         "onmfo_pass.md): read pass 12.2 s, ONMFO() 1 pass 37.3 s = 0.328x, peak worker "
+         "RSS 820 MiB, objective per sample 205.6. 2026-11-25 (AMD EPYC family 25 model 1, 2 cores; default batches "
          "of X's 50 000-row chunks, five to a 250,000-row batch, 40 W updates a pass, each "
          "batch's pieces solved in parallel by both workers): read pass 15.2 s, ONMFO() 1 "
          "pass 26.0 s = 0.585x, peak worker RSS 704 MiB, objective per sample 212.1. Before "
