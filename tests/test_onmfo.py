@@ -978,11 +978,11 @@ def test_fused_cd_rows_match_the_vectorised_solve(dtype, k):
 def test_fused_cd_rows_residual_four_codes_at_a_time_on_every_support_size(k, dtype):
     """The fused solve's residual takes h's non-zero codes four at a time, the support
     padded with zero codes: rows of every support size (none, one, exactly four, more
-    than four, all k), a row of zeros right
-    after a row whose codes are all non-zero (no code of that row may reach it), k
-    below, at and between multiples of four and d = 7: each row's r, objective and h
-    those of its NumPy twin (r = max(0, x - h W - alpha_R), (3) at (h, r), the vectorised
-    solve's objective), and the row alone in its block the same bit for bit."""
+    than four, all k), a row of zeros right after a row whose codes are all non-zero (no
+    code of that row may reach it), k below, at and between multiples of four and d = 7:
+    each row's r, objective and h those of its NumPy twin (r = max(0, x - h W -
+    alpha_R), (3) at (h, r), the vectorised solve's objective), and the row alone in its
+    block the same bit for bit."""
     from daskrnmf.kernels.cd_rows import solve_rows_fused
     from daskrnmf.kernels.outliers import huber_rows
 
