@@ -356,10 +356,8 @@ def warm_solve(spec, upd, k, d, dtype):
     """A batch of two rows solved and W updated as :func:`solve_batches_sent` solves
     them, in ``dtype``: loads this process's compiled kernels of both (the first call's
     load, 0.2-0.3 s on a fresh worker); the result is dropped."""
-    W = initial_components(0, k, d, 1.0)
-    zeros = np.zeros((k, d))
-    state = {"W": W, "A": zeros, "B": np.zeros((k, k)), "C": zeros.copy(), "Bm": None,
-             "n_stat": 0, "n_observed": 1}
+    state = _Run(initial_components(0, k, d, 1.0), np.zeros((k, d)), np.zeros((k, k)),
+                 np.zeros((k, d)), n_observed=1).state()
     x = np.ones((2, d), dtype=dtype)
     if spec.missing and x.dtype.kind == "f":
         x[0, 0] = np.nan        # missing="mask": the solve of batches with missing values
