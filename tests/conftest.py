@@ -1,7 +1,23 @@
 import os
 
-import numpy as np
-import pytest
+# Under pytest-xdist (the README's command runs the suite in two processes) each worker
+# process compiles Numba's kernels into a cache directory of its own, inherited by the
+# processes it starts (Dask workers, the CLI, batch jobs): Numba numbers a function's
+# cache files from the index it read, so two processes saving two signatures of one
+# kernel at the same moment could leave an index naming the other's file.  Set before
+# Numba is imported; an explicit NUMBA_CACHE_DIR is kept.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER and "NUMBA_CACHE_DIR" not in os.environ:
+    _CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                          ".pytest_cache", f"numba-{_WORKER}")
+    try:
+        os.makedirs(_CACHE, exist_ok=True)
+        os.environ["NUMBA_CACHE_DIR"] = os.path.abspath(_CACHE)
+    except OSError:         # a read-only checkout: the package's own cache directory
+        pass
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 
 @pytest.fixture

@@ -102,9 +102,9 @@ def test_readme_is_a_short_entry_with_the_first_run_commands():
     under about 2,000 words, and every documentation page it points to exists."""
     readme = _readme()
     assert "pip install . && python examples/quickstart.py" in readme
-    assert 'pip install ".[test]" && python -m pytest -q tests' in readme
+    assert 'pip install ".[test]" && python -m pytest -q -n 2 --dist loadfile tests' in readme
     with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as fh:
-        assert 'pip install ".[test]" && python -m pytest -q tests' in fh.read()
+        assert 'pip install ".[test]" && python -m pytest -q -n 2 --dist loadfile tests' in fh.read()
     words = len(readme.split())
     assert words < 2000, f"README has {words} words"
     pages = re.findall(r"\]\((docs/[^)#]+)", readme)
