@@ -920,3 +920,28 @@ def test_a_zero_median_of_collected_values_is_positive_zero(n_values):
     cnt = np.bincount(keys, minlength=3)
     got = mr.select_collected(keys, vals, 3, np.arange(3), (cnt - 1) // 2, cnt // 2)
     assert np.array_equal(got, np.zeros(3)) and not np.signbit(got).any()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("masked", [False, True])
+def test_residual_norms_match_the_plain_formula(dtype, masked):
+    """``kernels.mu.residual_norms`` (one (n, d) array, einsum's row sums) against
+    ``sqrt(((X - H W) ** 2).sum(axis=1))``, over the observed entries with a mask; X in
+    float32 or float64, rows of every kind (a zero row, one exactly reconstructed), no
+    rows at all; H and W, hence the result, float64."""
+    from daskrnmf.kernels.mu import residual_norms
+
+    rng = np.random.default_rng(3)
+    H, W = rng.random((9, 4)), rng.random((4, 7))
+    X = rng.random((9, 7)).astype(dtype)
+    X[2] = 0.0
+    X[5] = (H[5] @ W).astype(dtype)
+    mask = rng.random((9, 7)) < 0.7 if masked else None
+    if masked:
+        X = np.where(mask, X, 0).astype(dtype)
+    E = X.astype(np.float64) - H @ W
+    want = np.sqrt(((E * mask if masked else E) ** 2).sum(axis=1))
+    got = residual_norms(X, H, W, mask)
+    assert got.dtype == np.float64 and got.shape == (9,)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-7 if dtype == np.float32 else 1e-15)
+    assert residual_norms(X[:0], H[:0], W, None if mask is None else mask[:0]).shape == (0,)

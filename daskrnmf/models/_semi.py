@@ -201,7 +201,12 @@ def h_chunk(block, start, st, spec):
     if spec.keep_features:
         new["F"] = XG                     # the features G^T x of the SVM step
     keep = st["y"] != 0
-    loss = float((((x - H @ G.T) ** 2).sum(axis=1))[keep].sum())
+    # the residual in one (n, d) array, its rows' squares summed by einsum (as
+    # kernels.mu.residual_norms: a third of the temporaries, 3.5x faster)
+    E = H @ G.T
+    np.subtract(x, E, out=E)
+    loss = float(np.einsum("ij,ij->i", E, E)[keep].sum())
+    del E
     return _stats(x, H, keep, loss), new
 
 
