@@ -101,10 +101,10 @@ def test_failed_tls_connects_neither_leak_nor_hang_the_next_one(tmp_path):
     pytest.importorskip("cryptography")
     try:
         proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)],
-                              capture_output=True, text=True, timeout=20)
+                              capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        pytest.fail(f"a connect after failed TLS attempts hung (stopped at 20 s); "
+        pytest.fail(f"a connect after failed TLS attempts hung (stopped at 60 s); "
                     f"got so far:\n{out}")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -115,7 +115,8 @@ def test_failed_tls_connects_neither_leak_nor_hang_the_next_one(tmp_path):
             assert r["result"] == "connected: 1 worker", r
         elif "encryption required" not in r["result"]:
             assert r["result"].startswith("FatalCommClosedError") and "TLS" in r["result"], r
-        assert r["seconds"] < 5, r                        # not the 10 s stall of issue 17
+        assert r["seconds"] < 8, r        # not the 10 s stall of issue 17 (8: another
+                                          # test process may share the cores)
     facts = {k: v for r in lines if "attempt" not in r for k, v in r.items()}
     assert facts["leaked_after_failures"] == 0, proc.stdout   # no event-loop thread left
     assert facts["plain_clients_left"] == 3, proc.stdout      # distributed's own leak, as found
