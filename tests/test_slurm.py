@@ -280,7 +280,10 @@ def test_jobs_stopped_at_their_walltime_are_finished_by_the_next_identically(slu
         assert not _leftovers(where, job) and not _leftovers(where, nxt)
 
 
-NMF_PARAMS = dict(n_components=3, max_iter=60, tol=0, random_state=0)
+# 150 iterations: the worker job is cancelled after the third, and the fit must still be
+# running when SLURM reports it cancelled (0.5-1 s; 57 more iterations took 2.6 s here,
+# 147 take about 6, with room for another test process on the cores)
+NMF_PARAMS = dict(n_components=3, max_iter=150, tol=0, random_state=0)
 
 
 def _has_block_files(scratch):
@@ -360,7 +363,7 @@ def test_a_worker_job_cancelled_mid_fit_loses_nothing(slurm):
     where, env, X = slurm
     status, text, out = _fit_losing_a_worker_job(where, env, "loss", jobs=2)
     assert status == 0, text
-    assert "Traceback" not in text and "iteration 60," in text
+    assert "Traceback" not in text and f"iteration {NMF_PARAMS['max_iter']}," in text
     stored = zarr.open_group(str(out), mode="r")
     local = NMF(**NMF_PARAMS)
     with pytest.warns(Warning, match="did not converge"):
