@@ -97,18 +97,23 @@ def update_h(X, H, W, WWt, d1, alpha, prev=None, nxt=None, floor=PAIR_FLOOR, mas
 
 def residual_norms(X, H, W, mask=None):
     """``||x_i - h_i W||`` per row (over the observed entries when ``mask`` is given; X is
-    then zero at the missing ones).
+    then zero at the missing ones): the square root of :func:`residual_squares`."""
+    return np.sqrt(residual_squares(X, H, W, mask))
 
-    One (n, d) array: ``H W``, overwritten by the residual, whose rows' squares einsum
-    sums (``((X - H W) ** 2).sum(axis=1)`` made three and summed along short rows: 2.9
-    ms against 0.8 on 10,000 x 64 float64 with k = 5, half of a multiplicative-update
-    pass's arithmetic)."""
-    # (H W in the dtype X - H W would have: float64 for float32 X, as before)
+
+def residual_squares(X, H, W, mask=None):
+    """``||x_i - h_i W||^2`` per row (over the observed entries when ``mask`` is given),
+    float64 whenever X, H or W is.
+
+    One (n, d) array: ``H W``, in the dtype ``X - H W`` would have, overwritten by the
+    residual, whose rows' squares einsum sums (``((X - H W) ** 2).sum(axis=1)`` made
+    three and summed along short rows: 2.9 ms against 0.8 on 10,000 x 64 float64 with k
+    = 5, half of a multiplicative-update pass's arithmetic)."""
     E = np.matmul(H, W, dtype=np.result_type(X.dtype, H.dtype, W.dtype))
     np.subtract(X, E, out=E)
     if mask is not None:
         E *= mask
-    return np.sqrt(np.einsum("ij,ij->i", E, E))
+    return np.einsum("ij,ij->i", E, E)
 
 
 def masked_product(H, W, mask):
