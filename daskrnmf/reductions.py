@@ -37,8 +37,9 @@ SAMPLE_SEED, SAMPLE_STREAM = 0x5EED5, 7
 # ---------------------------------------------------------------- feature statistics
 def feature_stats_chunk(block, start, sample_size=0, threshold=1.0):
     """One block's min, max, non-finite count, row count and sum of finite values (one
-    compiled pass, :func:`~daskrnmf.kernels.sums.finite_stats`), with its candidate
-    sample rows (keys below ``threshold``, see :func:`sample_rows_chunk`)."""
+    compiled pass, NumPy's for a small block: :func:`~daskrnmf.kernels.sums.finite_stats`),
+    with its candidate sample rows (keys below ``threshold``, see
+    :func:`sample_rows_chunk`)."""
     x = np.asarray(block)
     lo, hi, nonfinite, total = finite_stats(x)
     out = {"min": lo, "max": hi, "nonfinite": nonfinite, "n": x.shape[0], "sum": total}

@@ -77,11 +77,19 @@ def test_feature_stats_counts_nonfinite(rng):
     assert s["sum"] == pytest.approx(X[finite].sum(), rel=1e-12)
 
 
+@pytest.mark.parametrize("route", ["compiled", "numpy"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.uint8])
-def test_finite_stats_kernel_matches_numpy(rng, dtype):
-    """The compiled block statistics against their NumPy twin: finite blocks, a block
-    with NaN/inf, one whose sum overflows (the masked route), and no rows."""
+def test_finite_stats_kernel_matches_numpy(rng, dtype, route, monkeypatch):
+    """The block statistics against their NumPy twin, by the compiled pass (blocks above
+    ``SMALL_ENTRIES`` entries) and by NumPy (small blocks): finite blocks, a block with
+    NaN/inf, one whose sum overflows (the masked route), and no rows."""
+    from daskrnmf.kernels import sums
     from daskrnmf.kernels.sums import finite_stats
+    if route == "compiled":
+        monkeypatch.setattr(sums, "SMALL_ENTRIES", 0)
+        calls = []
+        kernel = sums._column_stats
+        monkeypatch.setattr(sums, "_column_stats", lambda *a: calls.append(1) or kernel(*a))
     X = (rng.random((200, 5)) * 100).astype(dtype)
     cases = [X]
     if np.dtype(dtype).kind == "f":
@@ -102,6 +110,8 @@ def test_finite_stats_kernel_matches_numpy(rng, dtype):
         assert total == pytest.approx(expect, rel=1e-12)
     lo, hi, bad, total = finite_stats(X[:0])
     assert np.all(lo == np.inf) and np.all(hi == -np.inf) and bad == 0 and total == 0.0
+    if route == "compiled":
+        assert len(calls) == len(cases)     # every block with rows took the compiled pass
 
 
 def _labels_per_block(blocks, labels):

@@ -116,10 +116,17 @@ def _column_stats(x, lo, hi, total):
             total[j] += v
 
 
+#: Blocks of at most this many entries take the NumPy route of :func:`finite_stats`: a
+#: first fit on small data compiles no statistics kernel (0.12 s of CPU with an empty
+#: cache, where NumPy takes tens of microseconds on such a block)
+SMALL_ENTRIES = 2**16
+
+
 def finite_stats(x):
     """Per-feature min and max of a block's finite values, its number of non-finite
-    values and the sum of its finite values (one compiled pass; blocks holding NaN, inf,
-    or sums that overflow take the masked NumPy route).
+    values and the sum of its finite values (one compiled pass; blocks of at most
+    :data:`SMALL_ENTRIES` entries, and blocks holding NaN, inf, or sums that overflow,
+    take the masked NumPy route).
 
     Parameters
     ----------
@@ -135,10 +142,12 @@ def finite_stats(x):
     d = x.shape[1]
     lo, hi = np.full(d, np.inf), np.full(d, -np.inf)
     total = np.zeros(d)
-    if x.shape[0]:
+    if not x.shape[0]:
+        return lo, hi, 0, 0.0
+    if x.size > SMALL_ENTRIES:
         _column_stats(np.ascontiguousarray(x), lo, hi, total)
-    if np.isfinite(total).all():
-        return lo, hi, 0, float(total.sum())
+        if np.isfinite(total).all():
+            return lo, hi, 0, float(total.sum())
     finite = np.isfinite(x) if x.dtype.kind == "f" else np.ones(x.shape, dtype=bool)
     xf = x.astype(np.float64)
     return (np.where(finite, xf, np.inf).min(axis=0), np.where(finite, xf, -np.inf).max(axis=0),
