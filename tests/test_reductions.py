@@ -1,7 +1,10 @@
 """Tree reductions against their NumPy twins: one chunk, many chunks, split_every=2."""
 
+import warnings
+
 import dask
 import dask.array as da
+
 import numpy as np
 import pytest
 
@@ -85,11 +88,8 @@ def test_finite_stats_kernel_matches_numpy(rng, dtype, route, monkeypatch):
     NaN/inf, one whose sum overflows (the masked route), and no rows."""
     from daskrnmf.kernels import sums
     from daskrnmf.kernels.sums import finite_stats
-    if route == "compiled":
-        monkeypatch.setattr(sums, "SMALL_ENTRIES", 0)
-        calls = []
-        kernel = sums._column_stats
-        monkeypatch.setattr(sums, "_column_stats", lambda *a: calls.append(1) or kernel(*a))
+    monkeypatch.setattr(sums, "SMALL_ENTRIES", 0 if route == "compiled" else 10**9)
+    calls = _count_calls(monkeypatch, sums, "_column_stats")
     X = (rng.random((200, 5)) * 100).astype(dtype)
     cases = [X]
     if np.dtype(dtype).kind == "f":
@@ -110,8 +110,50 @@ def test_finite_stats_kernel_matches_numpy(rng, dtype, route, monkeypatch):
         assert total == pytest.approx(expect, rel=1e-12)
     lo, hi, bad, total = finite_stats(X[:0])
     assert np.all(lo == np.inf) and np.all(hi == -np.inf) and bad == 0 and total == 0.0
-    if route == "compiled":
-        assert len(calls) == len(cases)     # every block with rows took the compiled pass
+    # every block with rows took the route asked for
+    assert len(calls) == (len(cases) if route == "compiled" else 0)
+
+
+def _count_calls(monkeypatch, module, name):
+    """Wrap ``module.name`` so that its calls are counted (the list returned)."""
+    calls, function = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a: calls.append(1) or function(*a))
+    return calls
+
+
+def test_finite_stats_small_blocks_by_numpy_give_the_kernels_numbers(rng, monkeypatch):
+    """A block of at most ``SMALL_ENTRIES`` entries takes NumPy's route and one above it
+    the compiled pass; on the same block the two give the same numbers bit for bit (its
+    sum in the kernel's order: each feature's values in row order), whatever its dtype
+    and memory layout, and NumPy's route warns of nothing where +inf and -inf meet."""
+    from daskrnmf.kernels import sums
+    from daskrnmf.kernels.sums import finite_stats
+
+    calls = _count_calls(monkeypatch, sums, "_column_stats")
+    edge = sums.SMALL_ENTRIES // 4
+    finite_stats(rng.random((edge, 4)))
+    assert calls == []
+    finite_stats(rng.random((edge + 1, 4)))
+    assert calls == [1]
+    blocks = []
+    for dtype in (np.float32, np.float64, np.int64, np.uint8):
+        for n, d in ((300, 7), (5000, 1), (50, 33)):
+            x = (rng.random((n, d)) * 1000).astype(dtype)
+            blocks += [x, np.asfortranarray(x), x[:, ::-1], x[::2]]
+    over = rng.random((40, 3))
+    over[:2, 0] = np.finfo(np.float64).max        # a sum that overflows: masked route
+    infs = rng.random((40, 3))
+    infs[3, 1], infs[5, 1] = np.inf, -np.inf      # their sum NaN: masked route
+    for x in blocks + [over, infs]:
+        with np.errstate(over="ignore"):            # (the masked route's overflow)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                by_numpy = finite_stats(x)
+            monkeypatch.setattr(sums, "SMALL_ENTRIES", -1)
+            compiled = finite_stats(x)
+            monkeypatch.setattr(sums, "SMALL_ENTRIES", 4 * edge)
+        for a, b in zip(by_numpy, compiled):
+            np.testing.assert_array_equal(a, b)
 
 
 def _labels_per_block(blocks, labels):
