@@ -124,8 +124,9 @@ def _count_calls(monkeypatch, module, name):
 def test_finite_stats_small_blocks_by_numpy_give_the_kernels_numbers(rng, monkeypatch):
     """A block of at most ``SMALL_ENTRIES`` entries takes NumPy's route and one above it
     the compiled pass; on the same block the two give the same numbers bit for bit (its
-    sum in the kernel's order: each feature's values in row order), whatever its dtype
-    and memory layout, and NumPy's route warns of nothing where +inf and -inf meet."""
+    sum in the kernel's order: each feature's values in row order from +0.0; of equal
+    extremes, +0.0 and -0.0, the first), whatever its dtype and memory layout, and
+    NumPy's route warns of nothing where a sum overflows or +inf and -inf meet."""
     from daskrnmf.kernels import sums
     from daskrnmf.kernels.sums import finite_stats
 
@@ -140,20 +141,24 @@ def test_finite_stats_small_blocks_by_numpy_give_the_kernels_numbers(rng, monkey
         for n, d in ((300, 7), (5000, 1), (50, 33)):
             x = (rng.random((n, d)) * 1000).astype(dtype)
             blocks += [x, np.asfortranarray(x), x[:, ::-1], x[::2]]
-    over = rng.random((40, 3))
-    over[:2, 0] = np.finfo(np.float64).max        # a sum that overflows: masked route
+    top = np.finfo(np.float64).max
+    over = np.array([[top, -top], [top, -top]])   # columns' sums overflow: masked route
     infs = rng.random((40, 3))
     infs[3, 1], infs[5, 1] = np.inf, -np.inf      # their sum NaN: masked route
-    for x in blocks + [over, infs]:
-        with np.errstate(over="ignore"):            # (the masked route's overflow)
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                by_numpy = finite_stats(x)
-            monkeypatch.setattr(sums, "SMALL_ENTRIES", -1)
-            compiled = finite_stats(x)
-            monkeypatch.setattr(sums, "SMALL_ENTRIES", 4 * edge)
+    zeros = np.zeros((30, 4))                      # signed zeros: the kernel keeps the
+    zeros[10:, 0] = -0.0                           # first of equal extremes in row order
+    zeros[:5, 1] = -0.0                            # and sums from +0.0
+    zeros[:, 2] = -0.0
+    zeros[7, 3] = 2.0
+    for x in blocks + [over, infs, zeros, -zeros, np.full((20, 3), -0.0)]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            by_numpy = finite_stats(x)
+        monkeypatch.setattr(sums, "SMALL_ENTRIES", -1)
+        compiled = finite_stats(x)
+        monkeypatch.setattr(sums, "SMALL_ENTRIES", 4 * edge)
         for a, b in zip(by_numpy, compiled):
-            np.testing.assert_array_equal(a, b)
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (x, a, b)
 
 
 def _labels_per_block(blocks, labels):

@@ -53,9 +53,10 @@ def _cd_rows(x, W, G, Ginv, h0, h, consts, max_iter, tol, nnls_tol, r_out, round
     four), where one pass a code stored and loaded the row again each time, a chain
     through memory (perf: 16 % of the kernel in that loop).  ``W x`` and ``W r`` four
     rows of W a pass as well gained another 6-10 % at 64 features and nothing at 256 on
-    one machine and nothing on another, for a quarter to half a second more compile
-    (``benchmarks/results/onmfo_solve.md``, ``onmfo_pass.md``): not taken; the first four codes taken from x itself instead of a copy of x, 0.07 s more
-    compile for nothing faster: not taken either.
+    one machine (Xeon model 167) and nothing on another (model 207), for a quarter to
+    half a second more compile (``benchmarks/results/onmfo_solve.md``,
+    ``onmfo_pass.md``): not taken; the first four codes taken from x itself instead of a
+    copy of x, 0.07 s more compile for nothing faster: not taken either.
 
     A row whose r is 0 in two rounds in a row stops without a third NNLS: its b is b0
     again, whose NNLS it already has; the round is counted as the loop would have run it

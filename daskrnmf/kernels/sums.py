@@ -148,14 +148,21 @@ def finite_stats(x):
     if x.size > SMALL_ENTRIES:
         _column_stats(np.ascontiguousarray(x), lo, hi, total)
     else:
-        # the kernel's numbers bit for bit: each feature's values added in row order (an
-        # accumulation is sequential, where a sum may be pairwise); NaN, inf or an
-        # overflow leave the total non-finite, silently as in the kernel, and the masked
-        # route below then takes the block
+        # the kernel's numbers bit for bit: each feature's values added in row order to
+        # +0.0 (an accumulation is sequential, where a sum may be pairwise; + 0.0 turns
+        # an all -0.0 total into the kernel's +0.0), and of equal extremes the first in
+        # row order (a column's min or max 0 is the kernel's first zero, +0.0 or -0.0);
+        # NaN, inf or an overflow leave the total non-finite, silently as in the kernel,
+        # and the masked route below then takes the block
         xc = np.ascontiguousarray(x, dtype=np.float64)
         with np.errstate(all="ignore"):
-            total = np.add.accumulate(xc, axis=0)[-1]
+            total = np.add.accumulate(xc, axis=0)[-1] + 0.0
         lo, hi = xc.min(axis=0), xc.max(axis=0)
+        for ext in (lo, hi):
+            zero = ext == 0.0
+            if zero.any():
+                cols = np.flatnonzero(zero)
+                ext[cols] = xc[(xc[:, cols] == 0.0).argmax(axis=0), cols]
     if np.isfinite(total).all():
         return lo, hi, 0, float(total.sum())
     finite = np.isfinite(x) if x.dtype.kind == "f" else np.ones(x.shape, dtype=bool)
