@@ -25,8 +25,14 @@ last solve; and each pass's own samples/s over the read pass's (the first pass f
 fit's start, each later one from the moment the client took the pass before's last
 batch).  Also the
 client's time waiting in ``Feed.solve`` / ``Feed.take_run`` (``solve_run`` in older
-checkouts), and the reads' and transfers' total worker time.  Numbers, not assertions;
-a loaded machine makes them noisy.
+checkouts), and the reads' and transfers' total worker time.
+
+A second table, the CPU a pass takes: the read pass's own worker time (its tasks, from
+the task stream of one more read pass), ONMFO's reads (and putting its groups together
+and in order) a pass, and each pass's solve tasks with the ratio they alone allow: the
+solves of a pass run one after another, so no pass can run faster than
+``read pass / its solve tasks``, whatever the reading beside them costs.  Numbers, not
+assertions; a loaded machine makes them noisy.
 """
 
 import argparse
@@ -131,6 +137,10 @@ def one(store, client, timer, passes):
 
     X = da.from_zarr(store)
     read = min(read_pass_times(X, 3))
+    with get_task_stream(client) as ts:         # the read pass's own worker time
+        X.sum().compute()
+    read_cpu = sum(s["stop"] - s["start"] for t in ts.data for s in t["startstops"]
+                   if s["action"] == "compute")
     ONMFO(K, max_iter=1, random_state=0).fit(store)       # compiles on the workers
     best = None
     for _ in range(2):
@@ -155,12 +165,26 @@ def one(store, client, timer, passes):
         f = breakdown(events, t0, t1)
         if best is None or f["wall"] < best["wall"]:
             best = {**f, "timer": dict(timer.sec), "calls": dict(timer.calls),
+                    "read_cpu": read_cpu, "pass_solve": pass_solves(events, t0, ends),
                     "n_steps": int(model.n_steps_), "passes": passes,
                     "objective": [float(h) for h in model.objective_history_],
                     "W": model.components_.tolist(), "read": read,
                     "pass_seconds": [b - a for a, b in
                                      itertools.pairwise([0.0] + [ends[p] for p in sorted(ends)])]}
     return best
+
+
+def pass_solves(events, t0, ends):
+    """Each pass's solve tasks' seconds: a solve task (one row group of one pass) counts
+    for the first pass whose last batch the client took after the task ended."""
+    bounds = [t0 + ends[p] for p in sorted(ends)]
+    out = [0.0] * len(bounds)
+    for w, act, name, s, e in events:
+        if act == "compute" and name.startswith("_on_pieces"):
+            p = next((i for i, b in enumerate(bounds) if e <= b), len(bounds) - 1)
+            if out:
+                out[p] += e - s
+    return out
 
 
 def each(f):
@@ -235,6 +259,21 @@ def main():
              f"{f['last']:.2f} | {f['timer'].get('waiting', 0.0):.2f} | {f['reads']:.2f} | "
              f"{f['transfers']:.2f} | {each(f)} | "
              f"{', '.join(f'{h:.6g}' for h in f['objective'])} |")
+    emit()
+    emit("The CPU a pass takes (worker seconds; reads: ONMFO's chunk reads and the putting "
+         "of its row groups together and in order, all workers, a pass on average; each "
+         "pass's solve tasks, and the ratio to the read pass they alone allow):")
+    emit()
+    emit("| d | code | read pass (s) | its worker time (s) | ONMFO reads a pass (s) | "
+         "each pass: solve tasks (s), at most vs read |")
+    emit("|---:|---|---:|---:|---:|---|")
+    for (d, label), f in sorted({**old, **results}.items(), key=lambda kv: kv[0][0]):
+        if "pass_solve" not in f:
+            continue
+        emit(f"| {d} | {label} | {f['read']:.2f} | {f['read_cpu']:.2f} | "
+             f"{f['reads'] / max(f.get('passes', 1), 1):.2f} | "
+             + ", ".join(f"{t:.2f} ({f['read'] / t:.3f}x)" if t > 0 else "-"
+                         for t in f["pass_solve"]) + " |")
     if args.out:
         emit.write(args.out)
     if args.json:
