@@ -28,7 +28,9 @@ def groups(monkeypatch):
 def per_batch(X, model, passes, stop=None):
     """W and the pass objectives of ``model``'s default stream, one batch at a time as
     ONMFO took them before issue 38 (statistics scaled and added in place, W updated on
-    the client after every batch); ``stop``: W after that many batches."""
+    the client after every batch); ``stop``: W after that many batches.  With
+    ``reset_statistics`` the statistics start again at each pass and, in the first, where
+    its second row group starts."""
     k, d = model.n_components, X.shape[1]
     seed, spec = model._stream_seed, model._spec()
     batches, pieces, units = make_batches(X, None)
@@ -36,13 +38,19 @@ def per_batch(X, model, passes, stop=None):
     W = initial_components(seed, k, d, feed.mean(batch_order(seed, 0, units)[0]))
     A, B, C = np.zeros((k, d)), np.zeros((k, k)), np.zeros((k, d))
     history = []
+    t = 0                           # batches in the statistics
     for p in range(passes):
-        A[:], B[:], C[:] = 0.0, 0.0, 0.0
+        order = batch_order(seed, p, units)
+        starts = {0} if p else {next(len(u) for u in units if order[0] in u)}
         loss, count = 0.0, 0
-        for j, b in enumerate(batch_order(seed, p, units)):
+        for j, b in enumerate(order):
+            if model.reset_statistics and j in starts:
+                A[:], B[:], C[:] = 0.0, 0.0, 0.0
+                t = 0
             st = feed.solve(b, solve_batch_piece, add_statistics, W, spec,
                             rows=batch_rows(seed, p, units, batches, b))
-            w = (1.0 - 1.0 / (j + 1)) ** model.forget_power if j else 1.0
+            w = (1.0 - 1.0 / (t + 1)) ** model.forget_power if t else 1.0
+            t += 1
             for M, key in ((A, "A"), (B, "B"), (C, "C")):
                 M *= w
                 M += st[key]
@@ -574,3 +582,14 @@ def test_a_fit_returns_when_no_task_of_it_runs_on_the_workers(caplog):
             running = client.run(lambda dask_worker: len(dask_worker.state.executing))
     assert not any(running.values()), running
     assert not [r for r in caplog.records if "CancelledError" in r.getMessage()]
+
+
+def test_without_reset_statistics_the_statistics_never_start_again(data, groups):
+    # reset_statistics=False: summed over every batch of every pass, the first pass's
+    # second row group included (per_batch honours the parameter)
+    X = data[0]
+    model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, reset_statistics=False,
+                  random_state=1).fit(X)
+    W, history = per_batch(X, model, 2)
+    np.testing.assert_array_equal(model.components_, W)
+    np.testing.assert_array_equal(model.objective_history_, history)
