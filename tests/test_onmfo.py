@@ -757,6 +757,27 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     assert _checkpoint.load(path)[1]["pass"] == 2
 
 
+@pytest.mark.parametrize("stop", [3, 4])
+def test_stopped_where_the_first_pass_restarts_its_statistics_resumes_to_the_same(
+        data, tmp_path, monkeypatch, stop):
+    # three row groups of three batches: the statistics start again before the first
+    # pass's fourth batch (its second group's first); stopped just before it and just
+    # after, the resumed fit is the uninterrupted one
+    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 40 * 100)
+    X = da.from_array(data[0], chunks=(20, -1))
+    kw = dict(n_components=4, max_iter=1, tol=0, max_inner_iter=30, random_state=7)
+    full = ONMFO(**kw).fit(X)
+    ckpt = tmp_path / "ckpt"
+    ONMFO(**kw, checkpoint=ckpt, checkpoint_every=1,
+          callback=lambda info: info["iteration"] == stop).fit(X)
+    saved, _ = saved_stream(ckpt)
+    assert (saved["pass_"], saved["pos"]) == (0, stop)
+    assert saved["n_stat"] == (3 if stop == 3 else 1)
+    resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
+    np.testing.assert_array_equal(resumed.components_, full.components_)
+    np.testing.assert_array_equal(resumed.objective_history_, full.objective_history_)
+
+
 def test_killed_process_resumes_to_the_uninterrupted_result(tmp_path):
     """SIGKILL the fitting process mid-stream, then resume in this one."""
     X = np.random.default_rng(0).gamma(2.0, 1.0, size=(2000, 30))
