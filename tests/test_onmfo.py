@@ -703,23 +703,31 @@ def test_online_is_close_to_batch_on_corrupted_faces():
 
 
 # ---------------------------------------------------------------- checkpoints
-def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path, monkeypatch):
-    # three row groups of 100 rows (each read whole from five chunks), three batches each
+@pytest.mark.parametrize("stop, position, n_stat", [(13, (1, 4), 4), (3, (0, 3), 3),
+                                                    (4, (0, 4), 1)])
+def test_stopped_fit_resumes_to_the_uninterrupted_result(data, tmp_path, monkeypatch, stop,
+                                                         position, n_stat):
+    # three row groups of 100 rows (each read whole from five chunks), three batches each;
+    # stopped mid-pass 2, and just before and just after the first pass's statistics
+    # start again (before its fourth batch, its second group's first)
     monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 40 * 100)
     X = da.from_array(data[0], chunks=(20, -1))
     kw = dict(n_components=4, max_iter=2, tol=0, max_inner_iter=30, random_state=7)
     full = ONMFO(**kw).fit(X)
     ckpt = tmp_path / "ckpt"
     ONMFO(**kw, checkpoint=ckpt, checkpoint_every=3,
-          callback=lambda info: info["iteration"] == 13).fit(X)   # stops mid-pass 2
+          callback=lambda info: info["iteration"] == stop).fit(X)
     saved, _ = saved_stream(ckpt)
-    assert (saved["pass_"], saved["pos"], saved["n_steps"]) == (1, 4, saved["iteration"]) \
-        == (1, 4, 13)
-    assert set(saved["chunk_sha256"]) == {"0:100", "100:200", "200:300"}
+    assert (saved["pass_"], saved["pos"]) == position
+    assert saved["n_steps"] == saved["iteration"] == stop
+    assert saved["n_stat"] == n_stat        # batches in the statistics since they started
     resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     np.testing.assert_array_equal(resumed.components_, full.components_)
     np.testing.assert_array_equal(resumed.objective_history_, full.objective_history_)
     assert resumed.n_steps_ == full.n_steps_ == 18
+    if stop != 13:
+        return
+    assert set(saved["chunk_sha256"]) == {"0:100", "100:200", "200:300"}
     # a finished checkpoint resumes to itself; a different run is refused by name
     again = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
     np.testing.assert_array_equal(again.components_, full.components_)
@@ -755,27 +763,6 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     assert sorted(os.listdir(path)) == [_checkpoint.MARKER, _checkpoint.SUBDIR, "unrelated.txt"]
     assert sorted(os.listdir(path / _checkpoint.SUBDIR)) == ["LATEST", "gen-00000001"]
     assert _checkpoint.load(path)[1]["pass"] == 2
-
-
-@pytest.mark.parametrize("stop", [3, 4])
-def test_stopped_where_the_first_pass_restarts_its_statistics_resumes_to_the_same(
-        data, tmp_path, monkeypatch, stop):
-    # three row groups of three batches: the statistics start again before the first
-    # pass's fourth batch (its second group's first); stopped just before it and just
-    # after, the resumed fit is the uninterrupted one
-    monkeypatch.setattr(_stream, "UNIT_BYTES", 8 * 40 * 100)
-    X = da.from_array(data[0], chunks=(20, -1))
-    kw = dict(n_components=4, max_iter=1, tol=0, max_inner_iter=30, random_state=7)
-    full = ONMFO(**kw).fit(X)
-    ckpt = tmp_path / "ckpt"
-    ONMFO(**kw, checkpoint=ckpt, checkpoint_every=1,
-          callback=lambda info: info["iteration"] == stop).fit(X)
-    saved, _ = saved_stream(ckpt)
-    assert (saved["pass_"], saved["pos"]) == (0, stop)
-    assert saved["n_stat"] == (3 if stop == 3 else 1)
-    resumed = ONMFO(**kw, checkpoint=ckpt).fit(X, resume=True)
-    np.testing.assert_array_equal(resumed.components_, full.components_)
-    np.testing.assert_array_equal(resumed.objective_history_, full.objective_history_)
 
 
 def test_killed_process_resumes_to_the_uninterrupted_result(tmp_path):
