@@ -84,7 +84,7 @@ class _Stream:
         in they keep W behind the data for the rest of the pass: on 4M x 64 planted rows
         (8 groups, 984 batches a pass) the rows' (h, r) solves took 2.12 rounds on
         average in the first pass and 1.77 in the later ones; starting again after the
-        first group, 1.87 in the first pass (1.78 from its second group on), the first
+        first group, 1.87 in the first pass (1.78-1.85 from its second group on), the first
         pass's objective 6.553 against 6.560 and the later passes' the same; on 500,000 x
         256 rows the first pass's objective 31.8 -> 28.6, and the fit stops a pass sooner
         (``benchmarks/results/onmfo_pass.md``, ``onmfo_planted.md``).  Where X is one

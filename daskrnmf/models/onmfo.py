@@ -141,7 +141,7 @@ class ONMFO(_OutlierFactorization):
         (measured on planted rows: the first pass's objective 31.8 -> 28.6 on 500,000 x
         256, whose fit then stops after 2 passes instead of 3; on 4,000,000 x 64 its
         (h, r) solves 2.12 -> 1.87 rounds a row and the fit's E_avg 1.005x -> 1.003x the
-        converged batch model's; ``benchmarks/results/onmfo_planted.md``).  False
+        converged batch model's, one seed; ``benchmarks/results/onmfo_planted.md``).  False
         accumulates them over all passes (with ``forget_power=0``, Algorithm 1 read
         literally).
     forget_power : float >= 0, default=3.0
