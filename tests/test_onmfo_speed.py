@@ -593,3 +593,20 @@ def test_without_reset_statistics_the_statistics_never_start_again(data, groups)
     W, history = per_batch(X, model, 2)
     np.testing.assert_array_equal(model.components_, W)
     np.testing.assert_array_equal(model.objective_history_, history)
+
+
+def test_with_a_cluster_runs_shorter_than_a_group_restart_where_the_group_does(
+        data, groups, client, monkeypatch):
+    """Runs of at most two batches (groups of three): the queued run that starts the first
+    pass's second group starts the statistics again on its worker, the one that ends the
+    first group does not; W and the pass objectives are those of one batch at a time."""
+    import dask.array as da
+
+    from daskrnmf.models import _onmfo_stream
+
+    monkeypatch.setattr(_onmfo_stream, "RUN_STATE_BYTES", 2 * 8 * (3 * 4 * 40 + 4 * 4))
+    X = da.from_array(data[0], chunks=(50, -1))
+    model = ONMFO(4, max_iter=2, tol=0, max_inner_iter=30, random_state=1).fit(X)
+    W, history = per_batch(data[0], model, 2)
+    np.testing.assert_array_equal(model.components_, W)
+    np.testing.assert_array_equal(model.objective_history_, history)
