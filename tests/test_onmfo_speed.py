@@ -610,3 +610,26 @@ def test_with_a_cluster_runs_shorter_than_a_group_restart_where_the_group_does(
     W, history = per_batch(data[0], model, 2)
     np.testing.assert_array_equal(model.components_, W)
     np.testing.assert_array_equal(model.objective_history_, history)
+
+
+
+def test_with_missing_values_a_cluster_restarts_the_first_pass_as_one_process_does(
+        data, groups, local_cluster, monkeypatch):
+    """missing="mask": the per-feature statistics Bm start again with A, B, C where the
+    first pass's second group starts, on the workers' queued runs (runs of at most two
+    batches) as in one process: the same W, bit for bit."""
+    import dask.array as da
+    from distributed import Client
+
+    from daskrnmf.models import _onmfo_stream
+
+    monkeypatch.setattr(_onmfo_stream, "RUN_STATE_BYTES", 2 * 8 * (3 * 4 * 40 + 4 * 4))
+    X = data[0].copy()
+    X[np.random.default_rng(5).random(X.shape) < 0.05] = np.nan
+    kw = dict(n_components=4, max_iter=2, tol=0, max_inner_iter=30, missing="mask",
+              random_state=1)
+    alone = ONMFO(**kw).fit(X)                  # no Client: the steps in this process
+    with Client(local_cluster):
+        spread = ONMFO(**kw).fit(da.from_array(X, chunks=(50, -1)))
+    np.testing.assert_array_equal(spread.components_, alone.components_)
+    np.testing.assert_array_equal(spread.objective_history_, alone.objective_history_)
