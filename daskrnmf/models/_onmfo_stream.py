@@ -43,10 +43,10 @@ class _Stream:
         # ((pass, position), the submitted run of batches from there): the next run of
         # default batches, queued on the workers behind the one being solved
         self.queued = None
-        # default batches of more than one row group: the first pass's position where
-        # the statistics start again (its second group's first batch; :meth:`step`)
+        # default batches of more than one row group: the first pass's second group's
+        # first batch, where the statistics start again (:meth:`restarts`)
         self.restart = None
-        if model.batch_size is None and model.reset_statistics and len(units) > 1:
+        if model.batch_size is None and len(units) > 1:
             self.restart = len(group_rest(self.order(0), 0, self.unit_of))
         self.ahead_from = None      # the (pass, position) read ahead from last
         self.warming = None         # the workers' loading of the solve (:meth:`warm`)
