@@ -423,6 +423,25 @@ def _cancelled_here():
 SETTLE_SECONDS = 10.0
 
 
+async def _nothing():
+    return None
+
+
+def _after_releases(client):
+    """Return once ``client``'s event loop has taken the releases queued before this
+    call.  A Future dropped in this thread leaves ``client.futures`` in a callback on
+    that loop (``Future.release``), not at once: taken straight after :meth:`Feed.close`
+    dropped its futures, the difference missed most of them (2-3 of a fit's 3-4 pending
+    keys still listed), so the fit returned while one ran (a copy of a group, under
+    load)."""
+    if getattr(client, "asynchronous", False):
+        return
+    try:
+        client.sync(_nothing)       # queued behind the releases on the same loop
+    except Exception:               # a cluster going away: nothing left to wait for  # noqa: BLE001
+        return
+
+
 def _settle(client, keys, timeout=SETTLE_SECONDS):
     """Wait (at most ``timeout`` seconds) until no worker runs a task of ``keys`` (a
     stopped fit's, cancelled or released) or any task cancelled while it ran (a read
@@ -955,6 +974,8 @@ class Feed:
         self.chunks.clear()
         if self.client is not None:
             # the fit's futures the client no longer holds: cancelled or released here
+            # (once its loop has taken the releases just queued)
+            _after_releases(self.client)
             _settle(self.client, held - set(self.client.futures))
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
