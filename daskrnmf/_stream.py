@@ -445,11 +445,12 @@ def _after_releases(client):
 def _settle(client, keys, timeout=SETTLE_SECONDS):
     """Wait (at most ``timeout`` seconds) until no worker runs a task of ``keys`` (a
     stopped fit's, cancelled or released) or any task cancelled while it ran (a read
-    inside a released graph): :meth:`Feed.close`."""
+    inside a released graph, a piece read for a group): :meth:`Feed.close`.  Every
+    worker has first taken the releases sent before (:func:`_behind_releases`): a
+    released task still running is then marked cancelled there."""
     keys = sorted(keys, key=str)
-    if not keys:
-        return
     deadline = time.monotonic() + timeout
+    _behind_releases(client, deadline)
     while True:
         try:
             running = client.run(_running, keys)
@@ -458,6 +459,31 @@ def _settle(client, keys, timeout=SETTLE_SECONDS):
         if not any(running.values()) or time.monotonic() > deadline:
             return
         time.sleep(0.01)
+
+
+def _here():
+    return None
+
+
+def _behind_releases(client, deadline):
+    """Return once every worker has taken the messages the scheduler sent it before
+    this call (at the latest at ``deadline``): a task on each worker (and only there),
+    submitted after the client's releases.  The client's messages reach the scheduler in
+    order, and the scheduler's reach each worker in order, so the task's worker has
+    taken the releases' "free-keys" before the task: a released task still running there
+    is marked cancelled, one waiting is gone.  Without it a worker asked at once
+    (``Client.run`` takes another connection, not those streams) may not yet know of a
+    release: a group's piece reads, dropped by the client when submitted
+    (:meth:`Feed._submit_read`), still running and counted nowhere.  A single-threaded
+    worker runs the task once its running one ends."""
+    from distributed import wait
+
+    try:
+        futures = [client.submit(_here, pure=False, workers=[w], allow_other_workers=False,
+                                 priority=100) for w in worker_addresses(client)]
+        wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+    except Exception:               # a cluster going away, a worker gone, the deadline  # noqa: BLE001
+        return
 
 
 #: a task's states on a worker from which it may still run or be fetched there
@@ -962,6 +988,8 @@ class Feed:
         # the client's unfinished futures (a copy taken at once: its loop changes them)
         held = ({key for key, st in list(self.client.futures.items()) if st.status == "pending"}
                 if self.client is not None else set())
+        # a read, a copy or a run of it may still run (none: a partial_fit's batch)
+        busy = bool(self.runs or self.chunks or self._unread or self._deferred or cancel)
         if self.client is not None:
             for run in self.runs:       # submitted, never taken (the fit stopped)
                 run.future.cancel()
@@ -972,7 +1000,7 @@ class Feed:
         self._unread.clear()
         self.pending.clear()
         self.chunks.clear()
-        if self.client is not None:
+        if self.client is not None and busy:
             # the fit's futures the client no longer holds: cancelled or released here
             # (once its loop has taken the releases just queued)
             _after_releases(self.client)

@@ -616,6 +616,54 @@ def test_close_waits_for_the_tasks_of_the_futures_it_dropped(client):
     assert not any(running.values()), running
 
 
+def test_close_waits_for_the_tasks_the_client_never_held(client, local_cluster):
+    """Feed.close waits for a running task of the fit that the client never held (a
+    group's piece reads, dropped once the group's copy is submitted on them): released
+    with the future that needs it, it is marked cancelled on its worker only when the
+    scheduler's message reaches it, which may be later than a Client.run sent straight
+    after (another connection).  The workers here take the scheduler's messages 0.3 s
+    late: asked at once, they knew of no cancelled task."""
+    import asyncio
+    import time
+
+    import dask.array as da
+
+    from daskrnmf._stream import Feed
+
+    workers = list(local_cluster.workers.values())
+    handlers = [w.stream_handlers["free-keys"] for w in workers]
+
+    def late(handler):
+        async def free_keys(**msg):
+            await asyncio.sleep(0.3)    # the worker's stream waits: what follows too
+            handler(**msg)
+        return free_keys
+
+    feed = Feed(da.zeros((10, 2), chunks=5), pieces=None)
+    slow = [client.submit(time.sleep, 1.0, pure=False) for _ in range(2)]
+    keys = {f.key for f in slow}
+    for i, f in enumerate(slow):
+        feed.chunks[i] = [client.submit(lambda _: None, f, pure=False), 1, None, False, None]
+    del f, slow
+
+    def executing(dask_worker):
+        return [ts.key for ts in dask_worker.state.executing if ts.key in keys]
+
+    deadline = time.monotonic() + 30
+    while sum(map(len, client.run(executing).values())) < 2:   # both started
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    try:
+        for w, handler in zip(workers, handlers):
+            w.stream_handlers["free-keys"] = late(handler)
+        feed.close()
+        running = client.run(executing)
+    finally:
+        for w, handler in zip(workers, handlers):
+            w.stream_handlers["free-keys"] = handler
+    assert not any(running.values()), running
+
+
 def test_without_reset_statistics_the_statistics_never_start_again(data, groups):
     # reset_statistics=False: summed over every batch of every pass, the first pass's
     # second row group included (per_batch honours the parameter)
