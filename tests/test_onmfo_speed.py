@@ -201,6 +201,24 @@ def test_with_a_cluster_each_group_s_task_is_queued_behind_the_one_before(
     np.testing.assert_array_equal(model.objective_history_, history)
 
 
+@pytest.fixture
+def no_stealing(client):
+    """The session's scheduler without work stealing for this test: a test of where the
+    fit asks its tasks to run (a preference, ``allow_other_workers=True``) sees that,
+    not a move by the scheduler of a task queued on a busy worker (a loaded machine)."""
+    async def stop(dask_scheduler):
+        await dask_scheduler.extensions["stealing"].stop()
+
+    async def start(dask_scheduler):
+        await dask_scheduler.extensions["stealing"].start()
+
+    client.run_on_scheduler(stop)
+    try:
+        yield
+    finally:
+        client.run_on_scheduler(start)
+
+
 def _computed(ts, name):
     """(start, stop, worker) of every run of the tasks whose key starts with ``name`` in a
     task stream ``ts`` (distributed's ``get_task_stream``)."""
@@ -214,7 +232,7 @@ def _computed(ts, name):
 
 
 def test_with_a_cluster_a_group_held_for_a_later_pass_is_put_in_its_order_after_its_solve(
-        data, client, monkeypatch):
+        data, client, monkeypatch, no_stealing):
     """With a distributed Client, a row group held for the next pass is put in that
     pass's order on its worker after the run that solves it there, not as soon as it is
     wanted (read ahead): the copy had run just before the fit's first solve and before
@@ -239,7 +257,7 @@ def test_with_a_cluster_a_group_held_for_a_later_pass_is_put_in_its_order_after_
 
 
 def test_with_a_cluster_consecutive_groups_are_read_and_solved_on_different_workers(
-        data, groups, client):
+        data, groups, client, no_stealing):
     """With a distributed Client each row group is read, put together and solved on one
     worker, and the next group of the stream on another (a preference the scheduler is
     given): left to the scheduler, consecutive groups were often put together on one
