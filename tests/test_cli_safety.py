@@ -173,7 +173,8 @@ def test_sigterm_mid_fit_removes_scratch_and_partial_output_and_exits_143(data, 
     proc, scratch, out = _start(data, tmp_path, "threads.yaml")
     code, rest, seconds = _stop(proc, signal.SIGTERM)
     assert code == 143, rest
-    lines = [line for line in rest.splitlines() if "INFO" not in line]
+    lines = [line for line in rest.splitlines() if "INFO" not in line
+             and "Event loop was unresponsive" not in line]   # a loaded machine
     assert lines == ["daskrnmf: terminated (SIGTERM); partial output and scratch removed"]
     assert os.listdir(scratch) == []
     assert not out.exists() and not glob.glob(str(out) + ".partial-*")
@@ -186,7 +187,8 @@ def test_ctrl_c_to_the_process_group_is_one_line_and_exit_130(data, tmp_path):
     code, rest, seconds = _stop(proc, signal.SIGINT, group=True)
     assert code == 130, rest
     assert "Traceback" not in rest and "KeyboardInterrupt" not in rest
-    lines = [line for line in rest.splitlines() if "INFO" not in line]
+    lines = [line for line in rest.splitlines() if "INFO" not in line
+             and "Event loop was unresponsive" not in line]   # a loaded machine
     assert lines == ["daskrnmf: interrupted (SIGINT); partial output and scratch removed"]
     assert os.listdir(scratch) == [] and not glob.glob(str(out) + ".partial-*")
 
