@@ -135,7 +135,8 @@ def _foreign(path, sub):
             full = os.path.join(sub, name)
             if name == _LATEST and (os.path.islink(full) or not os.path.isfile(full)):
                 bad.append((full, "file"))
-            elif _GEN.fullmatch(name) and (os.path.islink(full) or not os.path.isdir(full)):
+            elif _GEN.fullmatch(name) and (os.path.islink(full) or not os.path.isdir(full)) \
+                    and os.path.lexists(full):      # not deleted since (a writer's commit)
                 bad.append((full, "directory"))
     if bad:
         full, kind = bad[0]
@@ -409,6 +410,21 @@ def _old_layout(path):
 
 
 def _read_latest(sub):
+    """The name of the newest complete generation (``LATEST``), or None.  A generation
+    named by a pointer read just before a writer in another process replaced it (and
+    deleted that generation) is not damage: the pointer is read again."""
+    for _ in range(20):
+        name = _pointer(sub)
+        if name is None or os.path.isdir(os.path.join(sub, name)):
+            return name
+        if _pointer(sub) == name:
+            raise ValueError(f"The checkpoint pointer {os.path.join(sub, _LATEST)} names "
+                             f"{name}, which is missing from {sub}: the checkpoint is "
+                             "damaged.")
+    raise RuntimeError(f"Checkpoint at {sub} kept changing while it was read.")
+
+
+def _pointer(sub):
     latest = os.path.join(sub, _LATEST)
     try:
         with open(latest, "rb") as fh:
@@ -428,9 +444,6 @@ def _read_latest(sub):
     if not _GEN.fullmatch(name):
         raise ValueError(f"The checkpoint pointer {latest} is damaged: it holds {raw[:40]!r}, "
                          "not the name of a generation (gen-NNNNNNNN).")
-    if not os.path.isdir(os.path.join(sub, name)):
-        raise ValueError(f"The checkpoint pointer {latest} names {name}, which is missing from "
-                         f"{sub}: the checkpoint is damaged.")
     return name
 
 
@@ -609,6 +622,9 @@ class _Remote:
                 raise ValueError(f"The checkpoint pointer {latest} is damaged: it holds "
                                  f"{raw[:40]!r}, not the name of a generation (gen-NNNNNNNN).")
             if not self._exists(f"{self.sub}/{name}/{self.COMPLETE}"):
+                again = self._do("read", self.fs.cat_file, f"{self.sub}/{_LATEST}")[:64]
+                if again.decode("ascii", "replace").strip() != name:
+                    continue        # replaced (and deleted) since the pointer was read
                 raise ValueError(f"The checkpoint pointer {latest} names {name}, which is "
                                  f"missing from {self._url(SUBDIR)}: the checkpoint is damaged.")
             where = self._url(SUBDIR, name)

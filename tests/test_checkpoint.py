@@ -375,3 +375,64 @@ def test_a_max_iter_below_the_saved_position_is_refused(X, tmp_path):
     with pytest.raises(ValueError, match=r"checkpointed after batch 12, beyond its max_iter "
                                          r"\(10 batches\): resume with a larger max_iter"):
         ONMFO(**KW, checkpoint=ck).fit(X, resume=True)
+
+
+def test_a_generation_replaced_while_its_pointer_is_read_is_not_damage(tmp_path, monkeypatch):
+    """A reader in another process (a progress check, a test polling a fit) that read
+    LATEST just before the writer committed the next generation and deleted the one named
+    reads the pointer again: it loads the new generation, it does not report the
+    checkpoint damaged (nor the vanished generation as a foreign entry)."""
+    ck = tmp_path / "ck"
+    _checkpoint.claim(ck)
+    _checkpoint.save(ck, {"W": np.zeros((2, 3))}, {"n": 1})
+    first = _checkpoint.load(ck)[1]["_file"]
+    _checkpoint.save(ck, {"W": np.ones((2, 3))}, {"n": 2})
+    assert not os.path.exists(first)                  # the commit deleted it
+    pointer, stale = _checkpoint._pointer, [os.path.basename(first)]
+    monkeypatch.setattr(_checkpoint, "_pointer",
+                        lambda sub: stale.pop() if stale else pointer(sub))
+    arrays, attrs = _checkpoint.load(ck)
+    assert attrs["n"] == 2 and not stale
+    np.testing.assert_array_equal(arrays["W"], np.ones((2, 3)))
+    # the pointer still names the deleted generation when read again: damage
+    monkeypatch.setattr(_checkpoint, "_pointer", lambda sub: os.path.basename(first))
+    with pytest.raises(ValueError, match="which is missing from .*: the checkpoint is damaged"):
+        _checkpoint.load(ck)
+
+
+def test_a_generation_deleted_while_the_directory_is_listed_is_not_foreign(tmp_path,
+                                                                          monkeypatch):
+    ck = tmp_path / "ck"
+    _checkpoint.claim(ck)
+    _checkpoint.save(ck, {"W": np.zeros((2, 3))}, {"n": 1})
+    first = os.path.basename(_checkpoint.load(ck)[1]["_file"])
+    _checkpoint.save(ck, {"W": np.ones((2, 3))}, {"n": 2})
+    sub = os.path.join(ck, _checkpoint.SUBDIR)
+    assert first not in os.listdir(sub)
+    listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda p: listdir(p) + (
+        [first] if os.path.samefile(p, sub) else []))     # listed, then deleted
+    assert _checkpoint.load(ck)[1]["n"] == 2
+
+
+def test_a_generation_replaced_while_its_pointer_is_read_in_an_object_store(monkeypatch):
+    """The same over fsspec (memory://, the code path of S3): a pointer read just before
+    a commit names a generation deleted by it; the pointer is read again."""
+    import uuid
+
+    ck = f"memory://ckpt-{uuid.uuid4().hex[:8]}"
+    _checkpoint.claim(ck)
+    _checkpoint.save(ck, {"W": np.zeros((2, 3))}, {"n": 1})
+    first = _checkpoint.load(ck)[1]["_file"].rstrip("/").rsplit("/", 1)[-1]
+    _checkpoint.save(ck, {"W": np.ones((2, 3))}, {"n": 2})
+    do, stale = _checkpoint._Remote._do, [first.encode()]
+
+    def read(self, kind, fn, *args, **kwargs):
+        if stale and getattr(fn, "__name__", "") == "cat_file" and args[0].endswith("LATEST"):
+            return stale.pop()
+        return do(self, kind, fn, *args, **kwargs)
+
+    monkeypatch.setattr(_checkpoint._Remote, "_do", read)
+    arrays, attrs = _checkpoint.load(ck)
+    assert attrs["n"] == 2 and not stale
+    np.testing.assert_array_equal(arrays["W"], np.ones((2, 3)))
