@@ -100,7 +100,7 @@ def holds_run(path, storage_options=None):
         return False
     try:
         return _read_latest(sub) is not None
-    except ValueError:
+    except (ValueError, RuntimeError):  # damaged, or replaced on every read: a run's
         return True
 
 

@@ -429,31 +429,42 @@ async def _nothing():
 
 def _after_releases(client):
     """Return once ``client``'s event loop has taken the releases queued before this
-    call.  A Future dropped in this thread leaves ``client.futures`` in a callback on
-    that loop (``Future.release``), not at once: taken straight after :meth:`Feed.close`
-    dropped its futures, the difference missed most of them (2-3 of a fit's 3-4 pending
-    keys still listed), so the fit returned while one ran (a copy of a group, under
-    load)."""
-    if getattr(client, "asynchronous", False):
-        return
+    call.  A Future dropped in this thread is released in a callback on that loop
+    (``Future.release``), which only then queues its message to the scheduler: a message
+    this thread sent straight after the drop (a task submitted) would go first."""
     try:
         client.sync(_nothing)       # queued behind the releases on the same loop
     except Exception:               # a cluster going away: nothing left to wait for  # noqa: BLE001
         return
 
 
-def _settle(client, keys, timeout=SETTLE_SECONDS):
-    """Wait (at most ``timeout`` seconds) until no worker runs a task of ``keys`` (a
-    stopped fit's, cancelled or released) or any task cancelled while it ran (a read
-    inside a released graph, a piece read for a group): :meth:`Feed.close`.  Every
-    worker has first taken the releases sent before (:func:`_behind_releases`): a
-    released task still running is then marked cancelled there."""
-    keys = sorted(keys, key=str)
-    deadline = time.monotonic() + timeout
-    _behind_releases(client, deadline)
+def _settle(client, timeout=None):
+    """Wait (at most ``timeout`` seconds, :data:`SETTLE_SECONDS` by default) until no
+    worker runs a task cancelled while it ran: a stopped fit's run, copy or read, the
+    futures :meth:`Feed.close` cancelled or dropped.
+
+    Each worker is first sent a task of its own, constrained there, after the
+    releases (:func:`_after_releases`).  The client's messages reach the scheduler in
+    order, and the scheduler's reach each worker in order: once a worker holds that task
+    it has taken every release sent before, and a released task still running there is
+    marked cancelled.  Asked at once (``Client.run`` takes another connection), a worker
+    may not yet have known of a release: the fit returned while a row group's copy or
+    piece read ran (CI; 10 fits in 40 beside two busy cores).  The task is waited for
+    until it arrives, not until it runs: a worker busy with other work does not hold
+    the fit's end."""
+    deadline = time.monotonic() + (SETTLE_SECONDS if timeout is None else timeout)
+    # (worker_addresses' own round trip to the scheduler would order them too: the order
+    # is not left to it)
+    _after_releases(client)
+    try:
+        marks = {w: client.submit(_here, pure=False, workers=[w], allow_other_workers=False,
+                                  priority=100) for w in worker_addresses(client)}
+    except Exception:               # a cluster going away: nothing left to wait for  # noqa: BLE001
+        return
+    where = {w: future.key for w, future in marks.items()}
     while True:
         try:
-            running = client.run(_running, keys)
+            running = client.run(_running, where)
         except Exception:           # a cluster going away: nothing left to wait for  # noqa: BLE001
             return
         if not any(running.values()) or time.monotonic() > deadline:
@@ -465,39 +476,15 @@ def _here():
     return None
 
 
-def _behind_releases(client, deadline):
-    """Return once every worker has taken the messages the scheduler sent it before
-    this call (at the latest at ``deadline``): a task on each worker (and only there),
-    submitted after the client's releases.  The client's messages reach the scheduler in
-    order, and the scheduler's reach each worker in order, so the task's worker has
-    taken the releases' "free-keys" before the task: a released task still running there
-    is marked cancelled, one waiting is gone.  Without it a worker asked at once
-    (``Client.run`` takes another connection, not those streams) may not yet know of a
-    release: a group's piece reads, dropped by the client when submitted
-    (:meth:`Feed._submit_read`), still running and counted nowhere.  A single-threaded
-    worker runs the task once its running one ends."""
-    from distributed import wait
-
-    try:
-        futures = [client.submit(_here, pure=False, workers=[w], allow_other_workers=False,
-                                 priority=100) for w in worker_addresses(client)]
-        wait(futures, timeout=max(0.0, deadline - time.monotonic()))
-    except Exception:               # a cluster going away, a worker gone, the deadline  # noqa: BLE001
-        return
-
-
-#: a task's states on a worker from which it may still run or be fetched there
-_MAY_RUN = ("waiting", "ready", "constrained", "executing", "fetch", "flight", "resumed")
-
-
-def _running(keys, dask_worker=None):
-    """On a worker (``Client.run``): how many tasks of ``keys`` it may still run or
-    fetch (a release not yet arrived there: a task whose data just came would start),
-    and how many of its running tasks were cancelled while they ran."""
+def _running(marks, dask_worker=None):
+    """On a worker (``Client.run``): 1 while it has not yet taken its task of ``marks``
+    (worker address -> key; nor so the releases sent before it) or runs it, and how many
+    of its running tasks were cancelled while they ran."""
     state = dask_worker.state
-    pending = sum(1 for key in keys
-                  if getattr(state.tasks.get(key), "state", None) in _MAY_RUN)
-    return pending + sum(1 for ts in state.executing if ts.state == "cancelled")
+    mark = marks.get(dask_worker.address)
+    behind = mark is not None and getattr(state.tasks.get(mark), "state", None) in (
+        None, "executing")
+    return int(behind) + sum(1 for ts in state.executing if ts.state == "cancelled")
 
 
 @dataclass
@@ -985,9 +972,6 @@ class Feed:
         fit returns once none does (:func:`_settle`), so that a cluster closed right
         after it interrupts nothing (distributed then logged a WARNING, "Async
         instruction ... ended with CancelledError", at the end of a user's script)."""
-        # the client's unfinished futures (a copy taken at once: its loop changes them)
-        held = ({key for key, st in list(self.client.futures.items()) if st.status == "pending"}
-                if self.client is not None else set())
         # a read, a copy or a run of it may still run (none: a partial_fit's batch)
         busy = bool(self.runs or self.chunks or self._unread or self._deferred or cancel)
         if self.client is not None:
@@ -1001,9 +985,6 @@ class Feed:
         self.pending.clear()
         self.chunks.clear()
         if self.client is not None and busy:
-            # the fit's futures the client no longer holds: cancelled or released here
-            # (once its loop has taken the releases just queued)
-            _after_releases(self.client)
-            _settle(self.client, held - set(self.client.futures))
+            _settle(self.client)        # the tasks cancelled or released here
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)

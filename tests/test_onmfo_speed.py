@@ -602,35 +602,43 @@ def test_a_fit_returns_when_no_task_of_it_runs_on_the_workers(caplog):
     assert not [r for r in caplog.records if "CancelledError" in r.getMessage()]
 
 
-def test_close_waits_for_the_tasks_of_the_futures_it_dropped(client):
-    """Feed.close waits until no worker runs a task of the futures it dropped.  A dropped
-    Future leaves ``client.futures`` later, in a callback on the client's loop: the
-    futures still listed right after the drop were taken as still wanted, and not waited
-    for (a fit then returned while a copy of a group ran; CI, 1 run in 4 under load)."""
+def _sleeping(client, feed, seconds, held=True):
+    """A task sleeping ``seconds`` started on each worker (pinned there) and kept in
+    ``feed`` as a chunk (``held``), or needed by one kept there (never held by the
+    client, as a group's piece reads); their keys."""
     import time
 
+    from daskrnmf._blocks import worker_addresses
+
+    slow = [client.submit(time.sleep, seconds, pure=False, workers=[w],
+                          allow_other_workers=False) for w in worker_addresses(client)]
+    keys = {f.key for f in slow}
+    for i, f in enumerate(slow):
+        feed.chunks[i] = [f if held else client.submit(lambda _: None, f, pure=False),
+                          1, None, False, None]
+    del f, slow
+    deadline = time.monotonic() + 30
+    while sum(map(len, client.run(_executing, keys).values())) < len(keys):   # started
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return keys
+
+
+def _executing(keys, dask_worker=None):
+    return [ts.key for ts in dask_worker.state.executing if ts.key in keys]
+
+
+def test_close_waits_for_the_tasks_of_the_futures_it_dropped(client):
+    """Feed.close waits until no worker runs a task of the futures it dropped: on a
+    loaded machine a fit had returned while a copy of a group ran (CI)."""
     import dask.array as da
 
     from daskrnmf._stream import Feed
 
     feed = Feed(da.zeros((10, 2), chunks=5), pieces=None)
-    futures = [client.submit(time.sleep, 1.0, pure=False) for _ in range(2)]
-    keys = {f.key for f in futures}
-    for i, f in enumerate(futures):
-        feed.chunks[i] = [f, 1, None, False, None]
-    del f, futures
-
-    def executing(dask_worker):
-        return [ts.key for ts in dask_worker.state.executing if ts.key in keys]
-
-    deadline = time.monotonic() + 30
-    # both started (the session's cluster has two single-threaded workers): taken right
-    # after the drop, the difference missed them 11 times in 11 before the fix
-    while sum(map(len, client.run(executing).values())) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    keys = _sleeping(client, feed, 1.0)
     feed.close()
-    running = client.run(executing)
+    running = client.run(_executing, keys)
     assert not any(running.values()), running
 
 
@@ -642,7 +650,6 @@ def test_close_waits_for_the_tasks_the_client_never_held(client, local_cluster):
     after (another connection).  The workers here take the scheduler's messages 0.3 s
     late: asked at once, they knew of no cancelled task."""
     import asyncio
-    import time
 
     import dask.array as da
 
@@ -658,28 +665,43 @@ def test_close_waits_for_the_tasks_the_client_never_held(client, local_cluster):
         return free_keys
 
     feed = Feed(da.zeros((10, 2), chunks=5), pieces=None)
-    slow = [client.submit(time.sleep, 1.0, pure=False) for _ in range(2)]
-    keys = {f.key for f in slow}
-    for i, f in enumerate(slow):
-        feed.chunks[i] = [client.submit(lambda _: None, f, pure=False), 1, None, False, None]
-    del f, slow
-
-    def executing(dask_worker):
-        return [ts.key for ts in dask_worker.state.executing if ts.key in keys]
-
-    deadline = time.monotonic() + 30
-    while sum(map(len, client.run(executing).values())) < 2:   # both started
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    keys = _sleeping(client, feed, 1.0, held=False)
     try:
         for w, handler in zip(workers, handlers):
             w.stream_handlers["free-keys"] = late(handler)
         feed.close()
-        running = client.run(executing)
+        running = client.run(_executing, keys)
     finally:
         for w, handler in zip(workers, handlers):
             w.stream_handlers["free-keys"] = handler
     assert not any(running.values()), running
+
+
+def test_close_does_not_wait_for_a_worker_busy_with_other_work(client, monkeypatch):
+    """A worker busy with work that is not the fit's (a task the user still wants) does
+    not hold Feed.close until it is free: the task close sends each worker is waited for
+    until it arrives there, not until it runs (close waited for it to run: 10 s, its
+    limit, beside a user's long task)."""
+    import time
+
+    import dask.array as da
+
+    from daskrnmf import _stream
+    from daskrnmf._blocks import worker_addresses
+
+    monkeypatch.setattr(_stream, "SETTLE_SECONDS", 60.0)
+    feed = _stream.Feed(da.zeros((10, 2), chunks=5), pieces=None)
+    feed.chunks[0] = [client.submit(lambda: 1, pure=False), 1, None, False, None]
+    theirs = client.submit(time.sleep, 4.0, pure=False,
+                           workers=worker_addresses(client)[:1], allow_other_workers=False)
+    deadline = time.monotonic() + 30
+    while not any(client.run(_executing, {theirs.key}).values()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    feed.close()
+    # the user's task still runs: close did not wait for its worker to be free
+    assert any(client.run(_executing, {theirs.key}).values())
+    theirs.result()
 
 
 def test_without_reset_statistics_the_statistics_never_start_again(data, groups):
