@@ -692,7 +692,7 @@ def test_close_does_not_wait_for_a_worker_busy_with_other_work(client, monkeypat
     monkeypatch.setattr(_stream, "SETTLE_SECONDS", 60.0)
     feed = _stream.Feed(da.zeros((10, 2), chunks=5), pieces=None)
     feed.chunks[0] = [client.submit(lambda: 1, pure=False), 1, None, False, None]
-    theirs = client.submit(time.sleep, 4.0, pure=False,
+    theirs = client.submit(time.sleep, 6.0, pure=False,
                            workers=worker_addresses(client)[:1], allow_other_workers=False)
     deadline = time.monotonic() + 30
     while not any(client.run(_executing, {theirs.key}).values()):
