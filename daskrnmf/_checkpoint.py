@@ -622,22 +622,26 @@ class _Remote:
                 raise ValueError(f"The checkpoint pointer {latest} is damaged: it holds "
                                  f"{raw[:40]!r}, not the name of a generation (gen-NNNNNNNN).")
             if not self._exists(f"{self.sub}/{name}/{self.COMPLETE}"):
-                again = self._do("read", self.fs.cat_file, f"{self.sub}/{_LATEST}")[:64]
-                if again.decode("ascii", "replace").strip() != name:
-                    continue        # replaced (and deleted) since the pointer was read
+                if self._replaced(name):
+                    continue        # (and deleted) since the pointer was read
                 raise ValueError(f"The checkpoint pointer {latest} names {name}, which is "
                                  f"missing from {self._url(SUBDIR)}: the checkpoint is damaged.")
             where = self._url(SUBDIR, name)
             try:
                 arrays, attrs = _read_generation(where, self.options, finite)
             except ValueError:
-                again = self._do("read", self.fs.cat_file, f"{self.sub}/{_LATEST}")[:64]
-                if again.decode("ascii", "replace").strip() != name:
-                    continue                        # replaced while being read
+                if self._replaced(name):
+                    continue                        # while being read
                 raise
             attrs["_file"] = where
             return arrays, attrs
         raise RuntimeError(f"Checkpoint at {self.url} kept changing while it was read.")
+
+    def _replaced(self, name):
+        """Whether the pointer, read again, names another generation than ``name`` (a
+        writer in another process committed since it was read)."""
+        again = self._do("read", self.fs.cat_file, f"{self.sub}/{_LATEST}")[:64]
+        return again.decode("ascii", "replace").strip() != name
 
 
 def _ours_in_generation(rel):
